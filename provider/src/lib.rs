@@ -1,0 +1,150 @@
+//! The `AgentProvider` trait of SPEC §8 and its implementations. The provider owns how it talks
+//! to its CLI; the runner owns what to send.
+//!
+//! A provider is long-lived (one CLI process across turns where the CLI allows it). Each batch of
+//! messages becomes one [`AgentQuery`]: the runner sends the first prompt with
+//! [`AgentProvider::query`], pushes follow-ups with [`AgentQuery::push`], reads
+//! [`ProviderEvent`]s, and calls [`AgentQuery::end`] once every prompt it sent is answered.
+
+pub mod mock;
+pub mod query;
+
+use std::path::PathBuf;
+
+use futures::future::BoxFuture;
+
+pub use query::{AgentQuery, Control, QueryHandle};
+
+/// A file the agent should see natively (images and PDFs for Claude), next to the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MediaFile {
+    /// Where the file is on disk.
+    pub path: PathBuf,
+    /// Its MIME type (`image/png`, `application/pdf`, ...).
+    pub mime_type: String,
+}
+
+/// One prompt: formatted text plus native media.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Prompt {
+    /// The formatted prompt (SPEC §6).
+    pub text: String,
+    /// Files to attach natively where the provider supports it.
+    pub media: Vec<MediaFile>,
+}
+
+impl Prompt {
+    /// A text-only prompt.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            media: Vec::new(),
+        }
+    }
+}
+
+/// What a query starts from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueryInput {
+    /// The first prompt of the query.
+    pub prompt: Prompt,
+    /// The provider session to resume (the stored `continuation:<provider>`).
+    pub continuation: Option<String>,
+    /// The system prompt to apply (global + group CLAUDE.md + the runner addendum).
+    pub system_prompt: Option<String>,
+}
+
+/// Numbers the prompts of one query: 0 is the first prompt, pushes count up from 1.
+pub type PromptId = u64;
+
+/// Why a provider reported an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The model API failed (5xx, dropped connection); the CLI's own retries are exhausted or
+    /// under way.
+    Api,
+    /// Rate limit or quota.
+    Quota,
+    /// Authentication failed.
+    Auth,
+    /// The stored continuation names a session that does not exist: clear it.
+    InvalidSession,
+    /// The CLI process exited or could not be started.
+    Process,
+    /// The CLI produced no event for longer than the watchdog allows.
+    Watchdog,
+    /// The turn was aborted on request.
+    Aborted,
+    /// Anything else.
+    Other,
+}
+
+/// Events of a query, translated from the CLI's own protocol.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProviderEvent {
+    /// The provider session id is known: persist it as the continuation at once.
+    Init {
+        /// Session or thread id.
+        session_id: String,
+    },
+    /// A turn ended with this text. Every prompt with an id up to `covers` was consumed by the
+    /// turns that have ended so far.
+    Result {
+        /// The final text of the turn (may be empty).
+        text: String,
+        /// Highest prompt id this and earlier results answered.
+        covers: PromptId,
+    },
+    /// Something failed. `ends_turn: false` is informational (the CLI is retrying by itself).
+    Error {
+        /// Human-readable message.
+        message: String,
+        /// Whether running the same prompt again may succeed.
+        retryable: bool,
+        /// Classification.
+        classification: ErrorClass,
+        /// Whether the turn is over (no `Result` follows for it).
+        ends_turn: bool,
+    },
+    /// A notice for the log (compaction, retries, status); never a reply.
+    Progress {
+        /// What happened.
+        message: String,
+    },
+    /// The agent is doing something (a tool call, streaming); refreshes liveness.
+    Activity {
+        /// Tool name, when a tool started.
+        tool: Option<String>,
+    },
+}
+
+/// Errors starting a query.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    /// The CLI binary could not be found or started.
+    #[error("{0}")]
+    Spawn(String),
+    /// The query is closed (ended, aborted, or the provider stopped).
+    #[error("the query is closed")]
+    Closed,
+    /// Anything else.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A coding-agent CLI driven through one interface.
+pub trait AgentProvider: Send + Sync {
+    /// `claude`, `codex`, `opencode` or `mock`: also the suffix of the continuation key.
+    fn name(&self) -> &'static str;
+
+    /// Starts a query with its first prompt. Events arrive on the returned handle.
+    fn query(&self, input: QueryInput) -> Result<AgentQuery, ProviderError>;
+
+    /// Slash commands the CLI handles natively; such a chat message goes raw as its own query.
+    fn native_commands(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Stops every process the provider started (the whole process group) and waits for them.
+    fn shutdown(&self) -> BoxFuture<'_, ()>;
+}

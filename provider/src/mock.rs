@@ -1,0 +1,319 @@
+//! A provider for demos and unit tests: its result text is exactly the prompt it received, so a
+//! person or a test sees what an agent would see. It answers one result per prompt (the first
+//! and each push), honours `end` and `abort`, and can be told to delay or fail.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::time::sleep;
+
+use crate::{
+    AgentProvider, AgentQuery, Control, ErrorClass, Prompt, PromptId, ProviderError, ProviderEvent,
+    QueryHandle, QueryInput,
+};
+
+/// What the mock does with one prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MockStep {
+    /// Reply with the prompt text after `delay`.
+    Echo {
+        /// Time to "think".
+        delay: Duration,
+    },
+    /// Reply with this text instead of the prompt.
+    Reply {
+        /// The result text.
+        text: String,
+        /// Time to "think".
+        delay: Duration,
+    },
+    /// End the turn with an error.
+    Fail {
+        /// The message.
+        message: String,
+        /// Whether it is retryable.
+        retryable: bool,
+        /// Its class.
+        classification: ErrorClass,
+    },
+}
+
+/// Shared, inspectable state of the mock.
+#[derive(Debug, Default)]
+pub struct MockState {
+    /// Every prompt received, in order (first prompts and pushes).
+    pub prompts: Vec<Prompt>,
+    /// Every query input received.
+    pub inputs: Vec<QueryInput>,
+    /// Steps to use for the next prompts; echo without delay when empty.
+    pub script: VecDeque<MockStep>,
+    /// Default delay for echo replies.
+    pub default_delay: Duration,
+    /// Session counter for `Init` ids.
+    sessions: u64,
+}
+
+/// The mock provider.
+#[derive(Debug, Clone, Default)]
+pub struct MockProvider {
+    state: Arc<Mutex<MockState>>,
+}
+
+impl MockProvider {
+    /// A mock that echoes immediately.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A mock that echoes after `delay`.
+    pub fn with_delay(delay: Duration) -> Self {
+        let mock = Self::default();
+        mock.with_state(|state| state.default_delay = delay);
+        mock
+    }
+
+    /// Queues steps for the next prompts.
+    pub fn script(&self, steps: impl IntoIterator<Item = MockStep>) {
+        self.with_state(|state| state.script.extend(steps));
+    }
+
+    /// Every prompt received so far.
+    pub fn prompts(&self) -> Vec<Prompt> {
+        self.with_state(|state| state.prompts.clone())
+    }
+
+    /// Every query input received so far.
+    pub fn inputs(&self) -> Vec<QueryInput> {
+        self.with_state(|state| state.inputs.clone())
+    }
+
+    fn with_state<T>(&self, f: impl FnOnce(&mut MockState) -> T) -> T {
+        let mut guard = match self.state.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        f(&mut guard)
+    }
+
+    fn next_step(&self, prompt: &Prompt) -> MockStep {
+        self.with_state(|state| {
+            state.prompts.push(prompt.clone());
+            state.script.pop_front().unwrap_or(MockStep::Echo {
+                delay: state.default_delay,
+            })
+        })
+    }
+}
+
+impl AgentProvider for MockProvider {
+    fn name(&self) -> &'static str {
+        "mock"
+    }
+
+    fn query(&self, input: QueryInput) -> Result<AgentQuery, ProviderError> {
+        let (query, handle) = AgentQuery::channel();
+        let session_id = self.with_state(|state| {
+            state.inputs.push(input.clone());
+            state.sessions += 1;
+            input
+                .continuation
+                .clone()
+                .unwrap_or_else(|| format!("mock-session-{}", state.sessions))
+        });
+        tokio::spawn(run_query(self.clone(), session_id, input.prompt, handle));
+        Ok(query)
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// Answers prompts one after another; pushes queue behind the prompt being answered.
+async fn run_query(mock: MockProvider, session_id: String, first: Prompt, mut handle: QueryHandle) {
+    if handle
+        .events
+        .send(ProviderEvent::Init { session_id })
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let mut queue: VecDeque<(PromptId, Prompt)> = VecDeque::from([(0, first)]);
+    let mut ended = false;
+    loop {
+        let Some((id, prompt)) = queue.pop_front() else {
+            if ended {
+                return;
+            }
+            match handle.control.recv().await {
+                Some(Control::Push { id, prompt }) => queue.push_back((id, prompt)),
+                Some(Control::End) | None => return,
+                Some(Control::Abort) => {
+                    let _ = handle.events.send(aborted()).await;
+                    return;
+                }
+            }
+            continue;
+        };
+        let step = mock.next_step(&prompt);
+        let (text, delay) = match step {
+            MockStep::Echo { delay } => (prompt.text.clone(), delay),
+            MockStep::Reply { text, delay } => (text, delay),
+            MockStep::Fail {
+                message,
+                retryable,
+                classification,
+            } => {
+                let event = ProviderEvent::Error {
+                    message,
+                    retryable,
+                    classification,
+                    ends_turn: true,
+                };
+                let _ = handle.events.send(event).await;
+                return;
+            }
+        };
+        let _ = handle
+            .events
+            .send(ProviderEvent::Activity { tool: None })
+            .await;
+        let thinking = sleep(delay);
+        tokio::pin!(thinking);
+        loop {
+            tokio::select! {
+                _ = &mut thinking => break,
+                control = handle.control.recv() => match control {
+                    Some(Control::Push { id, prompt }) => queue.push_back((id, prompt)),
+                    Some(Control::End) => ended = true,
+                    Some(Control::Abort) | None => {
+                        let _ = handle.events.send(aborted()).await;
+                        return;
+                    }
+                },
+            }
+        }
+        if handle
+            .events
+            .send(ProviderEvent::Result { text, covers: id })
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+fn aborted() -> ProviderEvent {
+    ProviderEvent::Error {
+        message: "aborted".into(),
+        retryable: false,
+        classification: ErrorClass::Aborted,
+        ends_turn: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    async fn collect(query: &mut AgentQuery) -> Vec<ProviderEvent> {
+        let mut events = Vec::new();
+        while let Some(event) = query.next_event().await {
+            events.push(event);
+        }
+        events
+    }
+
+    #[tokio::test]
+    async fn echoes_each_prompt_and_honours_end() {
+        let mock = MockProvider::with_delay(Duration::from_millis(20));
+        let mut query = mock
+            .query(QueryInput {
+                prompt: Prompt::text("one"),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(query.push(Prompt::text("two")).unwrap(), 1);
+        query.end();
+        let events = collect(&mut query).await;
+        let results: Vec<_> = events
+            .iter()
+            .filter_map(|e| match e {
+                ProviderEvent::Result { text, covers } => Some((text.as_str(), *covers)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(results, vec![("one", 0), ("two", 1)]);
+        assert!(matches!(events[0], ProviderEvent::Init { .. }));
+    }
+
+    #[tokio::test]
+    async fn abort_stops_a_slow_turn() {
+        let mock = MockProvider::with_delay(Duration::from_secs(60));
+        let mut query = mock
+            .query(QueryInput {
+                prompt: Prompt::text("slow"),
+                ..Default::default()
+            })
+            .unwrap();
+        query.abort();
+        let events = tokio::time::timeout(Duration::from_secs(2), collect(&mut query))
+            .await
+            .unwrap();
+        assert!(matches!(
+            events.last(),
+            Some(ProviderEvent::Error {
+                classification: ErrorClass::Aborted,
+                ..
+            })
+        ));
+    }
+
+    #[tokio::test]
+    async fn scripted_failure_and_reply() {
+        let mock = MockProvider::new();
+        mock.script([
+            MockStep::Fail {
+                message: "boom".into(),
+                retryable: true,
+                classification: ErrorClass::Api,
+            },
+            MockStep::Reply {
+                text: "fine".into(),
+                delay: Duration::ZERO,
+            },
+        ]);
+        let mut first = mock
+            .query(QueryInput {
+                prompt: Prompt::text("a"),
+                ..Default::default()
+            })
+            .unwrap();
+        let events = collect(&mut first).await;
+        assert!(matches!(
+            events.last(),
+            Some(ProviderEvent::Error {
+                retryable: true,
+                ..
+            })
+        ));
+        let mut second = mock
+            .query(QueryInput {
+                prompt: Prompt::text("b"),
+                ..Default::default()
+            })
+            .unwrap();
+        second.end();
+        let events = collect(&mut second).await;
+        assert!(events.contains(&ProviderEvent::Result {
+            text: "fine".into(),
+            covers: 0
+        }));
+        assert_eq!(mock.prompts().len(), 2);
+    }
+}
