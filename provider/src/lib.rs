@@ -6,14 +6,20 @@
 //! [`AgentProvider::query`], pushes follow-ups with [`AgentQuery::push`], reads
 //! [`ProviderEvent`]s, and calls [`AgentQuery::end`] once every prompt it sent is answered.
 
+pub mod claude;
+pub mod codex;
 pub mod mock;
+pub mod opencode;
+pub mod process;
 pub mod query;
+pub mod settings;
 
 use std::path::PathBuf;
 
 use futures::future::BoxFuture;
 
 pub use query::{AgentQuery, Control, QueryHandle};
+pub use settings::{McpServer, ProviderSettings};
 
 /// A file the agent should see natively (images and PDFs for Claude), next to the text.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,1 @@
+//! Codex provider: `codex app-server` JSON-RPC over stdio.

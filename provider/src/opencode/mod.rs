@@ -1,0 +1,1 @@
+//! OpenCode provider: one long-lived `opencode serve` on loopback, `prompt_async` + `/event` SSE.

@@ -1,0 +1,108 @@
+//! What every CLI provider needs from the runner's configuration.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::process::EnvPolicy;
+
+/// An extra MCP server from the config, passed to the CLI beside `nanoclaw`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpServer {
+    /// Executable.
+    pub command: String,
+    /// Arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Environment for the server.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// Settings shared by the Claude, Codex and OpenCode providers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderSettings {
+    /// Workspace root (`/workspace` in the container).
+    pub workspace: PathBuf,
+    /// The agent's working directory (`/workspace/agent`).
+    pub agent_dir: PathBuf,
+    /// The private HOME / config dir of the CLI (kept across restarts so sessions resume).
+    pub home_dir: PathBuf,
+    /// The session DB, given to mcp-tools.
+    pub session_db: PathBuf,
+    /// The mcp-tools binary.
+    pub mcp_tools_path: PathBuf,
+    /// IANA time zone, given to the CLI and mcp-tools as `TZ`.
+    pub timezone: String,
+    /// Admin user id, given to mcp-tools.
+    pub admin_user_id: Option<String>,
+    /// Model name override.
+    pub model: Option<String>,
+    /// Reasoning effort override, where the CLI has one.
+    pub effort: Option<String>,
+    /// Model API base URL (`ANTHROPIC_BASE_URL` / `OPENAI_BASE_URL`).
+    pub base_url: Option<String>,
+    /// Model API key (`ANTHROPIC_API_KEY` / `OPENAI_API_KEY`).
+    pub api_key: Option<String>,
+    /// Explicit CLI path (`CLAUDE_PATH`, ...); found on PATH or in `.cli/` when `None`.
+    pub cli_path: Option<PathBuf>,
+    /// Extra MCP servers by name.
+    pub extra_mcp_servers: BTreeMap<String, McpServer>,
+    /// Additional directories the agent may access (`/workspace/extra/*`).
+    pub extra_dirs: Vec<PathBuf>,
+    /// Environment allow-list and scrubbing.
+    pub env_policy: EnvPolicy,
+    /// A CLI that produces no event for this long during a turn is killed.
+    pub watchdog: Duration,
+    /// The longest an MCP tool may block (ask_user_question); CLI tool timeouts are set above it.
+    pub tool_timeout: Duration,
+    /// Bounded retries of the CLI's own API client.
+    pub max_retries: u32,
+    /// Codex: follow-ups through native `turn/steer` instead of abort-and-restart.
+    pub codex_steer: bool,
+    /// Extra variables for mcp-tools (beside SESSION_DB, TZ, the admin id, WORKSPACE_DIR).
+    pub mcp_env: BTreeMap<String, String>,
+}
+
+impl ProviderSettings {
+    /// Settings for a workspace laid out like the container's, with defaults elsewhere.
+    pub fn for_workspace(workspace: impl Into<PathBuf>, provider: &str) -> Self {
+        let workspace = workspace.into();
+        Self {
+            agent_dir: workspace.join("agent"),
+            home_dir: workspace.join(".home").join(provider),
+            session_db: workspace.join("session.db"),
+            mcp_tools_path: PathBuf::from("mcp-tools"),
+            timezone: "UTC".into(),
+            admin_user_id: None,
+            model: None,
+            effort: None,
+            base_url: None,
+            api_key: None,
+            cli_path: None,
+            extra_mcp_servers: BTreeMap::new(),
+            extra_dirs: Vec::new(),
+            env_policy: EnvPolicy::default(),
+            watchdog: Duration::from_secs(600),
+            tool_timeout: Duration::from_secs(300),
+            max_retries: 2,
+            codex_steer: false,
+            mcp_env: BTreeMap::new(),
+            workspace,
+        }
+    }
+
+    /// The environment mcp-tools gets, whichever CLI spawns it.
+    pub fn mcp_tools_env(&self) -> BTreeMap<String, String> {
+        let mut env = self.mcp_env.clone();
+        env.insert("SESSION_DB".into(), self.session_db.display().to_string());
+        env.insert("WORKSPACE_DIR".into(), self.workspace.display().to_string());
+        env.insert("TZ".into(), self.timezone.clone());
+        if let Some(admin) = &self.admin_user_id {
+            env.insert("NANOCLAW_ADMIN_USER_ID".into(), admin.clone());
+        }
+        env
+    }
+}
