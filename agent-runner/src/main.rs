@@ -1,1 +1,70 @@
-fn main() {}
+//! `agent-runner`: runs inside an agent's container, polls the session DB for inbound messages,
+//! formats them into prompts and drives a coding-agent CLI through the `AgentProvider` trait.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use agent_runner::app::{self, Command};
+use agent_runner::config;
+use clap::Parser;
+
+/// Drives a coding-agent CLI (Claude Code, Codex, OpenCode) from a per-session SQLite DB.
+#[derive(Debug, Parser)]
+#[command(name = "agent-runner", version, after_help = config::keys_help())]
+struct Cli {
+    /// Workspace root (env WORKSPACE_DIR) [default: /workspace].
+    #[arg(long, global = true, env = "WORKSPACE_DIR")]
+    workspace: Option<PathBuf>,
+    /// Session DB (env SESSION_DB) [default: <workspace>/session.db].
+    #[arg(long, global = true)]
+    db: Option<PathBuf>,
+    /// Provider: claude, codex, opencode or mock (env AGENT_PROVIDER) [default: claude].
+    #[arg(long, global = true)]
+    provider: Option<String>,
+    /// Model for the selected provider (env CLAUDE_MODEL / CODEX_MODEL / OPENCODE_MODEL).
+    #[arg(long, global = true)]
+    model: Option<String>,
+    /// Startup config file (env NANOCLAW_CONFIG) [default: <workspace>/config.json].
+    #[arg(long, global = true, env = "NANOCLAW_CONFIG")]
+    config: Option<PathBuf>,
+    /// Any setting as KEY=VALUE (keys below); repeatable; wins over env and config.json.
+    #[arg(long = "set", global = true, value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    app::init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(8)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("agent-runner: cannot start the async runtime: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(app::main(app::Args {
+        workspace: cli.workspace,
+        db: cli.db,
+        provider: cli.provider,
+        model: cli.model,
+        config: cli.config,
+        set: cli.set,
+        command: cli.command.unwrap_or(Command::Run),
+    })) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!("{err:#}");
+            eprintln!("agent-runner: {err:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+

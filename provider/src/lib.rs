@@ -64,7 +64,7 @@ pub struct QueryInput {
 pub type PromptId = u64;
 
 /// Why a provider reported an error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 pub enum ErrorClass {
     /// The model API failed (5xx, dropped connection); the CLI's own retries are exhausted or
     /// under way.
@@ -153,4 +153,14 @@ pub trait AgentProvider: Send + Sync {
 
     /// Stops every process the provider started (the whole process group) and waits for them.
     fn shutdown(&self) -> BoxFuture<'_, ()>;
+}
+
+/// Creates the provider named `name` (`claude`, `codex`, `opencode` or `mock`).
+pub fn create(name: &str, settings: ProviderSettings) -> Result<std::sync::Arc<dyn AgentProvider>, ProviderError> {
+    match name {
+        "mock" => Ok(std::sync::Arc::new(mock::MockProvider::from_settings(&settings))),
+        other => Err(ProviderError::Spawn(format!(
+            "provider {other:?} is not available (expected claude, codex, opencode or mock)"
+        ))),
+    }
 }

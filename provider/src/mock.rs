@@ -14,12 +14,16 @@ use crate::{
     QueryHandle, QueryInput,
 };
 
-/// What the mock does with one prompt.
-#[derive(Debug, Clone, PartialEq)]
+/// What the mock does with one prompt. In JSON (`NANOCLAW_MOCK_SCRIPT`):
+/// `{"step":"echo","delayMs":100}`, `{"step":"reply","text":"hi","delayMs":0}`,
+/// `{"step":"fail","message":"boom","retryable":true,"classification":"Api"}`.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(tag = "step", rename_all = "camelCase")]
 pub enum MockStep {
     /// Reply with the prompt text after `delay`.
     Echo {
         /// Time to "think".
+        #[serde(rename = "delayMs", default, deserialize_with = "millis")]
         delay: Duration,
     },
     /// Reply with this text instead of the prompt.
@@ -27,6 +31,7 @@ pub enum MockStep {
         /// The result text.
         text: String,
         /// Time to "think".
+        #[serde(rename = "delayMs", default, deserialize_with = "millis")]
         delay: Duration,
     },
     /// End the turn with an error.
@@ -34,10 +39,21 @@ pub enum MockStep {
         /// The message.
         message: String,
         /// Whether it is retryable.
+        #[serde(default)]
         retryable: bool,
         /// Its class.
+        #[serde(default = "other_class")]
         classification: ErrorClass,
     },
+}
+
+fn millis<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let ms = <u64 as serde::Deserialize>::deserialize(deserializer)?;
+    Ok(Duration::from_millis(ms))
+}
+
+fn other_class() -> ErrorClass {
+    ErrorClass::Other
 }
 
 /// Shared, inspectable state of the mock.
@@ -65,6 +81,13 @@ impl MockProvider {
     /// A mock that echoes immediately.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A mock configured from provider settings (delay and script).
+    pub fn from_settings(settings: &crate::ProviderSettings) -> Self {
+        let mock = Self::with_delay(settings.mock_delay);
+        mock.script(settings.mock_script.iter().cloned());
+        mock
     }
 
     /// A mock that echoes after `delay`.

@@ -64,6 +64,10 @@ pub struct ProviderSettings {
     pub codex_steer: bool,
     /// Extra variables for mcp-tools (beside SESSION_DB, TZ, the admin id, WORKSPACE_DIR).
     pub mcp_env: BTreeMap<String, String>,
+    /// Mock provider only: default think time per prompt.
+    pub mock_delay: Duration,
+    /// Mock provider only: scripted steps (`[{"step":"echo"|"reply"|"fail", ...}]`).
+    pub mock_script: Vec<crate::mock::MockStep>,
 }
 
 impl ProviderSettings {
@@ -90,6 +94,8 @@ impl ProviderSettings {
             max_retries: 2,
             codex_steer: false,
             mcp_env: BTreeMap::new(),
+            mock_delay: Duration::ZERO,
+            mock_script: Vec::new(),
             workspace,
         }
     }

@@ -202,7 +202,7 @@ impl SessionDb {
         Ok(conn)
     }
 
-    fn conn(&self) -> Result<PooledConnection<SqliteConnectionManager>, Error> {
+    pub(crate) fn conn(&self) -> Result<PooledConnection<SqliteConnectionManager>, Error> {
         Ok(self.pool.get()?)
     }
 
@@ -274,6 +274,17 @@ impl SessionDb {
         Ok(conn
             .query_row(&sql, [seq], MessageOut::from_row)
             .optional()?)
+    }
+
+    /// The highest seq in either table (0 for an empty DB).
+    pub fn max_seq(&self) -> Result<i64, Error> {
+        let conn = self.conn()?;
+        Ok(conn.query_row(
+            "SELECT MAX(COALESCE((SELECT MAX(seq) FROM messages_in), 0),
+                        COALESCE((SELECT MAX(seq) FROM messages_out), 0))",
+            [],
+            |r| r.get(0),
+        )?)
     }
 
     /// `messages_out` rows with seq above `after`, oldest first.

@@ -1,0 +1,199 @@
+//! The binary's application logic: configuration → lock → DB → provider → loop.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Subcommand;
+use provider::{AgentProvider, McpServer, ProviderSettings};
+use schema::{OpenOptions, SessionDb};
+
+use crate::config::{self, Config};
+use crate::lock;
+use crate::runner::{Runner, RunnerOptions};
+
+/// Subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Run the loop (the default).
+    Run,
+    /// Print the effective configuration with each value's source (secrets masked).
+    Config,
+}
+
+/// Parsed command line.
+#[derive(Debug, Clone)]
+pub struct Args {
+    /// `--workspace`.
+    pub workspace: Option<PathBuf>,
+    /// `--db`.
+    pub db: Option<PathBuf>,
+    /// `--provider`.
+    pub provider: Option<String>,
+    /// `--model`.
+    pub model: Option<String>,
+    /// `--config`.
+    pub config: Option<PathBuf>,
+    /// `--set KEY=VALUE`.
+    pub set: Vec<String>,
+    /// The subcommand.
+    pub command: Command,
+}
+
+/// Logs to stderr (`RUST_LOG`, default info), without colours when stderr is not a terminal.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()).with_target(false).try_init();
+}
+
+/// Runs a subcommand.
+pub async fn main(cli: Args) -> Result<()> {
+    let config = load_config(&cli)?;
+    match cli.command {
+        Command::Config => {
+            print!("{}", config.describe());
+            Ok(())
+        }
+        Command::Run => run(config).await,
+    }
+}
+
+fn load_config(cli: &Args) -> Result<Config> {
+    let mut flags = Vec::new();
+    for pair in &cli.set {
+        let (key, value) = pair
+            .split_once('=')
+            .with_context(|| format!("--set {pair:?}: expected KEY=VALUE"))?;
+        flags.push((key.trim().to_owned(), value.to_owned()));
+    }
+    if let Some(db) = &cli.db {
+        flags.push(("sessionDb".into(), db.display().to_string()));
+    }
+    if let Some(provider) = &cli.provider {
+        flags.push(("provider".into(), provider.clone()));
+    }
+    if let Some(model) = &cli.model {
+        flags.push(("model".into(), model.clone()));
+    }
+    let inputs = config::Inputs {
+        workspace: cli.workspace.clone().unwrap_or_else(|| PathBuf::from("/workspace")),
+        config_file: cli.config.clone(),
+        flags,
+        env: std::env::vars().collect(),
+    };
+    Config::load(&inputs)
+}
+
+async fn run(config: Config) -> Result<()> {
+    let db_path = config.path("sessionDb").context("sessionDb is not set")?;
+    let lock = lock::RunnerLock::acquire(&db_path)?;
+    let timezone = schema::cron::parse_tz(&config.timezone_name())?;
+    let db = SessionDb::open_with(&db_path, OpenOptions { timezone, ..OpenOptions::default() })
+        .with_context(|| format!("opening the session DB {}", db_path.display()))?;
+    let provider = create_provider(&config, &db_path)?;
+    tracing::info!(
+        provider = provider.name(),
+        db = %db_path.display(),
+        lock = %lock.path().display(),
+        pid = std::process::id(),
+        "agent-runner starting"
+    );
+    let options = RunnerOptions {
+        timezone,
+        workspace: config.workspace.clone(),
+        max_messages: usize::try_from(config.number("maxMessagesPerPrompt")).unwrap_or(10).max(1),
+        idle_poll: config.millis("idlePollMs").clamp(Duration::from_millis(10), Duration::from_secs(1)),
+        active_poll: config
+            .millis("activePollMs")
+            .clamp(Duration::from_millis(10), Duration::from_millis(500)),
+        heartbeat: config.secs("heartbeatSecs").clamp(Duration::from_secs(1), Duration::from_secs(10)),
+        query_retries: u32::try_from(config.number("queryRetries")).unwrap_or(2),
+        system_prompt: None,
+    };
+    let runner = Runner::new(db, provider, options)?;
+    runner.run(shutdown_signal()).await?;
+    drop(lock);
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::error!("cannot install signal handlers; stop with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    }
+}
+
+/// Creates the configured provider.
+pub fn create_provider(config: &Config, db_path: &Path) -> Result<Arc<dyn AgentProvider>> {
+    let name = config.provider();
+    let settings = provider_settings(config, db_path, &name)?;
+    provider::create(&name, settings).map_err(|err| anyhow::anyhow!("{err}"))
+}
+
+/// Provider settings from the configuration.
+pub fn provider_settings(config: &Config, db_path: &Path, name: &str) -> Result<ProviderSettings> {
+    let mut settings = ProviderSettings::for_workspace(&config.workspace, name);
+    if let Some(agent_dir) = config.path("agentDir") {
+        settings.agent_dir = agent_dir;
+    }
+    if let Some(home) = config.path("homeDir") {
+        settings.home_dir = home.join(name);
+    }
+    settings.session_db = db_path.to_path_buf();
+    settings.mcp_tools_path = match config.text("mcpToolsPath") {
+        Some(path) => PathBuf::from(path),
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|dir| dir.join("mcp-tools")))
+            .unwrap_or_else(|| PathBuf::from("mcp-tools")),
+    };
+    settings.timezone = config.timezone_name();
+    settings.admin_user_id = config.text("adminUserId");
+    settings.model = config.model();
+    settings.effort = config.text("effort");
+    let (base_url, api_key, cli_path) = match name {
+        "claude" => ("anthropicBaseUrl", "anthropicApiKey", "claudePath"),
+        "codex" => ("openaiBaseUrl", "openaiApiKey", "codexPath"),
+        _ => ("openaiBaseUrl", "openaiApiKey", "opencodePath"),
+    };
+    settings.base_url = config.text(base_url);
+    settings.api_key = config.text(api_key);
+    settings.cli_path = config.text(cli_path).map(PathBuf::from);
+    if let Some(servers) = config.object("mcpServers") {
+        let servers: BTreeMap<String, McpServer> =
+            serde_json::from_value(servers).context("mcpServers: expected {name: {command, args, env}}")?;
+        settings.extra_mcp_servers = servers;
+    }
+    if let Some(extra) = config.path("extraDir") {
+        settings.extra_dirs = list_dirs(&extra);
+    }
+    settings.env_policy.scrub_patterns = config.list("envScrubPatterns");
+    settings.env_policy.passthrough = config.list("envPassthrough");
+    settings.watchdog = config.secs("watchdogSecs");
+    settings.tool_timeout = config.secs("toolTimeoutSecs");
+    settings.max_retries = u32::try_from(config.number("cliMaxRetries")).unwrap_or(2);
+    settings.codex_steer = config.flag("codexSteer");
+    settings.mock_delay = config.millis("mockDelayMs");
+    if let Some(script) = config.object("mockScript") {
+        settings.mock_script = serde_json::from_value(script).context("mockScript: expected [{\"step\": ...}]")?;
+    }
+    Ok(settings)
+}
+
+/// Every directory directly under `root`, sorted; none when `root` does not exist.
+fn list_dirs(root: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(root) else { return Vec::new() };
+    let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    dirs.sort();
+    dirs
+}

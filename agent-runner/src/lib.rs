@@ -1,0 +1,9 @@
+//! The agent-runner library: configuration, the runner loop, prompt formatting and reply
+//! dispatch. The `agent-runner` binary is a thin wrapper; tests drive the loop in-process.
+
+pub mod app;
+pub mod config;
+pub mod format;
+pub mod lock;
+pub mod reply;
+pub mod runner;

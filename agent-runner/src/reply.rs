@@ -1,0 +1,458 @@
+//! Reply dispatch (SPEC §6): what a turn's result text becomes in `messages_out`.
+//!
+//! - `<internal>…</internal>` is the agent's private note and is never sent, wherever it is
+//!   (also inside a message block). An unclosed `<internal>` runs to the end of its scope (the
+//!   text, or the message block it opened in): leaking a thought is worse than losing a tail.
+//! - If the text holds `<message to="name">…</message>` blocks, each block is one reply to that
+//!   destination, and text outside the blocks is dropped: an agent that addressed its replies
+//!   explicitly meant exactly those, and stray narration between them is not for anyone.
+//! - Otherwise the whole text (internal parts removed) goes to the batch's routing.
+//! - Text is trimmed; an empty text writes nothing.
+//!
+//! Tags match ASCII-case-insensitively. `to` may be single-, double- or un-quoted and is
+//! XML-unescaped; the block's text is sent as written (the agent writes plain text, so `&amp;`
+//! in it is meant literally). A `<message>` without `to`, or without a closing `</message>`, is
+//! not a block: it stays as plain text. Blocks do not nest: a block ends at the first
+//! `</message>`.
+
+/// One reply to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    /// Destination name; `None` means the batch's routing. Unknown names are the caller's to log.
+    pub to: Option<String>,
+    /// Text to send, trimmed, never empty.
+    pub text: String,
+}
+
+/// Splits a turn's result text into the replies it asks for (possibly none).
+pub fn parse_reply(result_text: &str) -> Vec<Outgoing> {
+    let scan = scan(result_text);
+    if scan.blocks.is_empty() {
+        let text = scan.outside.trim();
+        if text.is_empty() {
+            return Vec::new();
+        }
+        return vec![Outgoing {
+            to: None,
+            text: text.to_owned(),
+        }];
+    }
+    if !scan.outside.trim().is_empty() {
+        tracing::debug!(
+            dropped = scan.outside.trim(),
+            "result text outside <message to> blocks is not sent"
+        );
+    }
+    scan.blocks
+        .into_iter()
+        .filter_map(|(to, inner)| {
+            let text = strip_internal(inner);
+            (!text.is_empty()).then_some(Outgoing { to: Some(to), text })
+        })
+        .collect()
+}
+
+/// The text with every `<internal>…</internal>` removed (an unclosed one runs to the end), trimmed:
+/// the text as it would be sent.
+pub fn strip_internal(text: &str) -> String {
+    let lower = text.to_ascii_lowercase();
+    let mut out = String::with_capacity(text.len());
+    let mut pos = 0;
+    while let Some(open) = find_open(&lower, pos, "internal") {
+        out.push_str(&text[pos..open.start]);
+        pos = skip_internal(&lower, &open);
+    }
+    out.push_str(&text[pos..]);
+    out.trim().to_owned()
+}
+
+/// Whether two texts say the same once trimmed and with whitespace runs collapsed, so a result
+/// that repeats a `send_message` of the same turn is not written twice.
+pub fn same_text(a: &str, b: &str) -> bool {
+    a.split_whitespace().eq(b.split_whitespace())
+}
+
+/// A result text split into message blocks (destination, raw inner text) and everything else
+/// with internal parts already removed.
+struct Scan<'a> {
+    outside: String,
+    blocks: Vec<(String, &'a str)>,
+}
+
+fn scan(text: &str) -> Scan<'_> {
+    // ASCII lowercasing keeps every byte offset, so positions found in `lower` index `text`.
+    let lower = text.to_ascii_lowercase();
+    let mut outside = String::new();
+    let mut blocks = Vec::new();
+    let mut pos = 0;
+    loop {
+        let internal = find_open(&lower, pos, "internal");
+        let message = find_open(&lower, pos, "message");
+        let (open, is_internal) = match (internal, message) {
+            (Some(i), Some(m)) if i.start < m.start => (i, true),
+            (_, Some(m)) => (m, false),
+            (Some(i), None) => (i, true),
+            (None, None) => break,
+        };
+        if is_internal {
+            // A message block inside an internal note is part of the note: not sent.
+            outside.push_str(&text[pos..open.start]);
+            pos = skip_internal(&lower, &open);
+            continue;
+        }
+        let to = message_target(&text[open.start..open.end]);
+        let close = (!open.self_closing)
+            .then(|| find_close(&lower, open.end, "message"))
+            .flatten();
+        match (to, close) {
+            (Some(to), Some(close)) => {
+                outside.push_str(&text[pos..open.start]);
+                blocks.push((to, &text[open.end..close.start]));
+                pos = close.end;
+            }
+            // Not a block: the tag stays as text, and what follows is scanned as usual.
+            _ => {
+                outside.push_str(&text[pos..open.end]);
+                pos = open.end;
+            }
+        }
+    }
+    outside.push_str(&text[pos..]);
+    Scan { outside, blocks }
+}
+
+/// Byte range of a tag in the text.
+struct Tag {
+    start: usize,
+    end: usize,
+    self_closing: bool,
+}
+
+/// The next opening tag `<name …>` at or after `from` in lowercased text. A `<name` that never
+/// reaches its `>` is not a tag.
+fn find_open(lower: &str, from: usize, name: &str) -> Option<Tag> {
+    let pattern = format!("<{name}");
+    let mut search = from;
+    while let Some(found) = lower.get(search..)?.find(&pattern) {
+        let start = search + found;
+        let after = start + pattern.len();
+        let boundary = lower[after..]
+            .chars()
+            .next()
+            .is_some_and(|c| c == '>' || c == '/' || c.is_ascii_whitespace());
+        if boundary {
+            let end = tag_end(lower, after)?;
+            let self_closing = lower[..end - 1].trim_end().ends_with('/');
+            return Some(Tag {
+                start,
+                end,
+                self_closing,
+            });
+        }
+        search = after;
+    }
+    None
+}
+
+/// The byte after the `>` that ends a tag whose attributes start at `from`, skipping quoted
+/// attribute values so `to="a>b"` does not end the tag early.
+fn tag_end(lower: &str, from: usize) -> Option<usize> {
+    let mut quote = None;
+    for (i, c) in lower[from..].char_indices() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '"' | '\'') => quote = Some(c),
+            (None, '>') => return Some(from + i + 1),
+            (None, _) => {}
+        }
+    }
+    None
+}
+
+/// The next closing tag `</name>` (whitespace allowed before `>`) at or after `from`.
+fn find_close(lower: &str, from: usize, name: &str) -> Option<Tag> {
+    let pattern = format!("</{name}");
+    let mut search = from;
+    while let Some(found) = lower.get(search..)?.find(&pattern) {
+        let start = search + found;
+        let after = start + pattern.len();
+        let rest = &lower[after..];
+        let trimmed = rest.trim_start_matches(|c: char| c.is_ascii_whitespace());
+        if trimmed.starts_with('>') {
+            let end = after + (rest.len() - trimmed.len()) + 1;
+            return Some(Tag {
+                start,
+                end,
+                self_closing: false,
+            });
+        }
+        search = after;
+    }
+    None
+}
+
+/// Where an internal note that opened with `open` ends: after its `</internal>`, after the tag
+/// itself when self-closing, or at the end of the text when never closed.
+fn skip_internal(lower: &str, open: &Tag) -> usize {
+    if open.self_closing {
+        return open.end;
+    }
+    find_close(lower, open.end, "internal").map_or(lower.len(), |close| close.end)
+}
+
+/// The unescaped `to` attribute of a `<message …>` tag, if it has one.
+fn message_target(tag: &str) -> Option<String> {
+    let inner = tag.strip_prefix('<')?.strip_suffix('>')?;
+    let inner = inner.strip_suffix('/').unwrap_or(inner);
+    let mut rest = inner.get("message".len()..)?;
+    loop {
+        rest = rest.trim_start();
+        if rest.is_empty() {
+            return None;
+        }
+        let name_len = rest
+            .find(|c: char| c.is_whitespace() || c == '=')
+            .unwrap_or(rest.len());
+        let name = &rest[..name_len];
+        rest = rest[name_len..].trim_start();
+        let value = if let Some(after_eq) = rest.strip_prefix('=') {
+            let after_eq = after_eq.trim_start();
+            let (value, remaining) = match after_eq.chars().next() {
+                Some(q @ ('"' | '\'')) => {
+                    let body = &after_eq[1..];
+                    let close = body.find(q)?;
+                    (&body[..close], &body[close + 1..])
+                }
+                _ => {
+                    let len = after_eq.find(char::is_whitespace).unwrap_or(after_eq.len());
+                    (&after_eq[..len], &after_eq[len..])
+                }
+            };
+            rest = remaining;
+            Some(value)
+        } else {
+            None
+        };
+        if name.eq_ignore_ascii_case("to") {
+            return value.map(|v| xml_unescape(v).trim().to_owned());
+        }
+    }
+}
+
+/// Decodes the five XML entities and numeric character references; anything else is kept.
+fn xml_unescape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(amp) = rest.find('&') {
+        out.push_str(&rest[..amp]);
+        rest = &rest[amp..];
+        let decoded = rest.find(';').and_then(|semi| {
+            let entity = &rest[1..semi];
+            let c = match entity {
+                "amp" => Some('&'),
+                "lt" => Some('<'),
+                "gt" => Some('>'),
+                "quot" => Some('"'),
+                "apos" => Some('\''),
+                _ => entity
+                    .strip_prefix("#x")
+                    .or_else(|| entity.strip_prefix("#X"))
+                    .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+                    .or_else(|| entity.strip_prefix('#').and_then(|d| d.parse().ok()))
+                    .and_then(char::from_u32),
+            };
+            c.map(|c| (c, semi + 1))
+        });
+        match decoded {
+            Some((c, len)) => {
+                out.push(c);
+                rest = &rest[len..];
+            }
+            None => {
+                out.push('&');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::{expect, Expect};
+
+    /// Shows the replies one per paragraph, headed by their destination.
+    fn check(result_text: &str, expect: Expect) {
+        let replies = parse_reply(result_text);
+        let shown = if replies.is_empty() {
+            "(nothing)".to_owned()
+        } else {
+            replies
+                .iter()
+                .map(|r| format!("-> {}\n{}", r.to.as_deref().unwrap_or("(batch)"), r.text))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        expect.assert_eq(&shown);
+    }
+
+    #[test]
+    fn plain_text_goes_to_the_batch() {
+        check(
+            "  Done: the PR is merged.\n\nAnything else?\n",
+            expect![[r#"
+                -> (batch)
+                Done: the PR is merged.
+
+                Anything else?"#]],
+        );
+    }
+
+    #[test]
+    fn internal_is_removed() {
+        check(
+            "<internal>check the CI first</internal>All green. <INTERNAL note=\"x\">\nmulti\nline\n</Internal >Merging.",
+            expect![[r#"
+                -> (batch)
+                All green. Merging."#]],
+        );
+    }
+
+    #[test]
+    fn internal_only_is_nothing() {
+        check(
+            "\n<internal>nothing to say</internal>\n  ",
+            expect!["(nothing)"],
+        );
+    }
+
+    #[test]
+    fn empty_and_whitespace_only() {
+        check("", expect!["(nothing)"]);
+        check(" \n\t \n", expect!["(nothing)"]);
+    }
+
+    #[test]
+    fn two_message_blocks_drop_outside_text() {
+        check(
+            "Sending both now.\n<message to=\"slack-main\">\nPR merged.\n</message>\nand\n<message to='researcher'>Please update\nthe notes.</message>\nDone.",
+            expect![[r#"
+                -> slack-main
+                PR merged.
+                -> researcher
+                Please update
+                the notes."#]],
+        );
+    }
+
+    #[test]
+    fn internal_inside_a_block_and_blocks_inside_internal() {
+        check(
+            "<message to=\"a\">Hi <internal>they seem upset</internal>there</message>\
+             <internal>draft: <message to=\"b\">never sent</message></internal>\
+             <message to=\"c\"><internal>only a note</internal></message>",
+            expect![[r#"
+                -> a
+                Hi there"#]],
+        );
+    }
+
+    #[test]
+    fn unclosed_tags() {
+        // An unclosed internal runs to the end.
+        check(
+            "Answer first.<internal>and then a thought that never ends",
+            expect![[r#"
+                -> (batch)
+                Answer first."#]],
+        );
+        // An unclosed message is plain text (its internal part still removed).
+        check(
+            "<message to=\"a\">hello <internal>x</internal>world",
+            expect![[r#"
+                -> (batch)
+                <message to="a">hello world"#]],
+        );
+        // An unclosed internal inside a block ends with the block.
+        check(
+            "<message to=\"a\">Hi<internal>oops</message>",
+            expect![[r#"
+                -> a
+                Hi"#]],
+        );
+        // A `<message` that never reaches `>` is text.
+        check(
+            "a <message to=\"x\" b",
+            expect![[r#"
+                -> (batch)
+                a <message to="x" b"#]],
+        );
+    }
+
+    #[test]
+    fn message_without_to_is_text() {
+        check(
+            "<message>hi</message><messages>x</messages>",
+            expect![[r#"
+                -> (batch)
+                <message>hi</message><messages>x</messages>"#]],
+        );
+    }
+
+    #[test]
+    fn names_are_unescaped_and_quotes_handled() {
+        check(
+            "<message id=\"3\" to=\"R&amp;D &#x1F680;\">one</message>\
+             <message to = 'a\"b'>two</message>\
+             <Message TO=plain>three</MESSAGE>\
+             <message to=\"x>y\">four</message>",
+            expect![[r#"
+                -> R&D 🚀
+                one
+                -> a"b
+                two
+                -> plain
+                three
+                -> x>y
+                four"#]],
+        );
+    }
+
+    #[test]
+    fn never_panics_on_any_prefix() {
+        // Cutting a tricky text at every char boundary exercises every half-open tag.
+        let text = "é<message to='ü&amp;&#9999999;'>ß<internal>ñ</internal ></message>\
+                    <internal/><message to=\"x\"/>&#x;<message\t TO =y>z</message >";
+        for (cut, _) in text.char_indices() {
+            let _ = parse_reply(&text[..cut]);
+            let _ = strip_internal(&text[..cut]);
+        }
+        check(
+            text,
+            expect![[r#"
+                -> ü&&#9999999;
+                ß
+                -> y
+                z"#]],
+        );
+    }
+
+    #[test]
+    fn strip_internal_trims() {
+        assert_eq!(strip_internal("  a <internal>b</internal> c  "), "a  c");
+        assert_eq!(strip_internal("<internal/>x"), "x");
+        assert_eq!(strip_internal("x<internalize>y"), "x<internalize>y");
+        assert_eq!(strip_internal("é<internal>ü"), "é");
+    }
+
+    #[test]
+    fn same_text_normalises_whitespace() {
+        assert!(same_text("  Hello   world\n", "Hello world"));
+        assert!(same_text("a\n\nb", "a b"));
+        assert!(!same_text("Hello world", "Hello, world"));
+        assert!(same_text("", "  \n"));
+    }
+}

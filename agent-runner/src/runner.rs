@@ -1,0 +1,618 @@
+//! The runner loop of SPEC §5: poll (woken by DB changes, with the polls as fallback), claim,
+//! prepare (commands, scripts, attachments, formatting), query the provider, push follow-ups,
+//! and write replies together with the completion of the rows they answer.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use chrono::Utc;
+use chrono_tz::Tz;
+use provider::{AgentProvider, ErrorClass, Prompt, PromptId, ProviderEvent, QueryInput};
+use schema::content::out;
+use schema::{
+    CurrentBatch, DbWatcher, InKind, InboundContent, MessageIn, NewMessageOut, OutKind, Routing,
+    RunnerStatus, SessionDb,
+};
+use serde_json::json;
+use tokio::time::{sleep, Instant};
+use tokio_util::sync::CancellationToken;
+
+use crate::format::{self, FormatContext, PromptRow};
+use crate::reply;
+
+/// The reply to `/clear`.
+pub const CLEARED_REPLY: &str = "Session cleared.";
+
+/// Everything the loop needs besides the DB and the provider.
+#[derive(Debug, Clone)]
+pub struct RunnerOptions {
+    /// Time zone of prompts and schedules.
+    pub timezone: Tz,
+    /// Workspace root.
+    pub workspace: PathBuf,
+    /// Rows per prompt (the limit applied after the filters).
+    pub max_messages: usize,
+    /// Idle poll fallback (≤ 1 s).
+    pub idle_poll: Duration,
+    /// Poll during a query (≤ 500 ms).
+    pub active_poll: Duration,
+    /// runner_state heartbeat (≤ 10 s).
+    pub heartbeat: Duration,
+    /// Re-runs of a query after a retryable error.
+    pub query_retries: u32,
+    /// The system prompt given to each query.
+    pub system_prompt: Option<String>,
+}
+
+/// Where replies of a prompt go.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Target {
+    routing: Routing,
+    in_reply_to: Option<String>,
+    sender_id: Option<String>,
+}
+
+/// A unit of work cut from a claimed batch, processed in seq order.
+#[derive(Debug)]
+enum Work {
+    /// Rows that go to the agent as one prompt.
+    Prompt(Vec<MessageIn>),
+    /// `/clear`.
+    Clear(MessageIn),
+    /// A command the CLI handles natively, sent raw as its own query.
+    Native(MessageIn, String),
+}
+
+/// A prompt ready for the provider, with the rows it answers.
+#[derive(Debug)]
+struct Prepared {
+    prompt: Prompt,
+    row_ids: Vec<String>,
+    target: Target,
+}
+
+/// A prompt sent in the active query and not yet covered by a result.
+#[derive(Debug)]
+struct InFlight {
+    id: PromptId,
+    prepared: Prepared,
+}
+
+/// How a query ended.
+enum QueryEnd {
+    /// Every prompt answered.
+    Done,
+    /// Shutdown requested.
+    Shutdown,
+    /// Failed; the uncovered prompts are returned for a retry.
+    Failed { message: String, retryable: bool, classification: ErrorClass, uncovered: Vec<Prepared> },
+}
+
+/// The agent-runner: one per session DB.
+pub struct Runner {
+    db: SessionDb,
+    provider: Arc<dyn AgentProvider>,
+    options: RunnerOptions,
+    watcher: DbWatcher,
+    first_poll: bool,
+    /// Work cut from batches that must wait for the active query to end.
+    deferred: VecDeque<Work>,
+}
+
+impl Runner {
+    /// Creates the loop. The caller has taken the lock and opened the DB.
+    pub fn new(db: SessionDb, provider: Arc<dyn AgentProvider>, options: RunnerOptions) -> Result<Self> {
+        let watcher = DbWatcher::new(&db).context("watching the session DB")?;
+        Ok(Self { db, provider, options, watcher, first_poll: true, deferred: VecDeque::new() })
+    }
+
+    /// Runs until `shutdown` resolves: startup recovery, heartbeat, then the poll loop. On the
+    /// way out the query is aborted, the CLI's process group killed and the status `stopped`.
+    pub async fn run(mut self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+        let stop = CancellationToken::new();
+        let stop_on_signal = stop.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            stop_on_signal.cancel();
+        });
+
+        let reset = self.call(|db| db.reset_processing()).await.context("startup recovery")?;
+        if !reset.is_empty() {
+            tracing::info!(count = reset.len(), "reset rows left processing by a previous run");
+        }
+        self.call(|db| db.set_current_batch(None)).await?;
+        let provider_name = self.provider.name();
+        self.call(move |db| db.set_runner_state(RunnerStatus::Idle, Some(std::process::id()), Some(provider_name)))
+            .await?;
+        let heartbeat = spawn_heartbeat(self.db.clone(), self.options.heartbeat, stop.clone());
+
+        let result = self.poll_loop(&stop).await;
+
+        self.provider.shutdown().await;
+        stop.cancel();
+        let _ = heartbeat.await;
+        let final_state = self.call(|db| db.set_runner_status(RunnerStatus::Stopped)).await;
+        tracing::info!("runner stopped");
+        result.and(final_state)
+    }
+
+    async fn poll_loop(&mut self, stop: &CancellationToken) -> Result<()> {
+        loop {
+            if stop.is_cancelled() {
+                return Ok(());
+            }
+            if let Some(work) = self.deferred.pop_front() {
+                if self.process(work, stop).await? {
+                    return Ok(());
+                }
+                continue;
+            }
+            let first_poll = self.first_poll;
+            let limit = self.options.max_messages;
+            let eligible = self.call(move |db| db.eligible(Utc::now(), first_poll, limit)).await;
+            self.first_poll = false;
+            match eligible {
+                Ok(eligible) if eligible.wakes => {
+                    let ids: Vec<String> = eligible.rows.iter().map(|r| r.id.clone()).collect();
+                    let claimed = self.call(move |db| db.claim(&ids)).await?;
+                    for work in self.split_work(claimed) {
+                        self.deferred.push_back(work);
+                    }
+                    continue;
+                }
+                Ok(_) => {}
+                Err(err) => tracing::error!(error = %format!("{err:#}"), "poll failed; retrying"),
+            }
+            let wait = self.idle_wait().await;
+            tokio::select! {
+                _ = stop.cancelled() => return Ok(()),
+                _ = self.watcher.wait(wait) => {}
+            }
+        }
+    }
+
+    /// How long to sleep when idle: the idle poll, or less when a task falls due sooner.
+    async fn idle_wait(&self) -> Duration {
+        let idle = self.options.idle_poll;
+        match self.call(|db| db.next_due()).await {
+            Ok(Some(due)) => {
+                let until = (due - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+                idle.min(until.max(Duration::from_millis(5)))
+            }
+            _ => idle,
+        }
+    }
+
+    /// Cuts claimed rows into work items in seq order: commands split the rows around them.
+    fn split_work(&self, rows: Vec<MessageIn>) -> Vec<Work> {
+        let native = self.provider.native_commands();
+        let mut work = Vec::new();
+        let mut current = Vec::new();
+        for row in rows {
+            let content = InboundContent::parse(&row.kind(), &row.content);
+            let command = content.chat_text().map(str::trim).filter(|t| t.starts_with('/'));
+            let command = command.and_then(|text| {
+                if text == "/clear" {
+                    Some(None)
+                } else {
+                    let word = text.split_whitespace().next().unwrap_or(text);
+                    native.contains(&word).then(|| Some(text.to_owned()))
+                }
+            });
+            match command {
+                None => current.push(row),
+                Some(native_text) => {
+                    if !current.is_empty() {
+                        work.push(Work::Prompt(std::mem::take(&mut current)));
+                    }
+                    work.push(match native_text {
+                        None => Work::Clear(row),
+                        Some(text) => Work::Native(row, text),
+                    });
+                }
+            }
+        }
+        if !current.is_empty() {
+            work.push(Work::Prompt(current));
+        }
+        work
+    }
+
+    /// Processes one work item; true when shutdown was requested.
+    async fn process(&mut self, work: Work, stop: &CancellationToken) -> Result<bool> {
+        match work {
+            Work::Clear(row) => {
+                self.clear_session(row).await?;
+                Ok(false)
+            }
+            Work::Native(row, text) => {
+                let prepared = Prepared {
+                    prompt: Prompt::text(text),
+                    row_ids: vec![row.id.clone()],
+                    target: target_of(std::slice::from_ref(&row)),
+                };
+                self.run_query(prepared, stop).await
+            }
+            Work::Prompt(rows) => match self.prepare(rows).await? {
+                Some(prepared) => self.run_query(prepared, stop).await,
+                None => Ok(false),
+            },
+        }
+    }
+
+    async fn clear_session(&mut self, row: MessageIn) -> Result<()> {
+        let provider = self.provider.name();
+        // The live CLI holds the old session; stopping it makes the next query start fresh.
+        self.provider.shutdown().await;
+        self.call(move |db| db.clear_continuation(provider)).await?;
+        let reply = NewMessageOut::new(OutKind::Chat, row.routing.clone(), &out::chat_text(CLEARED_REPLY))
+            .replying_to(Some(row.id.clone()));
+        let ids = vec![row.id.clone()];
+        self.call(move |db| db.complete(&ids, &[reply])).await?;
+        tracing::info!(message = %row.id, "session cleared");
+        Ok(())
+    }
+
+    /// Turns rows into a prompt: formats them with their attachments. Rows that need no agent
+    /// are completed here. `None` when nothing is left for the agent.
+    async fn prepare(&mut self, rows: Vec<MessageIn>) -> Result<Option<Prepared>> {
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        if !rows.iter().any(|row| row.trigger) {
+            // Context-only rows wait for a triggering row; they were claimed with others.
+            let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+            self.call(move |db| db.release(&ids)).await?;
+            return Ok(None);
+        }
+        let destinations = self.call(|db| db.destinations()).await.unwrap_or_default();
+        let mut prompt_rows = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let kind = row.kind();
+            let content = InboundContent::parse(&kind, &row.content);
+            if let InboundContent::Unparsable { reason, .. } = &content {
+                tracing::warn!(message = %row.id, %reason, "unparsable content; passing it on as text");
+            }
+            if let InKind::Other(kind) = &kind {
+                tracing::warn!(message = %row.id, %kind, "unknown message kind; passing it on labelled");
+            }
+            if let Some(after) = &row.process_after {
+                if schema::time::parse_ts(after).is_err() {
+                    tracing::warn!(message = %row.id, process_after = %after, "unparsable process_after; treated as due");
+                }
+            }
+            let attachments = match &content {
+                InboundContent::Chat(chat) => format::default_attachment_notes(&chat.attachments, &self.options.workspace),
+                InboundContent::ChatSdk(sdk) => format::default_attachment_notes(&sdk.attachments, &self.options.workspace),
+                _ => Vec::new(),
+            };
+            prompt_rows.push(PromptRow { row, content, attachments, script_output: None });
+        }
+        let context = FormatContext { timezone: self.options.timezone, destinations: &destinations };
+        let text = format::format_prompt(&prompt_rows, &context);
+        Ok(Some(Prepared {
+            prompt: Prompt::text(text),
+            row_ids: rows.iter().map(|r| r.id.clone()).collect(),
+            target: target_of(&rows),
+        }))
+    }
+
+    /// Runs one query to its end, with retries; true when shutdown was requested.
+    async fn run_query(&mut self, first: Prepared, stop: &CancellationToken) -> Result<bool> {
+        let mut attempt = 0u32;
+        let mut prepared = first;
+        loop {
+            let batch = CurrentBatch {
+                routing: prepared.target.routing.clone(),
+                in_reply_to: prepared.target.in_reply_to.clone(),
+                ids: prepared.row_ids.clone(),
+                sender_id: prepared.target.sender_id.clone(),
+            };
+            self.call(move |db| db.set_current_batch(Some(&batch))).await?;
+            self.call(|db| db.set_runner_status(RunnerStatus::Busy)).await?;
+            let end = self.drive_query(prepared, stop).await?;
+            self.call(|db| db.set_current_batch(None)).await?;
+            self.call(|db| db.set_current_tool(None)).await?;
+            self.call(|db| db.set_runner_status(RunnerStatus::Idle)).await?;
+            match end {
+                QueryEnd::Done => return Ok(false),
+                QueryEnd::Shutdown => return Ok(true),
+                QueryEnd::Failed { message, retryable, classification, uncovered } => {
+                    if classification == ErrorClass::InvalidSession {
+                        let provider = self.provider.name();
+                        self.call(move |db| db.clear_continuation(provider)).await?;
+                    }
+                    let Some(merged) = merge(uncovered) else { return Ok(false) };
+                    if retryable && attempt < self.options.query_retries {
+                        attempt += 1;
+                        let backoff = Duration::from_secs(1 << (attempt - 1).min(5));
+                        tracing::warn!(%message, attempt, ?backoff, "query failed; retrying");
+                        tokio::select! {
+                            _ = stop.cancelled() => return Ok(true),
+                            _ = sleep(backoff) => {}
+                        }
+                        prepared = merged;
+                        continue;
+                    }
+                    self.report_query_error(&merged, &message, retryable, classification).await?;
+                    return Ok(false);
+                }
+            }
+        }
+    }
+
+    /// Writes the `query_error` system row; the rows stay `processing` for the host's sweep.
+    async fn report_query_error(
+        &self,
+        prepared: &Prepared,
+        message: &str,
+        retryable: bool,
+        classification: ErrorClass,
+    ) -> Result<()> {
+        tracing::error!(%message, ?classification, rows = ?prepared.row_ids, "query failed; rows left for the host's sweep");
+        let content = out::system_action(
+            "query_error",
+            json!({
+                "message": message,
+                "classification": format!("{classification:?}"),
+                "retryable": retryable,
+                "messageIds": prepared.row_ids,
+                "provider": self.provider.name(),
+            }),
+        );
+        let row = NewMessageOut::new(OutKind::System, prepared.target.routing.clone(), &content)
+            .replying_to(prepared.target.in_reply_to.clone());
+        self.call(move |db| db.insert_out(&row)).await?;
+        Ok(())
+    }
+
+    /// Sends the first prompt, pushes follow-ups, handles events until every prompt is covered.
+    async fn drive_query(&mut self, first: Prepared, stop: &CancellationToken) -> Result<QueryEnd> {
+        let provider = self.provider.name();
+        let continuation = self.call(move |db| db.continuation(provider)).await?;
+        let start_seq = self.call(|db| db.max_seq()).await?;
+        let input = QueryInput {
+            prompt: first.prompt.clone(),
+            continuation,
+            system_prompt: self.options.system_prompt.clone(),
+        };
+        let mut query = match self.provider.query(input) {
+            Ok(query) => query,
+            Err(err) => {
+                return Ok(QueryEnd::Failed {
+                    message: err.to_string(),
+                    retryable: false,
+                    classification: ErrorClass::Process,
+                    uncovered: vec![first],
+                })
+            }
+        };
+        let mut in_flight = VecDeque::from([InFlight { id: 0, prepared: first }]);
+        let mut ended = false;
+        let mut current_tool: Option<String> = None;
+        let mut next_poll = Instant::now() + self.options.active_poll;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => {
+                    query.abort();
+                    return Ok(QueryEnd::Shutdown);
+                }
+                event = query.next_event() => {
+                    let Some(event) = event else {
+                        if in_flight.is_empty() {
+                            return Ok(QueryEnd::Done);
+                        }
+                        return Ok(QueryEnd::Failed {
+                            message: format!("{} ended the query without answering", self.provider.name()),
+                            retryable: true,
+                            classification: ErrorClass::Process,
+                            uncovered: in_flight.into_iter().map(|f| f.prepared).collect(),
+                        });
+                    };
+                    match event {
+                        ProviderEvent::Init { session_id } => {
+                            let provider = self.provider.name();
+                            self.call(move |db| db.set_continuation(provider, &session_id)).await?;
+                        }
+                        ProviderEvent::Result { text, covers } => {
+                            let mut covered = Vec::new();
+                            while in_flight.front().is_some_and(|f| f.id <= covers) {
+                                if let Some(done) = in_flight.pop_front() {
+                                    covered.push(done.prepared);
+                                }
+                            }
+                            if covered.is_empty() {
+                                tracing::debug!(covers, "result for prompts already answered");
+                            } else {
+                                self.write_result(&text, covered, start_seq).await?;
+                            }
+                            if in_flight.is_empty() && !ended {
+                                query.end();
+                                ended = true;
+                            }
+                        }
+                        ProviderEvent::Error { message, retryable, classification, ends_turn } => {
+                            if !ends_turn {
+                                tracing::warn!(%message, ?classification, "provider reported an error; it keeps trying");
+                                continue;
+                            }
+                            if in_flight.is_empty() {
+                                tracing::warn!(%message, "error after every prompt was answered");
+                                return Ok(QueryEnd::Done);
+                            }
+                            return Ok(QueryEnd::Failed {
+                                message,
+                                retryable,
+                                classification,
+                                uncovered: in_flight.into_iter().map(|f| f.prepared).collect(),
+                            });
+                        }
+                        ProviderEvent::Progress { message } => tracing::info!(%message, "provider progress"),
+                        ProviderEvent::Activity { tool } => {
+                            if tool.is_some() && tool != current_tool {
+                                current_tool = tool.clone();
+                                self.call(move |db| db.set_current_tool(tool.as_deref())).await?;
+                            }
+                        }
+                    }
+                }
+                changed = self.watcher.wait(next_poll.saturating_duration_since(Instant::now())), if !ended => {
+                    let _ = changed;
+                    next_poll = Instant::now() + self.options.active_poll;
+                    if let Some(prepared) = self.follow_up().await? {
+                        let mut ids = in_flight.iter().flat_map(|f| f.prepared.row_ids.clone()).collect::<Vec<_>>();
+                        ids.extend(prepared.row_ids.iter().cloned());
+                        let batch = CurrentBatch {
+                            routing: prepared.target.routing.clone(),
+                            in_reply_to: prepared.target.in_reply_to.clone(),
+                            ids,
+                            sender_id: prepared.target.sender_id.clone(),
+                        };
+                        self.call(move |db| db.set_current_batch(Some(&batch))).await?;
+                        match query.push(prepared.prompt.clone()) {
+                            Ok(id) => {
+                                tracing::info!(prompt = id, rows = ?prepared.row_ids, "pushed a follow-up");
+                                in_flight.push_back(InFlight { id, prepared });
+                            }
+                            Err(err) => {
+                                tracing::warn!(%err, "push failed; the rows run after this query");
+                                let ids = prepared.row_ids.clone();
+                                self.call(move |db| db.release(&ids)).await?;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Claims rows that arrived mid-turn, through the same gates, and prepares the part that can
+    /// go into the running query. Commands and what follows them wait for the query to end.
+    async fn follow_up(&mut self) -> Result<Option<Prepared>> {
+        let limit = self.options.max_messages;
+        let eligible = self.call(move |db| db.eligible(Utc::now(), false, limit)).await?;
+        if !eligible.wakes {
+            return Ok(None);
+        }
+        let ids: Vec<String> = eligible.rows.iter().map(|r| r.id.clone()).collect();
+        let claimed = self.call(move |db| db.claim(&ids)).await?;
+        let mut work = self.split_work(claimed).into_iter();
+        let first = work.next();
+        self.deferred.extend(work);
+        match first {
+            Some(Work::Prompt(rows)) => self.prepare(rows).await,
+            Some(other) => {
+                self.deferred.push_front(other);
+                Ok(None)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Writes the reply of covered prompts and completes their rows in ONE transaction.
+    async fn write_result(&self, text: &str, covered: Vec<Prepared>, start_seq: i64) -> Result<()> {
+        let target = covered.last().map(|p| p.target.clone()).unwrap_or_default();
+        let ids: Vec<String> = covered.iter().flat_map(|p| p.row_ids.iter().cloned()).collect();
+        let outgoing = reply::parse_reply(text);
+        let mut replies = Vec::new();
+        if !outgoing.is_empty() {
+            let destinations = self.call(|db| db.destinations()).await?;
+            let sent_this_turn = self.call(move |db| db.messages_out_after(start_seq, 10_000)).await?;
+            for message in outgoing {
+                let routing = match &message.to {
+                    None => target.routing.clone(),
+                    Some(name) => match destinations.iter().find(|d| &d.name == name) {
+                        Some(destination) => destination.routing(),
+                        None => {
+                            tracing::warn!(destination = %name, "reply addressed to an unknown destination; not sent");
+                            continue;
+                        }
+                    },
+                };
+                let duplicate = sent_this_turn.iter().any(|row| {
+                    row.kind == "chat"
+                        && row.routing == routing
+                        && serde_json::from_str::<serde_json::Value>(&row.content)
+                            .ok()
+                            .and_then(|v| v.get("text").and_then(|t| t.as_str()).map(|t| reply::same_text(t, &message.text)))
+                            .unwrap_or(false)
+                });
+                if duplicate {
+                    tracing::info!("result repeats a message already sent this turn; not written twice");
+                    continue;
+                }
+                replies.push(
+                    NewMessageOut::new(OutKind::Chat, routing, &out::chat_text(&message.text))
+                        .replying_to(target.in_reply_to.clone()),
+                );
+            }
+        }
+        let count = replies.len();
+        let written = self.call(move |db| db.complete(&ids, &replies)).await?;
+        tracing::info!(replies = count, seqs = ?written.iter().map(|w| w.seq).collect::<Vec<_>>(), "turn answered");
+        Ok(())
+    }
+
+    /// Runs a blocking DB call off the async workers.
+    async fn call<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&SessionDb) -> Result<T, schema::Error> + Send + 'static,
+    {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || f(&db))
+            .await
+            .context("a DB task panicked")?
+            .map_err(anyhow::Error::from)
+    }
+}
+
+/// Replies of a batch go to the latest triggering row's origin; it is also the `in_reply_to`.
+fn target_of(rows: &[MessageIn]) -> Target {
+    let origin = rows.iter().rev().find(|r| r.trigger).or_else(|| rows.last());
+    let sender_id = rows.iter().rev().find_map(|row| {
+        InboundContent::parse(&row.kind(), &row.content).sender_id().map(str::to_owned)
+    });
+    match origin {
+        Some(row) => Target { routing: row.routing.clone(), in_reply_to: Some(row.id.clone()), sender_id },
+        None => Target::default(),
+    }
+}
+
+/// Merges unanswered prompts into one, for a retry.
+fn merge(prepared: Vec<Prepared>) -> Option<Prepared> {
+    let mut iter = prepared.into_iter();
+    let mut merged = iter.next()?;
+    for next in iter {
+        merged.prompt.text.push_str("\n\n");
+        merged.prompt.text.push_str(&next.prompt.text);
+        merged.prompt.media.extend(next.prompt.media);
+        merged.row_ids.extend(next.row_ids);
+        merged.target = next.target;
+    }
+    Some(merged)
+}
+
+fn spawn_heartbeat(db: SessionDb, every: Duration, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(every);
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = ticker.tick() => {
+                    let db = db.clone();
+                    match tokio::task::spawn_blocking(move || db.heartbeat()).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(err)) => tracing::warn!(%err, "heartbeat failed"),
+                        Err(err) => tracing::warn!(%err, "heartbeat task failed"),
+                    }
+                }
+            }
+        }
+    })
+}
