@@ -21,7 +21,8 @@ const RECHECK_DELAYS_MS: [u64; 4] = [1, 3, 10, 30];
 pub struct DbWatcher {
     _watcher: Option<notify::RecommendedWatcher>,
     events: mpsc::Receiver<()>,
-    conn: rusqlite::Connection,
+    // A mutex makes the watcher Sync, so a task holding `&self` across an await stays Send.
+    conn: std::sync::Mutex<rusqlite::Connection>,
     last_version: i64,
 }
 
@@ -42,14 +43,18 @@ impl DbWatcher {
         Ok(Self {
             _watcher: watcher,
             events,
-            conn,
+            conn: std::sync::Mutex::new(conn),
             last_version,
         })
     }
 
     /// True when another connection committed since the last call (or since creation).
     pub fn changed(&mut self) -> bool {
-        match data_version(&self.conn) {
+        let version = match self.conn.lock() {
+            Ok(conn) => data_version(&conn),
+            Err(poisoned) => data_version(&poisoned.into_inner()),
+        };
+        match version {
             Ok(version) if version == self.last_version => false,
             Ok(version) => {
                 self.last_version = version;
