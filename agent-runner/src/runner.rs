@@ -475,7 +475,7 @@ impl Runner {
                         self.call(move |db| db.set_current_batch(Some(&batch))).await?;
                         match query.push(prepared.prompt.clone()) {
                             Ok(id) => {
-                                tracing::info!(prompt = id, rows = ?prepared.row_ids, "pushed a follow-up");
+                                tracing::info!(prompt = id, rows = prepared.row_ids.len(), "pushed a follow-up");
                                 in_flight.push_back(InFlight { id, prepared });
                             }
                             Err(err) => {
@@ -553,7 +553,7 @@ impl Runner {
         }
         let count = replies.len();
         let written = self.call(move |db| db.complete(&ids, &replies)).await?;
-        tracing::info!(replies = count, seqs = ?written.iter().map(|w| w.seq).collect::<Vec<_>>(), "turn answered");
+        tracing::debug!(replies = count, seqs = ?written.iter().map(|w| w.seq).collect::<Vec<_>>(), "turn answered");
         Ok(())
     }
 

@@ -1,1 +1,459 @@
-fn main() {}
+//! `nanoclaw`: the host CLI for one agent session DB. See `nanoclaw --help`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use chrono::Utc;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use schema::{Routing, SweepPolicy};
+use serde_json::json;
+
+use host::{AnswerRequest, InitOptions, Quote, SendKind, SendRequest, WatchOptions};
+
+/// Host CLI for a NanoClaw agent session: create the workspace and session DB, post inbound
+/// messages, follow the agent's replies, answer its questions, sweep stale claims, show status.
+#[derive(Debug, Parser)]
+#[command(name = "nanoclaw", version, propagate_version = true)]
+struct Cli {
+    /// Session DB path [default for init: <workspace>/session.db]
+    #[arg(
+        long,
+        global = true,
+        env = "SESSION_DB",
+        value_name = "PATH",
+        display_order = 900
+    )]
+    db: Option<PathBuf>,
+
+    /// Machine-readable output: JSON (one object per line for watch)
+    #[arg(long, global = true, display_order = 901)]
+    json: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create the workspace tree and the session DB (idempotent); set routing and destinations
+    Init(InitArgs),
+    /// Insert a messages_in row (chat, task, webhook, system, chat-sdk)
+    Send(Box<SendArgs>),
+    /// Print messages_out rows as they arrive
+    Watch(WatchArgs),
+    /// Answer an ask_user_question with a system question_response row
+    Answer(AnswerArgs),
+    /// Reset stale processing rows with backoff; fail rows out of tries
+    Sweep(SweepArgs),
+    /// Show the runner state, queue counts, next due time and task series
+    Status,
+}
+
+#[derive(Debug, Args)]
+struct InitArgs {
+    /// Workspace root to create [default: the folder of --db]
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// Default routing, stored in session_routing
+    #[arg(long, value_name = "CHANNEL_TYPE:PLATFORM_ID[:THREAD_ID]")]
+    routing: Option<String>,
+    /// Upsert a destination the agent can address (repeatable); channel type `agent` makes an
+    /// agent destination
+    #[arg(long, value_name = "NAME=CHANNEL_TYPE:PLATFORM_ID[:DISPLAY NAME]")]
+    destination: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum KindArg {
+    Chat,
+    Task,
+    Webhook,
+    System,
+    #[value(name = "chat-sdk")]
+    ChatSdk,
+}
+
+#[derive(Debug, Args)]
+struct SendArgs {
+    /// Kind of message
+    #[arg(long, value_enum, default_value = "chat")]
+    kind: KindArg,
+    /// Raw JSON content for any kind (replaces the content flags)
+    #[arg(long, value_name = "JSON")]
+    content: Option<String>,
+    /// Row id [default: a new UUID]; reuse it to make a retried post fail instead of duplicating
+    #[arg(long)]
+    id: Option<String>,
+
+    /// Chat: message text
+    #[arg(long, help_heading = "Chat")]
+    text: Option<String>,
+    /// Chat: sender display name [default: User]
+    #[arg(long, help_heading = "Chat")]
+    sender: Option<String>,
+    /// Chat: sender platform id
+    #[arg(long, help_heading = "Chat")]
+    sender_id: Option<String>,
+    /// Chat: quote this message (its seq, or a platform id); sender and text are looked up by seq
+    /// when not given
+    #[arg(long, value_name = "ID", help_heading = "Chat")]
+    reply_to: Option<String>,
+    /// Chat: sender of the quoted message
+    #[arg(long, requires = "reply_to", help_heading = "Chat")]
+    quote_sender: Option<String>,
+    /// Chat: text of the quoted message
+    #[arg(long, requires = "reply_to", help_heading = "Chat")]
+    quote_text: Option<String>,
+    /// Chat: attach a file by path relative to the workspace root (repeatable)
+    #[arg(long, value_name = "REL", help_heading = "Chat")]
+    attach_path: Vec<String>,
+    /// Chat: attach a file by http(s) URL (repeatable)
+    #[arg(long, value_name = "URL", help_heading = "Chat")]
+    attach_url: Vec<String>,
+
+    /// Task: instructions for the agent
+    #[arg(long, help_heading = "Task")]
+    prompt: Option<String>,
+    /// Task: pre-agent bash script (last stdout line: {"wakeAgent":bool,"data"?:...})
+    #[arg(long, help_heading = "Task")]
+    script: Option<String>,
+    /// Task: 5-field cron expression, evaluated in TZ; without --process-after the first run is
+    /// its next match
+    #[arg(long, value_name = "CRON", help_heading = "Task")]
+    recurrence: Option<String>,
+
+    /// Webhook: source, e.g. github
+    #[arg(long, help_heading = "Webhook")]
+    source: Option<String>,
+    /// Webhook: event, e.g. pull_request
+    #[arg(long, help_heading = "Webhook")]
+    event: Option<String>,
+    /// Webhook: payload JSON [default: {}]
+    #[arg(long, value_name = "JSON", help_heading = "Webhook")]
+    payload: Option<String>,
+
+    /// Routing: platform kind [default: from session_routing]
+    #[arg(long, help_heading = "Routing and scheduling")]
+    channel_type: Option<String>,
+    /// Routing: channel id [default: from session_routing]
+    #[arg(long, help_heading = "Routing and scheduling")]
+    platform_id: Option<String>,
+    /// Routing: thread id (alone: the session routing, in this thread)
+    #[arg(long, help_heading = "Routing and scheduling")]
+    thread_id: Option<String>,
+    /// Context only (trigger=0): never wakes the agent alone
+    #[arg(long, help_heading = "Routing and scheduling")]
+    no_trigger: bool,
+    /// Not due before TIME: RFC 3339, `YYYY-MM-DD HH:MM[:SS]` (UTC), `now`, or +30s/+10m/+2h/+1d
+    #[arg(long, value_name = "TIME", help_heading = "Routing and scheduling")]
+    process_after: Option<String>,
+    /// Only on the runner's first poll after it starts
+    #[arg(long, help_heading = "Routing and scheduling")]
+    on_wake: bool,
+}
+
+#[derive(Debug, Args)]
+struct WatchArgs {
+    /// Print rows with seq above SEQ [default: 0, every row]
+    #[arg(long, value_name = "SEQ", conflicts_with = "new")]
+    after: Option<i64>,
+    /// Skip the rows already there: print only rows written after watch starts
+    #[arg(long)]
+    new: bool,
+    /// Keep waiting for new rows (the default)
+    #[arg(long, overrides_with = "no_follow")]
+    follow: bool,
+    /// Print the rows already there, then exit
+    #[arg(long, overrides_with = "follow")]
+    no_follow: bool,
+    /// Exit 0 after N rows
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    until_count: Option<u64>,
+    /// Stop after SECS; an error (exit 1) when --until-count rows did not arrive by then
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<f64>,
+    /// Record each printed row in `delivered` (as a platform-less demo host would)
+    #[arg(long)]
+    mark_delivered: bool,
+}
+
+#[derive(Debug, Args)]
+struct AnswerArgs {
+    /// The questionId of the ask_question row
+    #[arg(long, value_name = "ID")]
+    question: String,
+    /// The chosen option: its value, or its label
+    #[arg(long, value_name = "VALUE")]
+    option: String,
+    /// Who answered (userId)
+    #[arg(long, value_name = "U")]
+    user_id: Option<String>,
+    /// Send even if no such question was asked or the option is not one of its choices
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Debug, Args)]
+struct SweepArgs {
+    /// A processing row unchanged for SECS is stale
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    stale_after: u64,
+    /// A stale row with this many tries becomes failed
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    max_tries: i64,
+    /// Retry n waits BACKOFF * 2^(n-1) seconds
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    backoff: u64,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            if is_broken_pipe(&err) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("nanoclaw: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Init(args) => cmd_init(cli.db, cli.json, args),
+        Command::Send(args) => cmd_send(&db_path(cli.db)?, cli.json, *args),
+        Command::Watch(args) => cmd_watch(&db_path(cli.db)?, cli.json, args),
+        Command::Answer(args) => cmd_answer(&db_path(cli.db)?, cli.json, args),
+        Command::Sweep(args) => cmd_sweep(&db_path(cli.db)?, cli.json, args),
+        Command::Status => cmd_status(&db_path(cli.db)?, cli.json),
+    }
+}
+
+fn db_path(db: Option<PathBuf>) -> Result<PathBuf> {
+    db.context("no session DB given: pass --db PATH or set SESSION_DB")
+}
+
+fn print(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+fn print_json(value: &impl serde::Serialize) -> Result<()> {
+    print(&format!("{}\n", serde_json::to_string(value)?))
+}
+
+fn cmd_init(db: Option<PathBuf>, as_json: bool, args: InitArgs) -> Result<ExitCode> {
+    let workspace = match (&args.workspace, &db) {
+        (Some(workspace), _) => workspace.clone(),
+        (None, Some(db)) => match db.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(parent) => parent.to_path_buf(),
+            None => PathBuf::from("."),
+        },
+        (None, None) => bail!("init needs --workspace DIR (or --db PATH / SESSION_DB)"),
+    };
+    let options = InitOptions {
+        workspace,
+        db,
+        routing: args
+            .routing
+            .as_deref()
+            .map(host::parse_routing)
+            .transpose()
+            .context("--routing")?,
+        destinations: args
+            .destination
+            .iter()
+            .map(|spec| host::parse_destination(spec))
+            .collect::<Result<_>>()
+            .context("--destination")?,
+    };
+    let report = host::init(&options)?;
+    if as_json {
+        print_json(&report)?;
+    } else {
+        print(&report.render())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_send(db_path: &std::path::Path, as_json: bool, args: SendArgs) -> Result<ExitCode> {
+    let kind = match args.kind {
+        KindArg::Chat => SendKind::Chat,
+        KindArg::Task => SendKind::Task,
+        KindArg::Webhook => SendKind::Webhook,
+        KindArg::System => SendKind::System,
+        KindArg::ChatSdk => SendKind::ChatSdk,
+    };
+    let request = SendRequest {
+        kind,
+        content: args.content,
+        id: args.id,
+        text: args.text,
+        sender: args.sender,
+        sender_id: args.sender_id,
+        reply_to: args.reply_to.map(|id| Quote {
+            id,
+            sender: args.quote_sender,
+            text: args.quote_text,
+        }),
+        attach_paths: args.attach_path,
+        attach_urls: args.attach_url,
+        prompt: args.prompt,
+        script: args.script,
+        recurrence: args.recurrence,
+        source: args.source,
+        event: args.event,
+        payload: args.payload,
+        routing: Routing {
+            channel_type: args.channel_type,
+            platform_id: args.platform_id,
+            thread_id: args.thread_id,
+        },
+        no_trigger: args.no_trigger,
+        process_after: args.process_after,
+        on_wake: args.on_wake,
+    };
+    let db = host::open_existing(db_path)?;
+    let sent = host::send(&db, &request)?;
+    if as_json {
+        print_json(&sent)?;
+    } else {
+        for note in &sent.notes {
+            eprintln!("note: {note}");
+        }
+        print(&format!("id={} seq={}\n", sent.id, sent.seq))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_watch(db_path: &std::path::Path, as_json: bool, args: WatchArgs) -> Result<ExitCode> {
+    let timeout = args
+        .timeout
+        .map(|secs| {
+            Duration::try_from_secs_f64(secs)
+                .map_err(|_| anyhow::anyhow!("--timeout {secs}: expected a number of seconds ≥ 0"))
+        })
+        .transpose()?;
+    let db = host::open_existing(db_path)?;
+    let after = match (args.after, args.new) {
+        (_, true) => host::watch::latest_out_seq(&db)?,
+        (Some(after), false) => after,
+        (None, false) => 0,
+    };
+    let options = WatchOptions {
+        after,
+        follow: !args.no_follow,
+        until_count: args.until_count.and_then(|n| usize::try_from(n).ok()),
+        timeout,
+        mark_delivered: args.mark_delivered,
+        ..WatchOptions::default()
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let print_row = |row: &schema::MessageOut| -> Result<()> {
+        if as_json {
+            print_json(&host::row_json(row))
+        } else {
+            print(&format!("{}\n", host::render_row(row)))
+        }
+    };
+    runtime.block_on(async {
+        tokio::select! {
+            summary = host::watch(&db, &options, print_row) => {
+                let summary = summary?;
+                tracing::debug!(?summary, "watch finished");
+                Ok(ExitCode::SUCCESS)
+            }
+            _ = tokio::signal::ctrl_c() => Ok(ExitCode::SUCCESS),
+        }
+    })
+}
+
+fn cmd_answer(db_path: &std::path::Path, as_json: bool, args: AnswerArgs) -> Result<ExitCode> {
+    let db = host::open_existing(db_path)?;
+    let answered = host::answer(
+        &db,
+        &AnswerRequest {
+            question_id: args.question,
+            option: args.option,
+            user_id: args.user_id,
+            force: args.force,
+        },
+    )?;
+    if as_json {
+        print_json(&json!({
+            "id": answered.id,
+            "seq": answered.seq,
+            "selectedOption": answered.selected_option,
+            "questionFound": answered.question.is_some(),
+        }))?;
+    } else {
+        if answered.question.is_none() {
+            eprintln!("note: no such question was asked; sent anyway (--force)");
+        }
+        print(&format!(
+            "id={} seq={} selectedOption={}\n",
+            answered.id, answered.seq, answered.selected_option
+        ))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_sweep(db_path: &std::path::Path, as_json: bool, args: SweepArgs) -> Result<ExitCode> {
+    if args.max_tries < 1 {
+        bail!("--max-tries must be at least 1");
+    }
+    let db = host::open_existing(db_path)?;
+    let now = Utc::now();
+    let outcome = host::sweep(
+        &db,
+        &SweepPolicy {
+            stale_after: Duration::from_secs(args.stale_after),
+            max_tries: args.max_tries,
+            backoff: Duration::from_secs(args.backoff),
+        },
+        now,
+    )?;
+    if as_json {
+        print_json(&outcome)?;
+    } else {
+        print(&outcome.render(now))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_status(db_path: &std::path::Path, as_json: bool) -> Result<ExitCode> {
+    let db = host::open_existing(db_path)?;
+    let now = Utc::now();
+    let report = host::status(&db, now)?;
+    if as_json {
+        print_json(&report)?;
+    } else {
+        print(&report.render(now))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

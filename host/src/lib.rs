@@ -1,0 +1,43 @@
+//! The host side of a NanoClaw session (SPEC §12): create a workspace and its session DB, post
+//! `messages_in` rows, follow `messages_out`, answer questions, sweep stale claims and report
+//! status. The `nanoclaw` binary is a thin CLI over these functions; tests and other hosts can
+//! drive the same operations in-process.
+//!
+//! All SQL lives in the `schema` crate; this crate only builds rows and renders results.
+
+pub mod answer;
+pub mod init;
+pub mod send;
+pub mod status;
+pub mod sweep;
+pub mod timefmt;
+pub mod watch;
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use schema::{OpenOptions, SessionDb};
+
+pub use answer::{answer, find_question, AnswerRequest, Answered, Question};
+pub use init::{init, parse_destination, parse_routing, InitOptions, InitReport};
+pub use send::{send, Quote, SendKind, SendRequest, Sent};
+pub use status::{status, StatusReport};
+pub use sweep::{sweep, SweepOutcome};
+pub use watch::{render_row, row_json, watch, WatchEnd, WatchOptions, WatchSummary};
+
+/// Opens an existing session DB (creating tables or columns an older DB lacks). A missing file
+/// is an error, so a mistyped path never silently creates an empty DB: use [`init`] for that.
+pub fn open_existing(path: &Path) -> Result<SessionDb> {
+    if !path.is_file() {
+        bail!(
+            "no session DB at {} (create it with `nanoclaw init`, or pass --db / SESSION_DB)",
+            path.display()
+        );
+    }
+    let options = OpenOptions {
+        timezone: send::cron_timezone()?,
+        ..OpenOptions::default()
+    };
+    SessionDb::open_with(path, options)
+        .with_context(|| format!("opening the session DB {}", path.display()))
+}

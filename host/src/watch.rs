@@ -1,0 +1,349 @@
+//! `watch`: follows `messages_out` as rows arrive, woken by [`DbWatcher`] with a fallback poll,
+//! and renders rows as readable lines or JSON objects.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use schema::{DbWatcher, MessageOut, SessionDb};
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use crate::init::format_routing;
+
+/// Rows read per query.
+const PAGE: usize = 200;
+
+/// The longest wait between two reads when no change notification arrives.
+pub const MAX_POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How to follow `messages_out`.
+#[derive(Debug, Clone)]
+pub struct WatchOptions {
+    /// Start after this seq (0: from the first row).
+    pub after: i64,
+    /// Keep waiting for new rows after the existing ones.
+    pub follow: bool,
+    /// Stop after this many rows.
+    pub until_count: Option<usize>,
+    /// Stop after this long; an error when `until_count` was not reached by then.
+    pub timeout: Option<Duration>,
+    /// Record every row handed out in `delivered` (status `delivered`, no platform id), unless
+    /// it is already recorded.
+    pub mark_delivered: bool,
+    /// Fallback poll interval (capped at [`MAX_POLL_INTERVAL`]).
+    pub poll_interval: Duration,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        Self {
+            after: 0,
+            follow: true,
+            until_count: None,
+            timeout: None,
+            mark_delivered: false,
+            poll_interval: MAX_POLL_INTERVAL,
+        }
+    }
+}
+
+/// Why a watch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchEnd {
+    /// `follow` was off and every existing row was handed out.
+    CaughtUp,
+    /// `until_count` rows were handed out.
+    CountReached,
+    /// The timeout passed (without an `until_count`).
+    TimedOut,
+}
+
+/// Result of a watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchSummary {
+    /// Rows handed out.
+    pub rows: usize,
+    /// Seq of the last row handed out (or the start point).
+    pub last_seq: i64,
+    /// Why it stopped.
+    pub end: WatchEnd,
+}
+
+/// Hands each `messages_out` row after `options.after` to `on_row`, in seq order, waiting for
+/// new rows while `options.follow` is set. Read-only unless `mark_delivered`. Cancel by
+/// dropping the future.
+pub async fn watch(
+    db: &SessionDb,
+    options: &WatchOptions,
+    mut on_row: impl FnMut(&MessageOut) -> Result<()>,
+) -> Result<WatchSummary> {
+    // Created before the first read, so a commit between that read and the wait still wakes us.
+    let mut watcher = DbWatcher::new(db).context("watching the session DB")?;
+    let started = Instant::now();
+    let deadline = options.timeout.map(|timeout| started + timeout);
+    let poll = options
+        .poll_interval
+        .clamp(Duration::from_millis(1), MAX_POLL_INTERVAL);
+    let mut summary = WatchSummary {
+        rows: 0,
+        last_seq: options.after,
+        end: WatchEnd::CaughtUp,
+    };
+    loop {
+        let rows = db
+            .messages_out_after(summary.last_seq, PAGE)
+            .context("reading messages_out")?;
+        let full_page = rows.len() == PAGE;
+        for row in rows {
+            if let Some(seq) = row.seq {
+                summary.last_seq = seq;
+            }
+            on_row(&row)?;
+            if options.mark_delivered && db.delivered(&row.id)?.is_none() {
+                db.mark_delivered(&row.id, None, "delivered")
+                    .with_context(|| format!("marking {} delivered", row.id))?;
+            }
+            summary.rows += 1;
+            if options
+                .until_count
+                .is_some_and(|count| summary.rows >= count)
+            {
+                summary.end = WatchEnd::CountReached;
+                return Ok(summary);
+            }
+        }
+        if full_page {
+            continue;
+        }
+        if !options.follow {
+            summary.end = WatchEnd::CaughtUp;
+            return Ok(summary);
+        }
+        let mut wait = poll;
+        if let Some(deadline) = deadline {
+            let now = Instant::now();
+            if now >= deadline {
+                if let Some(count) = options.until_count {
+                    bail!(
+                        "timed out after {:.1}s: {} of {count} messages_out rows arrived (last seq {})",
+                        started.elapsed().as_secs_f64(),
+                        summary.rows,
+                        summary.last_seq
+                    );
+                }
+                summary.end = WatchEnd::TimedOut;
+                return Ok(summary);
+            }
+            wait = wait.min(deadline - now);
+        }
+        watcher.wait(wait).await;
+    }
+}
+
+/// The highest seq in `messages_out` (0 when empty): start a watch there to see only new rows.
+pub fn latest_out_seq(db: &SessionDb) -> Result<i64> {
+    let mut after = i64::MIN;
+    loop {
+        let rows = db
+            .messages_out_after(after, PAGE)
+            .context("reading messages_out")?;
+        let last = rows.last().and_then(|row| row.seq);
+        match last {
+            Some(seq) if rows.len() == PAGE => after = seq,
+            Some(seq) => return Ok(seq),
+            None => return Ok(after.max(0)),
+        }
+    }
+}
+
+/// One row as a JSON object: the columns, with `content` parsed (kept as a string when it is
+/// not JSON).
+pub fn row_json(row: &MessageOut) -> Value {
+    let content = serde_json::from_str::<Value>(&row.content)
+        .unwrap_or_else(|_| Value::String(row.content.clone()));
+    json!({
+        "id": row.id,
+        "seq": row.seq,
+        "in_reply_to": row.in_reply_to,
+        "timestamp": row.timestamp,
+        "deliver_after": row.deliver_after,
+        "kind": row.kind,
+        "channel_type": row.routing.channel_type,
+        "platform_id": row.routing.platform_id,
+        "thread_id": row.routing.thread_id,
+        "content": content,
+    })
+}
+
+/// One row as a readable line:
+/// `[seq 7 → slack:C123] reply to 1f2e3d4c: Hello`, `[seq 9 → slack:C123] (question q1) Pick
+/// one: [a] [b]`, `(edit 5) new text`, `(reaction 5) 👍`, `(card) …`, `(system query_error) {…}`.
+pub fn render_row(row: &MessageOut) -> String {
+    let seq = row
+        .seq
+        .map_or_else(|| "seq ?".to_owned(), |seq| format!("seq {seq}"));
+    let target = if row.routing.is_empty() {
+        String::new()
+    } else {
+        format!(" → {}", format_routing(&row.routing))
+    };
+    let mut line = format!("[{seq}{target}] ");
+    if let Some(reply) = &row.in_reply_to {
+        line.push_str(&format!("reply to {}: ", short_id(reply)));
+    }
+    line.push_str(&render_content(&row.kind, &row.content));
+    if let Some(after) = &row.deliver_after {
+        line.push_str(&format!(" (deliver after {after})"));
+    }
+    line
+}
+
+/// The first 8 characters of a UUID-like id; shorter ids whole.
+pub fn short_id(id: &str) -> &str {
+    match id.char_indices().nth(8) {
+        Some((cut, _)) if id.len() > 12 => &id[..cut],
+        _ => id,
+    }
+}
+
+/// The content of a `messages_out` row of `kind`, in words.
+pub fn render_content(kind: &str, content: &str) -> String {
+    let Ok(value) = serde_json::from_str::<Value>(content) else {
+        return content.to_owned();
+    };
+    let text = |key: &str| value.get(key).and_then(Value::as_str).unwrap_or_default();
+    let id = |key: &str| match value.get(key) {
+        Some(Value::String(text)) => text.clone(),
+        Some(other) => other.to_string(),
+        None => "?".to_owned(),
+    };
+    if kind == "system" {
+        let action = value
+            .get("action")
+            .and_then(Value::as_str)
+            .unwrap_or("action");
+        let payload = value.get("payload").unwrap_or(&value);
+        return format!("(system {action}) {payload}");
+    }
+    match value.get("operation").and_then(Value::as_str) {
+        Some("edit") => format!("(edit {}) {}", id("messageId"), text("text")),
+        Some("reaction") => format!("(reaction {}) {}", id("messageId"), text("emoji")),
+        Some("card") => {
+            let fallback = text("fallbackText");
+            if fallback.is_empty() {
+                format!("(card) {}", value.get("card").unwrap_or(&Value::Null))
+            } else {
+                format!("(card) {fallback}")
+            }
+        }
+        Some("ask_question") => {
+            let mut out = format!("(question {})", id("questionId"));
+            let (title, question) = (text("title"), text("question"));
+            if !title.is_empty() && title != question {
+                out.push_str(&format!(" {title}:"));
+            }
+            out.push(' ');
+            out.push_str(question);
+            if !question.is_empty() && !question.ends_with(['?', ':', '.', '!']) {
+                out.push(':');
+            }
+            for option in value
+                .get("options")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                out.push_str(&format!(" [{}]", option_text(option)));
+            }
+            out
+        }
+        Some(other) => format!("({other}) {value}"),
+        None => {
+            let mut out = text("text").to_owned();
+            if let Some(files) = value.get("files").and_then(Value::as_array) {
+                let names: Vec<String> = files.iter().map(crate::answer::value_text).collect();
+                if !out.is_empty() {
+                    out.push(' ');
+                }
+                out.push_str(&format!("[files: {}]", names.join(", ")));
+            }
+            if out.is_empty() && value.get("text").is_none() {
+                value.to_string()
+            } else {
+                out
+            }
+        }
+    }
+}
+
+fn option_text(option: &Value) -> String {
+    let Some(map) = option.as_object() else {
+        return crate::answer::value_text(option);
+    };
+    let label = map.get("label").and_then(Value::as_str);
+    let value = map.get("value").map(crate::answer::value_text);
+    match (label, value) {
+        (Some(label), Some(value)) if label != value => format!("{label} = {value}"),
+        (Some(label), _) => label.to_owned(),
+        (None, Some(value)) => value,
+        (None, None) => option.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use schema::Routing;
+
+    fn row(kind: &str, content: Value) -> MessageOut {
+        MessageOut {
+            id: "o".into(),
+            seq: Some(7),
+            in_reply_to: Some("1f2e3d4c-aaaa-bbbb-cccc-000000000000".into()),
+            timestamp: "2026-11-21T10:00:00.000Z".into(),
+            deliver_after: None,
+            kind: kind.into(),
+            routing: Routing {
+                channel_type: Some("slack".into()),
+                platform_id: Some("C123".into()),
+                thread_id: None,
+            },
+            content: content.to_string(),
+        }
+    }
+
+    #[test]
+    fn readable_lines() {
+        assert_eq!(
+            render_row(&row("chat", json!({"text":"Hello"}))),
+            "[seq 7 → slack:C123] reply to 1f2e3d4c: Hello"
+        );
+        let question = json!({"operation":"ask_question","questionId":"q1","title":"Pick one",
+            "question":"Pick one","options":[{"label":"a","value":"a"},{"label":"Bee","value":"b"}]});
+        assert_eq!(
+            render_content("chat-sdk", &question.to_string()),
+            "(question q1) Pick one: [a] [Bee = b]"
+        );
+        assert_eq!(
+            render_content(
+                "chat",
+                &json!({"operation":"edit","messageId":5,"text":"new"}).to_string()
+            ),
+            "(edit 5) new"
+        );
+        assert_eq!(
+            render_content(
+                "system",
+                &json!({"action":"query_error","payload":{"m":1}}).to_string()
+            ),
+            "(system query_error) {\"m\":1}"
+        );
+        assert_eq!(
+            render_content("chat", &json!({"text":"see","files":["a.png"]}).to_string()),
+            "see [files: a.png]"
+        );
+        assert_eq!(render_content("chat", "not json"), "not json");
+        assert_eq!(short_id("msg-4"), "msg-4");
+    }
+}

@@ -1,0 +1,894 @@
+//! End-to-end tests of the `nanoclaw` binary: each spawns the built CLI against a temp
+//! workspace and checks the rows through the `schema` crate and the printed output.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use schema::time::parse_ts;
+use schema::{MessageIn, NewMessageOut, OutKind, Routing, RunnerStatus, SessionDb};
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+const BIN: &str = env!("CARGO_BIN_EXE_nanoclaw");
+
+fn nanoclaw(db: Option<&Path>, args: &[&str]) -> Output {
+    let mut command = Command::new(BIN);
+    command
+        .env_remove("SESSION_DB")
+        .env_remove("RUST_LOG")
+        .env("TZ", "UTC");
+    if let Some(db) = db {
+        command.arg("--db").arg(db);
+    }
+    command.args(args).output().expect("running nanoclaw")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[track_caller]
+fn ok(output: Output) -> String {
+    assert!(
+        output.status.success(),
+        "expected success, got {:?}\nstdout: {}\nstderr: {}",
+        output.status,
+        stdout(&output),
+        stderr(&output)
+    );
+    stdout(&output)
+}
+
+/// Runs and expects failure; returns stderr.
+#[track_caller]
+fn fails(output: Output) -> String {
+    assert!(
+        !output.status.success(),
+        "expected failure, got success\nstdout: {}",
+        stdout(&output)
+    );
+    stderr(&output)
+}
+
+/// A workspace with routing `slack:C123` and a destination; returns (dir, db path).
+fn workspace() -> (TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    ok(nanoclaw(
+        None,
+        &[
+            "init",
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--routing",
+            "slack:C123",
+            "--destination",
+            "team=slack:C9:Team room",
+        ],
+    ));
+    (dir, ws.join("session.db"))
+}
+
+/// Parses `id=<uuid> seq=<n>` and returns the row.
+fn sent_row(db: &SessionDb, out: &str) -> MessageIn {
+    let id = out
+        .split_whitespace()
+        .find_map(|part| part.strip_prefix("id="))
+        .unwrap_or_else(|| panic!("no id in {out:?}"));
+    let seq: i64 = out
+        .split_whitespace()
+        .find_map(|part| part.strip_prefix("seq="))
+        .unwrap_or_else(|| panic!("no seq in {out:?}"))
+        .parse()
+        .unwrap();
+    let row = db.message_in(id).unwrap().expect("row exists");
+    assert_eq!(row.seq, Some(seq));
+    assert_eq!(seq % 2, 0, "messages_in seq must be even");
+    row
+}
+
+fn content(row: &MessageIn) -> Value {
+    serde_json::from_str(&row.content).unwrap()
+}
+
+fn slack(platform_id: &str, thread: Option<&str>) -> Routing {
+    Routing {
+        channel_type: Some("slack".into()),
+        platform_id: Some(platform_id.into()),
+        thread_id: thread.map(str::to_owned),
+    }
+}
+
+#[test]
+fn init_creates_the_tree_and_is_idempotent() {
+    let (dir, db_path) = workspace();
+    let ws = dir.path().join("ws");
+    for folder in [
+        "agent",
+        "agent/conversations",
+        "global",
+        "extra",
+        "downloads",
+        "outbox",
+    ] {
+        assert!(ws.join(folder).is_dir(), "{folder}");
+    }
+    assert!(db_path.is_file());
+    let db = SessionDb::open(&db_path).unwrap();
+    db.insert_in(&schema::NewMessageIn::new("chat", r#"{"text":"keep me"}"#))
+        .unwrap();
+
+    let again = ok(nanoclaw(
+        None,
+        &[
+            "init",
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--destination",
+            "team=slack:C10",
+            "--destination",
+            "helper=agent:grp-1",
+        ],
+    ));
+    assert!(!again.contains("created"), "{again}");
+    assert!(again.contains("exists  session DB"), "{again}");
+    assert_eq!(db.all_messages_in().unwrap().len(), 1, "rows survive");
+    assert_eq!(db.session_routing().unwrap(), Some(slack("C123", None)));
+    let destinations = db.destinations().unwrap();
+    assert_eq!(destinations.len(), 2);
+    let team = db.destination("team").unwrap().unwrap();
+    assert_eq!(team.platform_id.as_deref(), Some("C10"));
+    assert_eq!(team.kind, "channel");
+    let helper = db.destination("helper").unwrap().unwrap();
+    assert_eq!(
+        (helper.kind.as_str(), helper.agent_group_id.as_deref()),
+        ("agent", Some("grp-1"))
+    );
+
+    // --db elsewhere, JSON report; the workspace is still created.
+    let other = dir.path().join("other");
+    let custom_db = dir.path().join("dbs/custom.db");
+    let report: Value = serde_json::from_str(&ok(nanoclaw(
+        Some(&custom_db),
+        &["--json", "init", "--workspace", other.to_str().unwrap()],
+    )))
+    .unwrap();
+    assert_eq!(report["db"]["created"], json!(true));
+    assert_eq!(report["folders"].as_array().unwrap().len(), 6);
+    assert!(custom_db.is_file() && other.join("agent/conversations").is_dir());
+
+    let err = fails(nanoclaw(None, &["init"]));
+    assert!(err.contains("--workspace"), "{err}");
+    let err = fails(nanoclaw(
+        None,
+        &[
+            "init",
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--routing",
+            "slack",
+        ],
+    ));
+    assert!(err.contains("channel_type:platform_id"), "{err}");
+}
+
+#[test]
+fn send_chat_writes_the_spec_shape() {
+    let (_dir, db_path) = workspace();
+    let db = SessionDb::open(&db_path).unwrap();
+    let first = sent_row(
+        &db,
+        &ok(nanoclaw(
+            Some(&db_path),
+            &["send", "--text", "Check this PR", "--sender", "John"],
+        )),
+    );
+    assert_eq!(first.kind, "chat");
+    assert!(first.trigger && !first.on_wake);
+    assert_eq!(first.status, "pending");
+    assert_eq!(first.process_after, None);
+    assert_eq!(first.routing, slack("C123", None), "session routing");
+    assert_eq!(
+        content(&first),
+        json!({"sender":"John","text":"Check this PR","attachments":[],"isFromMe":false})
+    );
+
+    let first_seq = first.seq.unwrap().to_string();
+    let reply = sent_row(
+        &db,
+        &ok(nanoclaw(
+            Some(&db_path),
+            &[
+                "send",
+                "--text",
+                "Already on it",
+                "--sender",
+                "Jane",
+                "--sender-id",
+                "U2",
+                "--reply-to",
+                &first_seq,
+                "--attach-path",
+                "downloads/msg-4/data.xlsx",
+                "--attach-url",
+                "https://example.com/a/photo.jpg",
+            ],
+        )),
+    );
+    assert!(reply.seq > first.seq);
+    assert_eq!(
+        content(&reply),
+        json!({
+            "sender": "Jane",
+            "senderId": "U2",
+            "text": "Already on it",
+            "attachments": [
+                {"type":"file","name":"data.xlsx","localPath":"downloads/msg-4/data.xlsx",
+                 "mimeType":"application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"},
+                {"type":"image","name":"photo.jpg","url":"https://example.com/a/photo.jpg",
+                 "mimeType":"image/jpeg"}
+            ],
+            "isFromMe": false,
+            "replyTo": {"id": first_seq, "sender": "John", "text": "Check this PR"}
+        })
+    );
+
+    // Context-only, delayed, in a thread of the session channel.
+    let before = Utc::now();
+    let delayed = sent_row(
+        &db,
+        &ok(nanoclaw(
+            Some(&db_path),
+            &[
+                "send",
+                "--text",
+                "later",
+                "--no-trigger",
+                "--process-after",
+                "+10m",
+                "--thread-id",
+                "T1",
+                "--on-wake",
+                "--reply-to",
+                "p-77",
+                "--quote-sender",
+                "Bob",
+                "--quote-text",
+                "hi",
+            ],
+        )),
+    );
+    assert!(!delayed.trigger && delayed.on_wake);
+    assert_eq!(delayed.routing, slack("C123", Some("T1")));
+    assert_eq!(
+        content(&delayed)["replyTo"],
+        json!({"id":"p-77","sender":"Bob","text":"hi"})
+    );
+    let at = delayed.process_after.unwrap();
+    assert!(
+        at.ends_with('Z') && at.len() == "2026-11-21T10:00:00.000Z".len(),
+        "{at}"
+    );
+    let delay = (parse_ts(&at).unwrap() - before).num_seconds();
+    assert!((599..=605).contains(&delay), "{delay}");
+
+    // Explicit routing replaces the session routing; absolute times are normalised to UTC ms.
+    let routed = sent_row(
+        &db,
+        &ok(nanoclaw(
+            Some(&db_path),
+            &[
+                "send",
+                "--text",
+                "hey",
+                "--channel-type",
+                "discord",
+                "--platform-id",
+                "42",
+                "--process-after",
+                "2030-01-01T09:00:00+01:00",
+            ],
+        )),
+    );
+    assert_eq!(
+        routed.routing,
+        Routing {
+            channel_type: Some("discord".into()),
+            platform_id: Some("42".into()),
+            thread_id: None
+        }
+    );
+    assert_eq!(
+        routed.process_after.as_deref(),
+        Some("2030-01-01T08:00:00.000Z")
+    );
+}
+
+#[test]
+fn send_other_kinds() {
+    let (_dir, db_path) = workspace();
+    let db = SessionDb::open(&db_path).unwrap();
+
+    let task = sent_row(
+        &db,
+        &ok(nanoclaw(
+            Some(&db_path),
+            &[
+                "send",
+                "--kind",
+                "task",
+                "--prompt",
+                "Summarise the inbox",
+                "--script",
+                "echo '{\"wakeAgent\":true}'",
+                "--recurrence",
+                "0 9 * * 1-5",
+                "--process-after",
+                "2030-01-01 09:00",
+            ],
+        )),
+    );
+    assert_eq!(task.kind, "task");
+    assert_eq!(task.series_id.as_deref(), Some(task.id.as_str()));
+    assert_eq!(task.recurrence.as_deref(), Some("0 9 * * 1-5"));
+    assert_eq!(
+        task.process_after.as_deref(),
+        Some("2030-01-01T09:00:00.000Z")
+    );
+    assert_eq!(
+        content(&task),
+        json!({"prompt":"Summarise the inbox","script":"echo '{\"wakeAgent\":true}'"})
+    );
+
+    // A recurring task without --process-after first runs at the next cron match (TZ=UTC).
+    let out = nanoclaw(
+        Some(&db_path),
+        &[
+            "send",
+            "--kind",
+            "task",
+            "--prompt",
+            "hourly",
+            "--recurrence",
+            "0 * * * *",
+        ],
+    );
+    assert!(stderr(&out).contains("first run at"), "{}", stderr(&out));
+    let hourly = sent_row(&db, &ok(out));
+    let first_run = parse_ts(hourly.process_after.as_deref().unwrap()).unwrap();
+    assert!(first_run > Utc::now() && first_run <= Utc::now() + chrono::Duration::hours(1));
+    assert_eq!(first_run.timestamp() % 3600, 0);
+
+    let webhook = sent_row(
+        &db,
+        &ok(nanoclaw(
+            Some(&db_path),
+            &[
+                "send",
+                "--kind",
+                "webhook",
+                "--source",
+                "github",
+                "--event",
+                "pull_request",
+                "--payload",
+                r#"{"action":"opened","number":7}"#,
+            ],
+        )),
+    );
+    assert_eq!(
+        content(&webhook),
+        json!({"source":"github","event":"pull_request","payload":{"action":"opened","number":7}})
+    );
+
+    let system_content = r#"{"action":"register_agent_group","status":"ok","result":{"id":"g1"}}"#;
+    let system = sent_row(
+        &db,
+        &ok(nanoclaw(
+            Some(&db_path),
+            &["send", "--kind", "system", "--content", system_content],
+        )),
+    );
+    assert_eq!(system.kind, "system");
+    assert_eq!(
+        content(&system),
+        serde_json::from_str::<Value>(system_content).unwrap()
+    );
+
+    let sdk = sent_row(
+        &db,
+        &ok(nanoclaw(
+            Some(&db_path),
+            &[
+                "send",
+                "--kind",
+                "chat-sdk",
+                "--text",
+                "@bot hi",
+                "--sender",
+                "Ann",
+                "--sender-id",
+                "U9",
+            ],
+        )),
+    );
+    let sdk_content = content(&sdk);
+    assert_eq!(sdk.kind, "chat-sdk");
+    assert_eq!(sdk_content["_type"], "chat:Message");
+    assert_eq!(sdk_content["text"], "@bot hi");
+    assert_eq!(
+        sdk_content["author"],
+        json!({"userId":"U9","userName":"Ann","fullName":"Ann","isBot":false,"isMe":false})
+    );
+    assert_eq!(sdk_content["metadata"]["edited"], json!(false));
+    assert_eq!(sdk_content["id"], json!(sdk.id), "message id = row id");
+
+    // --json prints the id and seq of the row.
+    let printed: Value = serde_json::from_str(&ok(nanoclaw(
+        Some(&db_path),
+        &[
+            "--json",
+            "send",
+            "--content",
+            r#"{"text":"raw","sender":"X"}"#,
+        ],
+    )))
+    .unwrap();
+    let raw = db
+        .message_in(printed["id"].as_str().unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(printed["seq"], json!(raw.seq));
+    assert_eq!(printed["kind"], "chat");
+
+    let seqs: Vec<i64> = db
+        .all_messages_in()
+        .unwrap()
+        .iter()
+        .filter_map(|row| row.seq)
+        .collect();
+    assert!(seqs.iter().all(|seq| seq % 2 == 0), "{seqs:?}");
+}
+
+#[test]
+fn send_rejects_bad_input() {
+    let (dir, db_path) = workspace();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &[
+                "send",
+                "--kind",
+                "webhook",
+                "--source",
+                "gh",
+                "--payload",
+                "{oops",
+            ],
+            "--payload is not valid JSON",
+        ),
+        (
+            &[
+                "send",
+                "--kind",
+                "task",
+                "--prompt",
+                "x",
+                "--recurrence",
+                "0 0 9 * * 1",
+            ],
+            "bad cron expression",
+        ),
+        (
+            &[
+                "send",
+                "--kind",
+                "task",
+                "--prompt",
+                "x",
+                "--recurrence",
+                "61 * * * *",
+            ],
+            "bad cron expression",
+        ),
+        (
+            &["send", "--text", "x", "--process-after", "next tuesday"],
+            "bad time \"next tuesday\"",
+        ),
+        (
+            &["send", "--text", "x", "--process-after", "+10 minutes"],
+            "bad relative time",
+        ),
+        (&["send", "--kind", "email", "--text", "x"], "'email'"),
+        (&["send", "--content", "{not json"], "not valid JSON"),
+        (&["send", "--content", "[1,2]"], "JSON object"),
+        (
+            &["send", "--content", r#"{"text":5}"#],
+            "does not fit --kind chat",
+        ),
+        (&["send"], "needs --text"),
+        (&["send", "--kind", "task"], "needs --prompt"),
+        (&["send", "--kind", "system"], "needs --content"),
+        (&["send", "--prompt", "x"], "--prompt does not apply"),
+        (
+            &["send", "--text", "x", "--attach-path", "../etc/passwd"],
+            "relative to the workspace",
+        ),
+        (
+            &["send", "--text", "x", "--attach-url", "ftp://x/y"],
+            "http",
+        ),
+    ];
+    for (args, expected) in cases {
+        let err = fails(nanoclaw(Some(&db_path), args));
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
+    let db = SessionDb::open(&db_path).unwrap();
+    assert!(db.all_messages_in().unwrap().is_empty(), "nothing written");
+
+    let missing = dir.path().join("nope.db");
+    let err = fails(nanoclaw(Some(&missing), &["send", "--text", "x"]));
+    assert!(
+        err.contains("no session DB") && err.contains("nanoclaw init"),
+        "{err}"
+    );
+    assert!(!missing.exists());
+    let err = fails(nanoclaw(None, &["status"]));
+    assert!(err.contains("SESSION_DB"), "{err}");
+}
+
+fn out_row(db: &SessionDb, kind: OutKind, content: Value, reply_to: Option<&str>) -> i64 {
+    db.insert_out(
+        &NewMessageOut::new(kind, slack("C123", None), &content)
+            .replying_to(reply_to.map(str::to_owned)),
+    )
+    .unwrap()
+    .seq
+}
+
+#[test]
+fn watch_prints_rows_written_by_another_process() {
+    let (_dir, db_path) = workspace();
+    let db = SessionDb::open(&db_path).unwrap();
+    let started = Instant::now();
+    let mut child = Command::new(BIN)
+        .env_remove("SESSION_DB")
+        .arg("--db")
+        .arg(&db_path)
+        .args(["watch", "--until-count", "2", "--json", "--timeout", "10"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let first = out_row(&db, OutKind::Chat, json!({"text":"one"}), Some("in-1"));
+    std::thread::sleep(Duration::from_millis(100));
+    let second = out_row(
+        &db,
+        OutKind::System,
+        json!({"action":"query_error","payload":{"message":"boom"}}),
+        None,
+    );
+    let inserted = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(
+            inserted.elapsed() < Duration::from_secs(3),
+            "watch did not return"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let woke_after = inserted.elapsed();
+    eprintln!("watch returned {woke_after:?} after the second insert");
+    let output = child.wait_with_output().unwrap();
+    let text = ok(output);
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines[0]["seq"], json!(first));
+    assert_eq!(lines[0]["content"], json!({"text":"one"}));
+    assert_eq!(lines[0]["in_reply_to"], "in-1");
+    assert_eq!(lines[0]["channel_type"], "slack");
+    assert_eq!(lines[1]["seq"], json!(second));
+    assert_eq!(lines[1]["kind"], "system");
+    assert!(
+        woke_after < Duration::from_millis(1500),
+        "{woke_after:?} (total {:?})",
+        started.elapsed()
+    );
+    assert!(
+        db.delivered(lines[0]["id"].as_str().unwrap())
+            .unwrap()
+            .is_none(),
+        "read-only"
+    );
+}
+
+#[test]
+fn watch_renders_filters_times_out_and_marks_delivered() {
+    let (_dir, db_path) = workspace();
+    let db = SessionDb::open(&db_path).unwrap();
+    let chat = out_row(
+        &db,
+        OutKind::Chat,
+        json!({"text":"Hello there"}),
+        Some("1f2e3d4c-0000-4000-8000-000000000000"),
+    );
+    out_row(
+        &db,
+        OutKind::ChatSdk,
+        json!({"operation":"ask_question","questionId":"q1","title":"Deploy",
+               "question":"Pick one","options":[
+                   {"label":"a","selectedLabel":"a","value":"a"},
+                   {"label":"b","selectedLabel":"b","value":"b"}]}),
+        None,
+    );
+    out_row(
+        &db,
+        OutKind::Chat,
+        json!({"operation":"edit","messageId":chat.to_string(),"text":"new text"}),
+        None,
+    );
+    out_row(
+        &db,
+        OutKind::System,
+        json!({"action":"query_error","payload":{"retryable":false}}),
+        None,
+    );
+    let text = ok(nanoclaw(Some(&db_path), &["watch", "--no-follow"]));
+    let expected = format!(
+        "[seq {chat} → slack:C123] reply to 1f2e3d4c: Hello there\n\
+         [seq {} → slack:C123] (question q1) Deploy: Pick one: [a] [b]\n\
+         [seq {} → slack:C123] (edit {chat}) new text\n\
+         [seq {} → slack:C123] (system query_error) {{\"retryable\":false}}\n",
+        chat + 2,
+        chat + 4,
+        chat + 6
+    );
+    assert_eq!(text, expected);
+
+    let after = ok(nanoclaw(
+        Some(&db_path),
+        &["watch", "--no-follow", "--after", &(chat + 4).to_string()],
+    ));
+    assert_eq!(after.lines().count(), 1, "{after}");
+    assert!(after.contains("query_error"));
+    let new_only = ok(nanoclaw(Some(&db_path), &["watch", "--new", "--no-follow"]));
+    assert_eq!(new_only, "");
+
+    let started = Instant::now();
+    let err = fails(nanoclaw(
+        Some(&db_path),
+        &["watch", "--until-count", "10", "--timeout", "0.3"],
+    ));
+    assert!(
+        err.contains("timed out") && err.contains("4 of 10"),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // A plain --timeout without a count just ends the follow.
+    ok(nanoclaw(Some(&db_path), &["watch", "--timeout", "0.2"]));
+
+    let marked = ok(nanoclaw(
+        Some(&db_path),
+        &["--json", "watch", "--no-follow", "--mark-delivered"],
+    ));
+    for line in marked.lines() {
+        let row: Value = serde_json::from_str(line).unwrap();
+        let delivered = db.delivered(row["id"].as_str().unwrap()).unwrap().unwrap();
+        assert_eq!(delivered.status, "delivered");
+    }
+    assert_eq!(marked.lines().count(), 4);
+}
+
+#[test]
+fn answer_writes_a_question_response() {
+    let (_dir, db_path) = workspace();
+    let db = SessionDb::open(&db_path).unwrap();
+    db.insert_out(&NewMessageOut::new(
+        OutKind::ChatSdk,
+        slack("C123", Some("T7")),
+        &json!({"operation":"ask_question","questionId":"q-42","title":"Deploy?",
+                "question":"Ship it?","options":[
+                    {"label":"Yes, ship","selectedLabel":"Shipping","value":"yes"},
+                    {"label":"No","selectedLabel":"Held","value":"no"}]}),
+    ))
+    .unwrap();
+
+    let row = sent_row(
+        &db,
+        &ok(nanoclaw(
+            Some(&db_path),
+            &[
+                "answer",
+                "--question",
+                "q-42",
+                "--option",
+                "yes",
+                "--user-id",
+                "U1",
+            ],
+        )),
+    );
+    assert_eq!(row.kind, "system");
+    assert_eq!(
+        content(&row),
+        json!({"type":"question_response","questionId":"q-42","selectedOption":"yes","userId":"U1"})
+    );
+    assert_eq!(
+        row.routing,
+        slack("C123", Some("T7")),
+        "routed like the question"
+    );
+    assert!(row.trigger);
+
+    // A label maps to its value.
+    let by_label = sent_row(
+        &db,
+        &ok(nanoclaw(
+            Some(&db_path),
+            &["answer", "--question", "q-42", "--option", "no"],
+        )),
+    );
+    assert_eq!(content(&by_label)["selectedOption"], "no");
+    assert!(content(&by_label).get("userId").is_none());
+
+    let count = db.all_messages_in().unwrap().len();
+    let err = fails(nanoclaw(
+        Some(&db_path),
+        &["answer", "--question", "q-unknown", "--option", "yes"],
+    ));
+    assert!(err.contains("no question \"q-unknown\""), "{err}");
+    let err = fails(nanoclaw(
+        Some(&db_path),
+        &["answer", "--question", "q-42", "--option", "maybe"],
+    ));
+    assert!(err.contains("choose one of: yes (Yes, ship), no"), "{err}");
+    assert_eq!(
+        db.all_messages_in().unwrap().len(),
+        count,
+        "nothing written"
+    );
+
+    let forced = sent_row(
+        &db,
+        &ok(nanoclaw(
+            Some(&db_path),
+            &[
+                "answer",
+                "--question",
+                "q-unknown",
+                "--option",
+                "yes",
+                "--force",
+            ],
+        )),
+    );
+    assert_eq!(content(&forced)["questionId"], "q-unknown");
+    assert_eq!(forced.routing, slack("C123", None), "session routing");
+}
+
+#[test]
+fn sweep_resets_stale_rows_and_fails_exhausted_ones() {
+    let (_dir, db_path) = workspace();
+    let db = SessionDb::open(&db_path).unwrap();
+    let a = db
+        .insert_in(&schema::NewMessageIn::new("chat", r#"{"text":"a"}"#))
+        .unwrap()
+        .id;
+    let b = db
+        .insert_in(&schema::NewMessageIn::new("chat", r#"{"text":"b"}"#))
+        .unwrap()
+        .id;
+    // a: claimed twice (tries 2); b: claimed once (tries 1).
+    db.claim(std::slice::from_ref(&a)).unwrap();
+    db.reset_processing().unwrap();
+    db.claim(&[a.clone(), b.clone()]).unwrap();
+
+    // Not stale yet under the default 600 s.
+    let quiet: Value =
+        serde_json::from_str(&ok(nanoclaw(Some(&db_path), &["--json", "sweep"]))).unwrap();
+    assert_eq!(quiet["reset"], json!([]));
+    assert_eq!(quiet["failed"], json!([]));
+
+    let before = Utc::now();
+    let report: Value = serde_json::from_str(&ok(nanoclaw(
+        Some(&db_path),
+        &[
+            "--json",
+            "sweep",
+            "--stale-after",
+            "0",
+            "--max-tries",
+            "2",
+            "--backoff",
+            "60",
+        ],
+    )))
+    .unwrap();
+    assert_eq!(report["reset"], json!([b]));
+    assert_eq!(report["failed"], json!([a]));
+    assert_eq!(report["due"], json!(0));
+    let row_a = db.message_in(&a).unwrap().unwrap();
+    let row_b = db.message_in(&b).unwrap().unwrap();
+    assert_eq!(row_a.status, "failed");
+    assert_eq!(row_b.status, "pending");
+    let retry = parse_ts(row_b.process_after.as_deref().unwrap()).unwrap();
+    let delay = (retry - before).num_seconds();
+    assert!((59..=62).contains(&delay), "backoff {delay}");
+
+    let text = ok(nanoclaw(Some(&db_path), &["sweep"]));
+    assert!(text.contains("reset  0"), "{text}");
+    assert!(text.contains("next due"), "{text}");
+}
+
+#[test]
+fn status_reports_runner_counts_next_due_and_tasks() {
+    let (_dir, db_path) = workspace();
+    let text = ok(nanoclaw(Some(&db_path), &["status"]));
+    assert!(text.contains("no runner has started"), "{text}");
+    assert!(text.contains("nothing pending"), "{text}");
+    assert!(text.contains("tasks       none"), "{text}");
+
+    ok(nanoclaw(
+        Some(&db_path),
+        &[
+            "send",
+            "--kind",
+            "task",
+            "--prompt",
+            "Write the weekly report for the team",
+            "--recurrence",
+            "0 9 * * 1",
+            "--process-after",
+            "+10m",
+        ],
+    ));
+    let text = ok(nanoclaw(Some(&db_path), &["status"]));
+    assert!(text.contains("1 pending (0 due)"), "{text}");
+    assert!(text.contains("(in 9m 5"), "{text}");
+    assert!(text.contains("every \"0 9 * * 1\""), "{text}");
+    assert!(text.contains("Write the weekly report"), "{text}");
+
+    let db = SessionDb::open(&db_path).unwrap();
+    db.insert_in(&schema::NewMessageIn::new("chat", r#"{"text":"now"}"#))
+        .unwrap();
+    db.set_runner_state(RunnerStatus::Busy, Some(4242), Some("mock"))
+        .unwrap();
+    let text = ok(nanoclaw(Some(&db_path), &["status"]));
+    assert!(
+        text.contains("runner      busy, pid 4242, provider mock, heartbeat 0s ago"),
+        "{text}"
+    );
+    assert!(
+        text.contains("2 pending (1 due), 0 processing, 0 paused, 0 failed"),
+        "{text}"
+    );
+    assert!(text.contains("(now)"), "{text}");
+
+    let report: Value =
+        serde_json::from_str(&ok(nanoclaw(Some(&db_path), &["--json", "status"]))).unwrap();
+    assert_eq!(
+        report["counts"],
+        json!({"pending":2,"due":1,"processing":0,"paused":0,"failed":0})
+    );
+    assert_eq!(report["runner"]["status"], "busy");
+    assert_eq!(report["runner"]["pid"], 4242);
+    assert_eq!(report["runner"]["heartbeatStale"], false);
+    assert_eq!(report["nextDueInSecs"], 0);
+    let tasks = report["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0]["recurrence"], "0 9 * * 1");
+    assert_eq!(tasks[0]["seriesId"], tasks[0]["id"]);
+    assert_eq!(report["destinations"], json!(["team"]));
+}

@@ -1,0 +1,2583 @@
+//! A scripted fake model server for end-to-end tests (see PROTOCOLS.md §0.2).
+//!
+//! One loopback HTTP server stands in for the three model APIs the agent CLIs speak:
+//!
+//! | path | API | client |
+//! |---|---|---|
+//! | `POST /v1/messages` (Claude appends `?beta=true`) | Anthropic Messages, SSE | Claude Code |
+//! | `POST /v1/responses` | OpenAI Responses, SSE | Codex |
+//! | `POST /v1/chat/completions` | OpenAI Chat Completions, SSE | OpenCode |
+//!
+//! Anything else is answered with 404 (and logged).
+//!
+//! # Script
+//! Each test pushes a queue of [`Step`]s. **Every model request that offers tools consumes the
+//! next step, in arrival order**, whatever API it came from. The server keeps no conversation
+//! state: when the script is empty the reply is the default text (`"ok"`, see
+//! [`FakeModel::set_default_text`]). So the usual "call a tool, then answer" turn is
+//! `[Step::tool_call("send_message", json!({"text":"hi"}))]`: the request that carries the tool
+//! result finds the script empty and gets the final text. Queue an explicit step to answer it
+//! differently.
+//!
+//! Requests *without* tools whose system prompt is a title generator (OpenCode's title request)
+//! get [`TITLE_TEXT`] and consume no step. A request without tools that is not a title request
+//! (for example Claude started with `--tools ""`) consumes a step like any other.
+//!
+//! Retries consume steps too: `[Step::error(500, "x"), Step::text("recovered")]` makes the first
+//! attempt fail and the retry succeed.
+//!
+//! # Tool names
+//! [`Step::ToolCall`] takes the bare MCP tool name of the `nanoclaw` server and maps it per API
+//! (PROTOCOLS.md §0.4): Anthropic `tool_use` named `mcp__nanoclaw__<name>`; Responses
+//! `function_call` with `name:<name>` and `namespace:"mcp__nanoclaw"`; Chat `nanoclaw_<name>`.
+//! [`Step::RawToolCall`] sends the name as is (builtin tools: Claude `Bash`, Codex
+//! `exec_command`, OpenCode `bash`), with an optional Responses `namespace`.
+//!
+//! # Log
+//! Every request is logged ([`LoggedRequest`]: path, query, lowercased headers, parsed JSON body,
+//! time, and what was replied) before the reply starts. [`LoggedRequest`] has helpers that read
+//! the system prompt, user texts and tool results in each API's shape.
+//!
+//! The server runs on its own thread with its own tokio runtime, so it works the same from sync
+//! tests, `#[tokio::test]` (even current-thread ones that block on a child process) and plain
+//! binaries. It stops on [`FakeModel::shutdown`] or drop.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener as StdTcpListener};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::response::Response;
+use axum::Router;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, watch};
+
+/// Name of the MCP server whose tools [`Step::ToolCall`] calls.
+pub const MCP_SERVER: &str = "nanoclaw";
+/// Default reply when the script is empty.
+pub const DEFAULT_TEXT: &str = "ok";
+/// Reply to title-generation requests (no tools, "title generator" system prompt).
+pub const TITLE_TEXT: &str = "Title";
+/// Default time a [`Step::Hang`] waits for [`FakeModel::release_hangs`].
+pub const DEFAULT_HANG_TIMEOUT_MS: u64 = 60_000;
+
+const MAX_BODY: usize = 64 * 1024 * 1024;
+
+// ---------------------------------------------------------------------------------------------
+// APIs
+// ---------------------------------------------------------------------------------------------
+
+/// The model API a request was made to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Api {
+    /// Anthropic Messages (`/v1/messages`), Claude Code.
+    Anthropic,
+    /// OpenAI Responses (`/v1/responses`), Codex.
+    Responses,
+    /// OpenAI Chat Completions (`/v1/chat/completions`), OpenCode.
+    Chat,
+}
+
+impl Api {
+    /// All APIs.
+    pub const ALL: [Api; 3] = [Api::Anthropic, Api::Responses, Api::Chat];
+
+    /// The request path of this API.
+    pub fn path(self) -> &'static str {
+        match self {
+            Api::Anthropic => "/v1/messages",
+            Api::Responses => "/v1/responses",
+            Api::Chat => "/v1/chat/completions",
+        }
+    }
+
+    /// The API served at `path` (without query), if any.
+    pub fn from_path(path: &str) -> Option<Api> {
+        Api::ALL.into_iter().find(|a| a.path() == path)
+    }
+
+    /// The tool name the model emits for the `nanoclaw` MCP tool `tool` in this API, and the
+    /// Responses namespace (PROTOCOLS.md §0.4).
+    pub fn mcp_tool_name(self, tool: &str) -> (String, Option<String>) {
+        match self {
+            Api::Anthropic => (format!("mcp__{MCP_SERVER}__{tool}"), None),
+            Api::Responses => (tool.to_string(), Some(format!("mcp__{MCP_SERVER}"))),
+            Api::Chat => (format!("{MCP_SERVER}_{tool}"), None),
+        }
+    }
+}
+
+impl fmt::Display for Api {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Api::Anthropic => "anthropic",
+            Api::Responses => "responses",
+            Api::Chat => "chat",
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Script steps
+// ---------------------------------------------------------------------------------------------
+
+/// One scripted model reply. Build with the constructors ([`Step::text`], [`Step::tool_call`],
+/// …) and the modifiers ([`Step::chunks`], [`Step::delay_ms`], [`Step::retry_after_ms`], …).
+/// Steps also (de)serialize as JSON objects tagged by `"kind"` (used by the `fake-model` binary),
+/// e.g. `{"kind":"text","text":"hi","chunks":3}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Step {
+    /// Stream `text`, split into `chunks` deltas (at least 1) with `delay_ms` between them.
+    Text {
+        text: String,
+        #[serde(default = "one")]
+        chunks: usize,
+        #[serde(default)]
+        delay_ms: u64,
+    },
+    /// Call the `nanoclaw` MCP tool `name` (bare name, mapped per API, see the module docs).
+    ToolCall { name: String, arguments: Value },
+    /// Call a tool by its raw name (a CLI builtin: Claude `Bash`, Codex `exec_command`, OpenCode
+    /// `bash`). `namespace` is only sent on the Responses API.
+    RawToolCall {
+        name: String,
+        arguments: Value,
+        #[serde(default)]
+        namespace: Option<String>,
+    },
+    /// One reply made of several content blocks, in order: each entry must be a `Text`,
+    /// `ToolCall` or `RawToolCall` (others are ignored). E.g. some text and then a tool call, or
+    /// two parallel tool calls.
+    Reply { steps: Vec<Step> },
+    /// Answer with HTTP `status` and the API's JSON error shape carrying `message` (or `body`
+    /// verbatim), plus `retry-after` / `retry-after-ms` headers when set.
+    Error {
+        status: u16,
+        message: String,
+        #[serde(default)]
+        body: Option<Value>,
+        #[serde(default)]
+        retry_after_secs: Option<u64>,
+        #[serde(default)]
+        retry_after_ms: Option<u64>,
+    },
+    /// Hang: with `after_first_event` the response headers and the first SSE event(s) are sent
+    /// first (Anthropic `message_start`; Responses `response.created` + `response.in_progress`;
+    /// Chat the role chunk); without it nothing at all is sent. The connection stays open until
+    /// [`FakeModel::release_hangs`] or `timeout_ms`; then the reply completes normally as the
+    /// default text.
+    Hang {
+        #[serde(default)]
+        after_first_event: bool,
+        #[serde(default = "default_hang_timeout")]
+        timeout_ms: u64,
+    },
+    /// Pause `ms` after the first SSE event(s) (see [`Step::Hang`]), then continue with `then`.
+    /// For an `Error` (or a non-streaming request) the pause happens before the response.
+    Stall { ms: u64, then: Box<Step> },
+    /// Close the connection mid-stream: with `after_first_event` after the headers and the first
+    /// SSE event(s), otherwise right after the response headers.
+    Drop {
+        #[serde(default)]
+        after_first_event: bool,
+    },
+}
+
+fn one() -> usize {
+    1
+}
+
+fn default_hang_timeout() -> u64 {
+    DEFAULT_HANG_TIMEOUT_MS
+}
+
+impl Step {
+    /// Text in one chunk.
+    pub fn text(text: impl Into<String>) -> Step {
+        Step::Text {
+            text: text.into(),
+            chunks: 1,
+            delay_ms: 0,
+        }
+    }
+
+    /// Call the `nanoclaw` MCP tool `name` (bare name, e.g. `"send_message"`).
+    pub fn tool_call(name: impl Into<String>, arguments: Value) -> Step {
+        Step::ToolCall {
+            name: name.into(),
+            arguments,
+        }
+    }
+
+    /// Call a tool by its raw name (no namespace; see [`Step::namespace`]).
+    pub fn raw_tool_call(name: impl Into<String>, arguments: Value) -> Step {
+        Step::RawToolCall {
+            name: name.into(),
+            arguments,
+            namespace: None,
+        }
+    }
+
+    /// Several content blocks in one reply.
+    pub fn reply(steps: impl IntoIterator<Item = Step>) -> Step {
+        Step::Reply {
+            steps: steps.into_iter().collect(),
+        }
+    }
+
+    /// An HTTP error with the API's error shape.
+    pub fn error(status: u16, message: impl Into<String>) -> Step {
+        Step::Error {
+            status,
+            message: message.into(),
+            body: None,
+            retry_after_secs: None,
+            retry_after_ms: None,
+        }
+    }
+
+    /// Hang after the first SSE event(s) until released (or [`DEFAULT_HANG_TIMEOUT_MS`]).
+    pub fn hang() -> Step {
+        Step::Hang {
+            after_first_event: true,
+            timeout_ms: DEFAULT_HANG_TIMEOUT_MS,
+        }
+    }
+
+    /// Hang before sending anything (not even headers) until released.
+    pub fn hang_before_response() -> Step {
+        Step::Hang {
+            after_first_event: false,
+            timeout_ms: DEFAULT_HANG_TIMEOUT_MS,
+        }
+    }
+
+    /// Pause `ms` after the first event(s), then reply with `then`.
+    pub fn stall(ms: u64, then: Step) -> Step {
+        Step::Stall {
+            ms,
+            then: Box::new(then),
+        }
+    }
+
+    /// Close the connection after the first SSE event(s).
+    pub fn drop_connection() -> Step {
+        Step::Drop {
+            after_first_event: true,
+        }
+    }
+
+    /// Close the connection right after the response headers.
+    pub fn drop_before_first_event() -> Step {
+        Step::Drop {
+            after_first_event: false,
+        }
+    }
+
+    /// Text: split into `n` chunks.
+    #[must_use]
+    pub fn chunks(mut self, n: usize) -> Step {
+        if let Step::Text { chunks, .. } = &mut self {
+            *chunks = n.max(1);
+        }
+        self
+    }
+
+    /// Text: wait `ms` between chunks.
+    #[must_use]
+    pub fn delay_ms(mut self, ms: u64) -> Step {
+        if let Step::Text { delay_ms, .. } = &mut self {
+            *delay_ms = ms;
+        }
+        self
+    }
+
+    /// Raw tool call: the Responses `namespace`.
+    #[must_use]
+    pub fn namespace(mut self, ns: impl Into<String>) -> Step {
+        if let Step::RawToolCall { namespace, .. } = &mut self {
+            *namespace = Some(ns.into());
+        }
+        self
+    }
+
+    /// Error: `retry-after: <secs>` header.
+    #[must_use]
+    pub fn retry_after_secs(mut self, secs: u64) -> Step {
+        if let Step::Error {
+            retry_after_secs, ..
+        } = &mut self
+        {
+            *retry_after_secs = Some(secs);
+        }
+        self
+    }
+
+    /// Error: `retry-after-ms: <ms>` header.
+    #[must_use]
+    pub fn retry_after_ms(mut self, ms: u64) -> Step {
+        if let Step::Error { retry_after_ms, .. } = &mut self {
+            *retry_after_ms = Some(ms);
+        }
+        self
+    }
+
+    /// Error: send `body` verbatim instead of the API's error shape.
+    #[must_use]
+    pub fn body(mut self, value: Value) -> Step {
+        if let Step::Error { body, .. } = &mut self {
+            *body = Some(value);
+        }
+        self
+    }
+
+    /// Hang: give up waiting after `ms` (then the default text completes the reply).
+    #[must_use]
+    pub fn timeout_ms(mut self, ms: u64) -> Step {
+        if let Step::Hang { timeout_ms, .. } = &mut self {
+            *timeout_ms = ms;
+        }
+        self
+    }
+
+    /// Wrap this step in a [`Step::Stall`] of `ms`.
+    #[must_use]
+    pub fn stalled(self, ms: u64) -> Step {
+        Step::stall(ms, self)
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Step::Text { text, .. } => format!("text {text:?}"),
+            Step::ToolCall { name, .. } => format!("tool_call {name}"),
+            Step::RawToolCall { name, .. } => format!("raw_tool_call {name}"),
+            Step::Reply { steps } => {
+                let parts: Vec<String> = steps.iter().map(Step::describe).collect();
+                format!("reply [{}]", parts.join(", "))
+            }
+            Step::Error { status, .. } => format!("error {status}"),
+            Step::Hang {
+                after_first_event, ..
+            } => format!("hang (after_first_event={after_first_event})"),
+            Step::Stall { ms, then } => format!("stall {ms}ms then {}", then.describe()),
+            Step::Drop { after_first_event } => {
+                format!("drop (after_first_event={after_first_event})")
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Request log
+// ---------------------------------------------------------------------------------------------
+
+/// How the server answered a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplyKind {
+    /// The script step with this index (0-based, counting all steps ever consumed).
+    Step(usize),
+    /// The script was empty: default text.
+    Default,
+    /// A title request (no tools): [`TITLE_TEXT`], no step consumed.
+    Title,
+    /// Unknown path or method: 404.
+    NotFound,
+}
+
+/// One logged HTTP request.
+#[derive(Clone, Debug)]
+pub struct LoggedRequest {
+    /// 0-based arrival order.
+    pub seq: usize,
+    /// The API, or `None` for a request answered with 404.
+    pub api: Option<Api>,
+    pub method: String,
+    pub path: String,
+    /// The raw query string (`beta=true` for Claude), if any.
+    pub query: Option<String>,
+    /// Headers with lowercased names; repeated headers are joined with `", "`.
+    pub headers: BTreeMap<String, String>,
+    /// The parsed JSON body (`Value::Null` if the body is not JSON, see `raw_body`).
+    pub body: Value,
+    /// The body as (lossy) UTF-8 text.
+    pub raw_body: String,
+    /// Wall-clock arrival time.
+    pub at: SystemTime,
+    /// Arrival time since the server started.
+    pub since_start: Duration,
+    /// What the server replied.
+    pub reply: ReplyKind,
+    /// Human-readable description of the reply (e.g. `text "ok"`).
+    pub reply_description: String,
+}
+
+impl LoggedRequest {
+    /// A header value (name is case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .get(&name.to_ascii_lowercase())
+            .map(String::as_str)
+    }
+
+    /// The `model` field.
+    pub fn model(&self) -> Option<&str> {
+        self.body.get("model").and_then(Value::as_str)
+    }
+
+    /// Whether the client asked for SSE (`"stream": true`).
+    pub fn is_stream(&self) -> bool {
+        self.body.get("stream").and_then(Value::as_bool) == Some(true)
+    }
+
+    /// Whether this is a model request (not a 404) that consumed a step or got the default.
+    pub fn is_model_turn(&self) -> bool {
+        matches!(self.reply, ReplyKind::Step(_) | ReplyKind::Default)
+    }
+
+    /// Whether the request offers any tool.
+    pub fn has_tools(&self) -> bool {
+        self.body
+            .get("tools")
+            .and_then(Value::as_array)
+            .is_some_and(|t| !t.is_empty())
+    }
+
+    /// Names of the offered tools. Responses namespace tools are flattened to
+    /// `<namespace>__<name>` (so the `nanoclaw` tool `send_message` is
+    /// `mcp__nanoclaw__send_message` there, as in Claude); Chat tools use `function.name`.
+    pub fn tool_names(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for tool in array(&self.body, "tools") {
+            collect_tool_names(tool, None, &mut out);
+        }
+        out
+    }
+
+    /// Whether the request offers the `nanoclaw` MCP tool `tool` under its per-API name.
+    pub fn offers_mcp_tool(&self, tool: &str) -> bool {
+        let want = format!("mcp__{MCP_SERVER}__{tool}");
+        let chat = format!("{MCP_SERVER}_{tool}");
+        self.tool_names().iter().any(|n| *n == want || *n == chat)
+    }
+
+    /// All system-prompt text, blocks joined with `"\n"`: Anthropic top-level `system` plus
+    /// `role:"system"` entries of `messages`; Responses `instructions` plus `developer`/`system`
+    /// input messages; Chat `system`/`developer` messages.
+    pub fn system_text(&self) -> String {
+        let mut parts = Vec::new();
+        match self.api {
+            Some(Api::Anthropic) => {
+                if let Some(system) = self.body.get("system") {
+                    push_nonempty(&mut parts, content_text(system));
+                }
+                for m in messages(&self.body) {
+                    if role(m) == Some("system") {
+                        push_nonempty(&mut parts, content_text(m.get("content")));
+                    }
+                }
+            }
+            Some(Api::Responses) => {
+                if let Some(i) = self.body.get("instructions") {
+                    push_nonempty(&mut parts, content_text(i));
+                }
+                for item in array(&self.body, "input") {
+                    if matches!(role(item), Some("developer" | "system")) {
+                        push_nonempty(&mut parts, content_text(item.get("content")));
+                    }
+                }
+            }
+            Some(Api::Chat) => {
+                for m in messages(&self.body) {
+                    if matches!(role(m), Some("developer" | "system")) {
+                        push_nonempty(&mut parts, content_text(m.get("content")));
+                    }
+                }
+            }
+            None => {}
+        }
+        parts.join("\n")
+    }
+
+    /// The text of each user message, in order (text blocks joined with `"\n"`; tool results
+    /// are not user text, see [`LoggedRequest::tool_results`]; messages with no text are
+    /// skipped). For Codex this includes the `<environment_context>` user message.
+    pub fn user_texts(&self) -> Vec<String> {
+        let items: &[Value] = match self.api {
+            Some(Api::Responses) => array(&self.body, "input"),
+            Some(_) => messages(&self.body),
+            None => &[],
+        };
+        items
+            .iter()
+            .filter(|m| role(m) == Some("user"))
+            .filter(|m| m.get("type").is_none_or(|t| t == "message"))
+            .map(|m| content_text(m.get("content")))
+            .filter(|t| !t.is_empty())
+            .collect()
+    }
+
+    /// The text of the last user message that has text.
+    pub fn last_user_text(&self) -> Option<String> {
+        self.user_texts().pop()
+    }
+
+    /// The text of every tool result in the conversation, in order: Anthropic `tool_result`
+    /// blocks, Responses `*_call_output` items, Chat `role:"tool"` messages.
+    pub fn tool_results(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        match self.api {
+            Some(Api::Anthropic) => {
+                for m in messages(&self.body) {
+                    for block in m
+                        .get("content")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                    {
+                        if block.get("type").and_then(Value::as_str) == Some("tool_result") {
+                            out.push(content_text(block.get("content")));
+                        }
+                    }
+                }
+            }
+            Some(Api::Responses) => {
+                for item in array(&self.body, "input") {
+                    if item
+                        .get("type")
+                        .and_then(Value::as_str)
+                        .is_some_and(|t| t.ends_with("_call_output"))
+                    {
+                        out.push(content_text(item.get("output")));
+                    }
+                }
+            }
+            Some(Api::Chat) => {
+                for m in messages(&self.body) {
+                    if role(m) == Some("tool") {
+                        out.push(content_text(m.get("content")));
+                    }
+                }
+            }
+            None => {}
+        }
+        out
+    }
+
+    /// Whether the conversation ends with a tool result (ignoring trailing Anthropic
+    /// `role:"system"` entries).
+    pub fn tail_is_tool_result(&self) -> bool {
+        match self.api {
+            Some(Api::Anthropic) => messages(&self.body)
+                .iter()
+                .rev()
+                .find(|m| role(m) != Some("system"))
+                .is_some_and(|m| {
+                    role(m) == Some("user")
+                        && m.get("content")
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten()
+                            .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+                }),
+            Some(Api::Responses) => array(&self.body, "input").last().is_some_and(|i| {
+                i.get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| t.ends_with("_call_output"))
+            }),
+            Some(Api::Chat) => messages(&self.body)
+                .last()
+                .is_some_and(|m| role(m) == Some("tool")),
+            None => false,
+        }
+    }
+
+    /// Whether this is a title-generation request: no tools, and a system prompt that mentions
+    /// a title generator (OpenCode's `small_model` call).
+    pub fn is_title_request(&self) -> bool {
+        !self.has_tools()
+            && self
+                .system_text()
+                .to_lowercase()
+                .contains("title generator")
+    }
+
+    /// One-line summary for logs.
+    pub fn summary(&self) -> String {
+        let q = self
+            .query
+            .as_deref()
+            .map(|q| format!("?{q}"))
+            .unwrap_or_default();
+        format!(
+            "#{} +{:.3}s {} {}{} tools={} last_user={:?} -> {}",
+            self.seq,
+            self.since_start.as_secs_f64(),
+            self.method,
+            self.path,
+            q,
+            self.tool_names().len(),
+            self.last_user_text().map(|t| {
+                // The end of the text: Claude puts reminders before the prompt.
+                let chars: Vec<char> = t.chars().collect();
+                chars[chars.len().saturating_sub(60)..]
+                    .iter()
+                    .collect::<String>()
+            }),
+            self.reply_description,
+        )
+    }
+}
+
+fn collect_tool_names(tool: &Value, ns: Option<&str>, out: &mut Vec<String>) {
+    if tool.get("type").and_then(Value::as_str) == Some("namespace") {
+        let inner_ns = tool.get("name").and_then(Value::as_str);
+        for t in array(tool, "tools") {
+            collect_tool_names(t, inner_ns, out);
+        }
+        return;
+    }
+    let name = tool
+        .get("name")
+        .and_then(Value::as_str)
+        .or_else(|| tool.pointer("/function/name").and_then(Value::as_str));
+    if let Some(name) = name {
+        match ns {
+            Some(ns) => out.push(format!("{ns}__{name}")),
+            None => out.push(name.to_string()),
+        }
+    }
+}
+
+fn array<'a>(v: &'a Value, key: &str) -> &'a [Value] {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+fn messages(body: &Value) -> &[Value] {
+    array(body, "messages")
+}
+
+fn role(m: &Value) -> Option<&str> {
+    m.get("role").and_then(Value::as_str)
+}
+
+fn push_nonempty(parts: &mut Vec<String>, s: String) {
+    if !s.is_empty() {
+        parts.push(s);
+    }
+}
+
+/// Text of a content value: a string, or an array of strings / blocks with a `text` field
+/// (`text`, `input_text`, `output_text`; other blocks such as images or tool results are
+/// skipped), joined with `"\n"`.
+fn content_text<'a>(content: impl Into<Option<&'a Value>>) -> String {
+    match content.into() {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(items)) => {
+            let parts: Vec<&str> = items
+                .iter()
+                .filter_map(|b| match b {
+                    Value::String(s) => Some(s.as_str()),
+                    Value::Object(_) => {
+                        let ty = b.get("type").and_then(Value::as_str).unwrap_or("text");
+                        if matches!(ty, "text" | "input_text" | "output_text") {
+                            b.get("text").and_then(Value::as_str)
+                        } else {
+                            None
+                        }
+                    }
+                    _ => None,
+                })
+                .collect();
+            parts.join("\n")
+        }
+        _ => String::new(),
+    }
+}
+
+/// Timeout while waiting for requests.
+#[derive(Debug)]
+pub struct WaitTimeout {
+    pub waited: Duration,
+    /// The requests logged when the wait gave up.
+    pub got: Vec<LoggedRequest>,
+}
+
+impl fmt::Display for WaitTimeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "timed out after {:?} waiting for fake model requests; {} logged:",
+            self.waited,
+            self.got.len()
+        )?;
+        for r in &self.got {
+            writeln!(f, "  {}", r.summary())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for WaitTimeout {}
+
+// ---------------------------------------------------------------------------------------------
+// Server
+// ---------------------------------------------------------------------------------------------
+
+struct Inner {
+    script: VecDeque<Step>,
+    consumed: usize,
+    default_text: String,
+    log: Vec<LoggedRequest>,
+    next_seq: usize,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    started: Instant,
+    ids: AtomicU64,
+    release: watch::Sender<u64>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn next_id(&self) -> u64 {
+        self.ids.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+/// The running fake model server. Cheap accessors; stops on drop.
+pub struct FakeModel {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for FakeModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FakeModel")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl FakeModel {
+    /// Start on `127.0.0.1:0` with an empty script.
+    pub fn start() -> std::io::Result<FakeModel> {
+        FakeModel::start_on(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)))
+    }
+
+    /// Start on `127.0.0.1:0` with `steps` queued.
+    pub fn start_with_script(steps: impl IntoIterator<Item = Step>) -> std::io::Result<FakeModel> {
+        let server = FakeModel::start()?;
+        server.push_all(steps);
+        Ok(server)
+    }
+
+    /// Start on a given address (port 0 picks a free port).
+    pub fn start_on(addr: SocketAddr) -> std::io::Result<FakeModel> {
+        let listener = StdTcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let (release, _) = watch::channel(0u64);
+        let (shutdown, _) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(Inner {
+                script: VecDeque::new(),
+                consumed: 0,
+                default_text: DEFAULT_TEXT.to_string(),
+                log: Vec::new(),
+                next_seq: 0,
+            }),
+            started: Instant::now(),
+            ids: AtomicU64::new(0),
+            release,
+            shutdown,
+        });
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let thread_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("fake-model-{}", addr.port()))
+            .spawn(move || run_server(runtime, listener, thread_shared))?;
+        Ok(FakeModel {
+            addr,
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// `http://127.0.0.1:PORT` (no trailing slash). Claude's `ANTHROPIC_BASE_URL`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `http://127.0.0.1:PORT/v1`: the OpenAI `base_url` / `baseURL` for Codex and OpenCode.
+    pub fn openai_base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Queue one step at the end of the script.
+    pub fn push(&self, step: Step) {
+        self.shared.lock().script.push_back(step);
+    }
+
+    /// Queue steps at the end of the script.
+    pub fn push_all(&self, steps: impl IntoIterator<Item = Step>) {
+        self.shared.lock().script.extend(steps);
+    }
+
+    /// Replace the remaining script.
+    pub fn set_script(&self, steps: impl IntoIterator<Item = Step>) {
+        let mut inner = self.shared.lock();
+        inner.script = steps.into_iter().collect();
+    }
+
+    /// Steps not consumed yet.
+    pub fn remaining_steps(&self) -> usize {
+        self.shared.lock().script.len()
+    }
+
+    /// Text used when the script is empty (default [`DEFAULT_TEXT`]).
+    pub fn set_default_text(&self, text: impl Into<String>) {
+        self.shared.lock().default_text = text.into();
+    }
+
+    /// Release every [`Step::Hang`] whose request has already arrived.
+    pub fn release_hangs(&self) {
+        self.shared.release.send_modify(|g| *g += 1);
+    }
+
+    /// All logged requests, in arrival order.
+    pub fn requests(&self) -> Vec<LoggedRequest> {
+        self.shared.lock().log.clone()
+    }
+
+    /// Logged requests to one API (including title requests).
+    pub fn requests_for(&self, api: Api) -> Vec<LoggedRequest> {
+        self.filtered(|r| r.api == Some(api))
+    }
+
+    /// Logged model turns: requests that consumed a step or got the default text (no title
+    /// requests, no 404s).
+    pub fn model_requests(&self) -> Vec<LoggedRequest> {
+        self.filtered(LoggedRequest::is_model_turn)
+    }
+
+    /// Requests answered with 404.
+    pub fn unknown_requests(&self) -> Vec<LoggedRequest> {
+        self.filtered(|r| r.reply == ReplyKind::NotFound)
+    }
+
+    fn filtered(&self, f: impl Fn(&LoggedRequest) -> bool) -> Vec<LoggedRequest> {
+        self.shared
+            .lock()
+            .log
+            .iter()
+            .filter(|r| f(r))
+            .cloned()
+            .collect()
+    }
+
+    /// Forget the logged requests (the seq numbers keep counting).
+    pub fn clear_log(&self) {
+        self.shared.lock().log.clear();
+    }
+
+    /// Block until at least `n` requests (of any kind) are logged.
+    pub fn wait_for_requests(
+        &self,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Vec<LoggedRequest>, WaitTimeout> {
+        self.wait_until(timeout, |log| log.len() >= n)
+    }
+
+    /// Block until at least `n` model turns ([`LoggedRequest::is_model_turn`]: no title
+    /// requests, no 404s) are logged; returns the whole log.
+    pub fn wait_for_model_requests(
+        &self,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Vec<LoggedRequest>, WaitTimeout> {
+        self.wait_until(timeout, |log| {
+            log.iter().filter(|r| r.is_model_turn()).count() >= n
+        })
+    }
+
+    /// Block until `done(log)` holds (checked every 10 ms); returns the log.
+    pub fn wait_until(
+        &self,
+        timeout: Duration,
+        done: impl Fn(&[LoggedRequest]) -> bool,
+    ) -> Result<Vec<LoggedRequest>, WaitTimeout> {
+        let start = Instant::now();
+        loop {
+            {
+                let inner = self.shared.lock();
+                if done(&inner.log) {
+                    return Ok(inner.log.clone());
+                }
+            }
+            if start.elapsed() >= timeout {
+                return Err(WaitTimeout {
+                    waited: start.elapsed(),
+                    got: self.requests(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Async version of [`FakeModel::wait_for_requests`].
+    pub async fn wait_for_requests_async(
+        &self,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Vec<LoggedRequest>, WaitTimeout> {
+        self.wait_until_async(timeout, |log| log.len() >= n).await
+    }
+
+    /// Async version of [`FakeModel::wait_until`].
+    pub async fn wait_until_async(
+        &self,
+        timeout: Duration,
+        done: impl Fn(&[LoggedRequest]) -> bool,
+    ) -> Result<Vec<LoggedRequest>, WaitTimeout> {
+        let start = Instant::now();
+        loop {
+            {
+                let inner = self.shared.lock();
+                if done(&inner.log) {
+                    return Ok(inner.log.clone());
+                }
+            }
+            if start.elapsed() >= timeout {
+                return Err(WaitTimeout {
+                    waited: start.elapsed(),
+                    got: self.requests(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Stop the server: hung and stalled streams are released, connections are closed after a
+    /// 0.5 s grace period, and the server thread is joined (about 1 s at most).
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.shared.shutdown.send_replace(true);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for FakeModel {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn run_server(runtime: tokio::runtime::Runtime, listener: StdTcpListener, shared: Arc<Shared>) {
+    let mut shutdown = shared.shutdown.subscribe();
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("fake-model: cannot register listener: {e}");
+                return;
+            }
+        };
+        let app = Router::new().fallback(handle).with_state(shared);
+        let mut graceful_signal = shutdown.clone();
+        let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+            let _ = graceful_signal.wait_for(|s| *s).await;
+        });
+        let serve = std::future::IntoFuture::into_future(serve);
+        tokio::pin!(serve);
+        tokio::select! {
+            res = &mut serve => {
+                if let Err(e) = res {
+                    eprintln!("fake-model: server error: {e}");
+                }
+            }
+            _ = async {
+                let _ = shutdown.wait_for(|s| *s).await;
+                // Grace period for in-flight responses; hung streams end on the signal too.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            } => {}
+        }
+    });
+    runtime.shutdown_timeout(Duration::from_millis(500));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Request handling
+// ---------------------------------------------------------------------------------------------
+
+/// What to do with one request, decided under the lock.
+enum Action {
+    NotFound,
+    Title,
+    Step(Step),
+}
+
+async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .unwrap_or_default();
+    let raw_body = String::from_utf8_lossy(&bytes).into_owned();
+    let body_json: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let mut headers: BTreeMap<String, String> = BTreeMap::new();
+    for (name, value) in &parts.headers {
+        let v = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        headers
+            .entry(name.as_str().to_ascii_lowercase())
+            .and_modify(|e| {
+                e.push_str(", ");
+                e.push_str(&v);
+            })
+            .or_insert(v);
+    }
+    let path = parts.uri.path().to_string();
+    let api = if parts.method == Method::POST {
+        Api::from_path(&path)
+    } else {
+        None
+    };
+
+    let mut entry = LoggedRequest {
+        seq: 0,
+        api,
+        method: parts.method.to_string(),
+        path,
+        query: parts.uri.query().map(str::to_string),
+        headers,
+        body: body_json,
+        raw_body,
+        at: SystemTime::now(),
+        since_start: shared.started.elapsed(),
+        reply: ReplyKind::NotFound,
+        reply_description: "404".to_string(),
+    };
+
+    let release_gen = *shared.release.borrow();
+    let (action, ctx, default_text) = {
+        let mut inner = shared.lock();
+        let action = if api.is_none() {
+            Action::NotFound
+        } else if entry.is_title_request() {
+            entry.reply = ReplyKind::Title;
+            entry.reply_description = format!("title {TITLE_TEXT:?}");
+            Action::Title
+        } else if let Some(step) = inner.script.pop_front() {
+            entry.reply = ReplyKind::Step(inner.consumed);
+            entry.reply_description = format!("step {}: {}", inner.consumed, step.describe());
+            inner.consumed += 1;
+            Action::Step(step)
+        } else {
+            entry.reply = ReplyKind::Default;
+            entry.reply_description = format!("default text {:?}", inner.default_text);
+            Action::Step(Step::text(inner.default_text.clone()))
+        };
+        entry.seq = inner.next_seq;
+        inner.next_seq += 1;
+        let default_text = inner.default_text.clone();
+        let is_stream = entry.is_stream();
+        let model = entry.model().unwrap_or("fake-model").to_string();
+        let include_usage = entry
+            .body
+            .pointer("/stream_options/include_usage")
+            .and_then(Value::as_bool)
+            == Some(true);
+        inner.log.push(entry);
+        let ctx = api.map(|api| Ctx {
+            api,
+            model,
+            stream: is_stream,
+            include_usage,
+            shared: shared.clone(),
+            release_gen,
+        });
+        (action, ctx, default_text)
+    };
+
+    match (action, ctx) {
+        (Action::NotFound, _) | (_, None) => not_found(),
+        (Action::Title, Some(ctx)) => {
+            let plan = Plan::blocks(vec![Block::text(TITLE_TEXT, 1, 0)]);
+            ctx.respond(plan).await
+        }
+        (Action::Step(step), Some(ctx)) => ctx.respond_step(step, &default_text).await,
+    }
+}
+
+fn not_found() -> Response {
+    let mut resp = Response::new(Body::from(
+        json!({"error": {"type": "not_found_error", "message": "fake model: unknown route"}})
+            .to_string(),
+    ));
+    *resp.status_mut() = StatusCode::NOT_FOUND;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// Per-request reply context.
+struct Ctx {
+    api: Api,
+    model: String,
+    stream: bool,
+    include_usage: bool,
+    shared: Arc<Shared>,
+    release_gen: u64,
+}
+
+/// Content of one reply.
+#[derive(Clone, Debug)]
+enum Block {
+    Text {
+        text: String,
+        chunks: usize,
+        delay_ms: u64,
+    },
+    Call {
+        name: String,
+        namespace: Option<String>,
+        arguments: String,
+    },
+}
+
+impl Block {
+    fn text(text: impl Into<String>, chunks: usize, delay_ms: u64) -> Block {
+        Block::Text {
+            text: text.into(),
+            chunks: chunks.max(1),
+            delay_ms,
+        }
+    }
+}
+
+/// What happens between the first SSE event(s) and the content.
+#[derive(Clone, Copy, Debug)]
+enum Pause {
+    Sleep(u64),
+    /// Wait for a release (generation > the one seen at arrival) or the timeout.
+    Release {
+        timeout_ms: u64,
+    },
+}
+
+#[derive(Clone, Debug, Default)]
+struct Plan {
+    blocks: Vec<Block>,
+    pause: Option<Pause>,
+    /// Close the connection after the first event(s) instead of sending content.
+    abort_after_start: bool,
+    /// Close the connection right after the headers.
+    abort_at_once: bool,
+}
+
+impl Plan {
+    fn blocks(blocks: Vec<Block>) -> Plan {
+        Plan {
+            blocks,
+            ..Plan::default()
+        }
+    }
+}
+
+/// One unit of the SSE body.
+enum Frame {
+    Data(String),
+    Sleep(u64),
+    Pause(Pause),
+    Abort,
+}
+
+impl Ctx {
+    async fn respond_step(self, step: Step, default_text: &str) -> Response {
+        let default_block = || vec![Block::text(default_text, 1, 0)];
+        match step {
+            Step::Error {
+                status,
+                message,
+                body,
+                retry_after_secs,
+                retry_after_ms,
+            } => self.error_response(status, &message, body, retry_after_secs, retry_after_ms),
+            Step::Hang {
+                after_first_event: false,
+                timeout_ms,
+            } => {
+                self.wait_pause(Pause::Release { timeout_ms }).await;
+                self.respond(Plan::blocks(default_block())).await
+            }
+            Step::Hang {
+                after_first_event: true,
+                timeout_ms,
+            } => {
+                let mut plan = Plan::blocks(default_block());
+                plan.pause = Some(Pause::Release { timeout_ms });
+                self.respond(plan).await
+            }
+            Step::Drop { after_first_event } => {
+                let plan = Plan {
+                    abort_after_start: after_first_event,
+                    abort_at_once: !after_first_event,
+                    ..Plan::default()
+                };
+                self.respond(plan).await
+            }
+            Step::Stall { ms, then } => match *then {
+                Step::Text { .. }
+                | Step::ToolCall { .. }
+                | Step::RawToolCall { .. }
+                | Step::Reply { .. } => {
+                    let mut plan = Plan::blocks(self.blocks_of(&then));
+                    plan.pause = Some(Pause::Sleep(ms));
+                    self.respond(plan).await
+                }
+                other => {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    Box::pin(self.respond_step(other, default_text)).await
+                }
+            },
+            content => {
+                let plan = Plan::blocks(self.blocks_of(&content));
+                self.respond(plan).await
+            }
+        }
+    }
+
+    fn blocks_of(&self, step: &Step) -> Vec<Block> {
+        match step {
+            Step::Text {
+                text,
+                chunks,
+                delay_ms,
+            } => vec![Block::text(text.clone(), *chunks, *delay_ms)],
+            Step::ToolCall { name, arguments } => {
+                let (name, namespace) = self.api.mcp_tool_name(name);
+                vec![Block::Call {
+                    name,
+                    namespace,
+                    arguments: arguments.to_string(),
+                }]
+            }
+            Step::RawToolCall {
+                name,
+                arguments,
+                namespace,
+            } => vec![Block::Call {
+                name: name.clone(),
+                namespace: namespace.clone().filter(|_| self.api == Api::Responses),
+                arguments: arguments.to_string(),
+            }],
+            Step::Reply { steps } => steps.iter().flat_map(|s| self.blocks_of(s)).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    async fn wait_pause(&self, pause: Pause) {
+        let mut shutdown = self.shared.shutdown.subscribe();
+        let stop = async move {
+            let _ = shutdown.wait_for(|s| *s).await;
+        };
+        match pause {
+            Pause::Sleep(ms) => {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
+                    _ = stop => {}
+                }
+            }
+            Pause::Release { timeout_ms } => {
+                let mut release = self.shared.release.subscribe();
+                let gen = self.release_gen;
+                tokio::select! {
+                    _ = release.wait_for(|g| *g > gen) => {}
+                    _ = tokio::time::sleep(Duration::from_millis(timeout_ms)) => {}
+                    _ = stop => {}
+                }
+            }
+        }
+    }
+
+    fn error_response(
+        &self,
+        status: u16,
+        message: &str,
+        body: Option<Value>,
+        retry_after_secs: Option<u64>,
+        retry_after_ms: Option<u64>,
+    ) -> Response {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = body.unwrap_or_else(|| error_body(self.api, status, message));
+        let mut resp = Response::new(Body::from(body.to_string()));
+        *resp.status_mut() = status;
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Some(secs) = retry_after_secs {
+            h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if let Some(ms) = retry_after_ms {
+            h.insert("retry-after-ms", HeaderValue::from(ms));
+        }
+        resp
+    }
+
+    async fn respond(self, plan: Plan) -> Response {
+        if !self.stream {
+            if let Some(pause) = plan.pause {
+                self.wait_pause(pause).await;
+            }
+            if plan.abort_after_start || plan.abort_at_once {
+                return self.stream_response(vec![Frame::Abort]);
+            }
+            let body = self.json_body(&plan.blocks);
+            let mut resp = Response::new(Body::from(body.to_string()));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            return resp;
+        }
+        let frames = if plan.abort_at_once {
+            vec![Frame::Abort]
+        } else {
+            self.sse_frames(&plan)
+        };
+        self.stream_response(frames)
+    }
+
+    fn stream_response(self, frames: Vec<Frame>) -> Response {
+        let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+        let stream = futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        let ctx = Arc::new(self);
+        let producer = ctx.clone();
+        tokio::spawn(async move {
+            for frame in frames {
+                match frame {
+                    Frame::Data(s) => {
+                        if tx.send(Ok(Bytes::from(s))).await.is_err() {
+                            return; // client went away
+                        }
+                    }
+                    Frame::Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                    Frame::Pause(p) => producer.wait_pause(p).await,
+                    Frame::Abort => {
+                        // Let hyper flush what was sent so far: an error queued right behind
+                        // data makes it drop the buffered bytes with the connection.
+                        tokio::time::sleep(Duration::from_millis(30)).await;
+                        let _ = tx
+                            .send(Err(std::io::Error::new(
+                                std::io::ErrorKind::ConnectionAborted,
+                                "fake model: scripted drop",
+                            )))
+                            .await;
+                        return;
+                    }
+                }
+            }
+        });
+        let mut resp = Response::new(Body::from_stream(stream));
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        resp
+    }
+
+    fn id(&self, prefix: &str) -> String {
+        format!("{prefix}_fake{}", self.shared.next_id())
+    }
+
+    // ---- SSE rendering -----------------------------------------------------------------------
+
+    fn sse_frames(&self, plan: &Plan) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        match self.api {
+            Api::Anthropic => self.anthropic_frames(plan, &mut frames),
+            Api::Responses => self.responses_frames(plan, &mut frames),
+            Api::Chat => self.chat_frames(plan, &mut frames),
+        }
+        frames
+    }
+
+    /// Frames after the start event(s): pause / abort.
+    fn after_start(plan: &Plan, frames: &mut Vec<Frame>) -> bool {
+        if let Some(p) = plan.pause {
+            frames.push(Frame::Pause(p));
+        }
+        if plan.abort_after_start {
+            frames.push(Frame::Abort);
+            return false;
+        }
+        true
+    }
+
+    fn anthropic_frames(&self, plan: &Plan, frames: &mut Vec<Frame>) {
+        let ev = |name: &str, data: Value| Frame::Data(format!("event: {name}\ndata: {data}\n\n"));
+        frames.push(ev(
+            "message_start",
+            json!({"type":"message_start","message":{
+                "id": self.id("msg"), "type":"message", "role":"assistant", "model": self.model,
+                "content":[], "stop_reason":null, "stop_sequence":null,
+                "usage":{"input_tokens":10,"output_tokens":1}}}),
+        ));
+        if !Self::after_start(plan, frames) {
+            return;
+        }
+        let mut has_call = false;
+        for (index, block) in plan.blocks.iter().enumerate() {
+            match block {
+                Block::Text {
+                    text,
+                    chunks,
+                    delay_ms,
+                } => {
+                    frames.push(ev(
+                        "content_block_start",
+                        json!({"type":"content_block_start","index":index,
+                               "content_block":{"type":"text","text":""}}),
+                    ));
+                    for (i, chunk) in split_chunks(text, *chunks).into_iter().enumerate() {
+                        if i > 0 && *delay_ms > 0 {
+                            frames.push(Frame::Sleep(*delay_ms));
+                        }
+                        frames.push(ev(
+                            "content_block_delta",
+                            json!({"type":"content_block_delta","index":index,
+                                   "delta":{"type":"text_delta","text":chunk}}),
+                        ));
+                    }
+                }
+                Block::Call {
+                    name, arguments, ..
+                } => {
+                    has_call = true;
+                    frames.push(ev(
+                        "content_block_start",
+                        json!({"type":"content_block_start","index":index,
+                               "content_block":{"type":"tool_use","id":self.id("toolu"),
+                                                "name":name,"input":{}}}),
+                    ));
+                    frames.push(ev(
+                        "content_block_delta",
+                        json!({"type":"content_block_delta","index":index,
+                               "delta":{"type":"input_json_delta","partial_json":arguments}}),
+                    ));
+                }
+            }
+            frames.push(ev(
+                "content_block_stop",
+                json!({"type":"content_block_stop","index":index}),
+            ));
+        }
+        let stop = if has_call { "tool_use" } else { "end_turn" };
+        frames.push(ev(
+            "message_delta",
+            json!({"type":"message_delta","delta":{"stop_reason":stop,"stop_sequence":null},
+                   "usage":{"output_tokens":5}}),
+        ));
+        frames.push(ev("message_stop", json!({"type":"message_stop"})));
+    }
+
+    fn responses_frames(&self, plan: &Plan, frames: &mut Vec<Frame>) {
+        let mut seq = 0u64;
+        let mut ev = |name: &str, mut data: Value| {
+            if let Some(obj) = data.as_object_mut() {
+                obj.insert("type".into(), Value::from(name));
+                obj.insert("sequence_number".into(), Value::from(seq));
+            }
+            seq += 1;
+            Frame::Data(format!("event: {name}\ndata: {data}\n\n"))
+        };
+        let resp_id = self.id("resp");
+        let created = unix_now();
+        let response = |status: &str, output: Value, usage: Value| {
+            json!({"id": resp_id, "object":"response", "created_at": created, "status": status,
+                   "model": self.model, "output": output, "usage": usage})
+        };
+        frames.push(ev(
+            "response.created",
+            json!({"response": response("in_progress", json!([]), Value::Null)}),
+        ));
+        frames.push(ev(
+            "response.in_progress",
+            json!({"response": response("in_progress", json!([]), Value::Null)}),
+        ));
+        if !Self::after_start(plan, frames) {
+            return;
+        }
+        let mut output = Vec::new();
+        for (oi, block) in plan.blocks.iter().enumerate() {
+            match block {
+                Block::Text {
+                    text,
+                    chunks,
+                    delay_ms,
+                } => {
+                    let item_id = self.id("msg");
+                    frames.push(ev(
+                        "response.output_item.added",
+                        json!({"output_index":oi,"item":{"id":item_id,"type":"message",
+                               "status":"in_progress","role":"assistant","content":[]}}),
+                    ));
+                    frames.push(ev(
+                        "response.content_part.added",
+                        json!({"item_id":item_id,"output_index":oi,"content_index":0,
+                               "part":{"type":"output_text","text":"","annotations":[]}}),
+                    ));
+                    for (i, chunk) in split_chunks(text, *chunks).into_iter().enumerate() {
+                        if i > 0 && *delay_ms > 0 {
+                            frames.push(Frame::Sleep(*delay_ms));
+                        }
+                        frames.push(ev(
+                            "response.output_text.delta",
+                            json!({"item_id":item_id,"output_index":oi,"content_index":0,
+                                   "delta":chunk,"logprobs":[]}),
+                        ));
+                    }
+                    frames.push(ev(
+                        "response.output_text.done",
+                        json!({"item_id":item_id,"output_index":oi,"content_index":0,
+                               "text":text,"logprobs":[]}),
+                    ));
+                    let part = json!({"type":"output_text","text":text,"annotations":[]});
+                    frames.push(ev(
+                        "response.content_part.done",
+                        json!({"item_id":item_id,"output_index":oi,"content_index":0,
+                               "part":part}),
+                    ));
+                    let item = json!({"id":item_id,"type":"message","status":"completed",
+                                      "role":"assistant","content":[part]});
+                    frames.push(ev(
+                        "response.output_item.done",
+                        json!({"output_index":oi,"item":item}),
+                    ));
+                    output.push(item);
+                }
+                Block::Call {
+                    name,
+                    namespace,
+                    arguments,
+                } => {
+                    let item_id = self.id("fc");
+                    let call_id = self.id("call");
+                    let mut item = json!({"id":item_id,"type":"function_call",
+                        "status":"in_progress","name":name,"call_id":call_id,"arguments":""});
+                    if let (Some(ns), Some(obj)) = (namespace, item.as_object_mut()) {
+                        obj.insert("namespace".into(), Value::from(ns.clone()));
+                    }
+                    frames.push(ev(
+                        "response.output_item.added",
+                        json!({"output_index":oi,"item":item}),
+                    ));
+                    frames.push(ev(
+                        "response.function_call_arguments.delta",
+                        json!({"item_id":item_id,"output_index":oi,"delta":arguments}),
+                    ));
+                    frames.push(ev(
+                        "response.function_call_arguments.done",
+                        json!({"item_id":item_id,"output_index":oi,"arguments":arguments}),
+                    ));
+                    if let Some(obj) = item.as_object_mut() {
+                        obj.insert("status".into(), Value::from("completed"));
+                        obj.insert("arguments".into(), Value::from(arguments.clone()));
+                    }
+                    frames.push(ev(
+                        "response.output_item.done",
+                        json!({"output_index":oi,"item":item}),
+                    ));
+                    output.push(item);
+                }
+            }
+        }
+        frames.push(ev(
+            "response.completed",
+            json!({"response": response("completed", Value::Array(output), responses_usage())}),
+        ));
+    }
+
+    fn chat_frames(&self, plan: &Plan, frames: &mut Vec<Frame>) {
+        let id = self.id("chatcmpl");
+        let created = unix_now();
+        let chunk = |delta: Value, finish: Value| {
+            let data = json!({"id":id,"object":"chat.completion.chunk","created":created,
+                "model":self.model,
+                "choices":[{"index":0,"delta":delta,"finish_reason":finish}]});
+            Frame::Data(format!("data: {data}\n\n"))
+        };
+        frames.push(chunk(json!({"role":"assistant"}), Value::Null));
+        if !Self::after_start(plan, frames) {
+            return;
+        }
+        let mut call_index = 0usize;
+        for block in &plan.blocks {
+            match block {
+                Block::Text {
+                    text,
+                    chunks,
+                    delay_ms,
+                } => {
+                    for (i, c) in split_chunks(text, *chunks).into_iter().enumerate() {
+                        if i > 0 && *delay_ms > 0 {
+                            frames.push(Frame::Sleep(*delay_ms));
+                        }
+                        frames.push(chunk(json!({"content":c}), Value::Null));
+                    }
+                }
+                Block::Call {
+                    name, arguments, ..
+                } => {
+                    frames.push(chunk(
+                        json!({"tool_calls":[{"index":call_index,"id":self.id("call"),
+                            "type":"function","function":{"name":name,"arguments":""}}]}),
+                        Value::Null,
+                    ));
+                    frames.push(chunk(
+                        json!({"tool_calls":[{"index":call_index,
+                            "function":{"arguments":arguments}}]}),
+                        Value::Null,
+                    ));
+                    call_index += 1;
+                }
+            }
+        }
+        let finish = if call_index > 0 { "tool_calls" } else { "stop" };
+        frames.push(chunk(json!({}), Value::from(finish)));
+        if self.include_usage {
+            let data = json!({"id":id,"object":"chat.completion.chunk","created":created,
+                "model":self.model,"choices":[],
+                "usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}});
+            frames.push(Frame::Data(format!("data: {data}\n\n")));
+        }
+        frames.push(Frame::Data("data: [DONE]\n\n".to_string()));
+    }
+
+    // ---- non-streaming JSON ------------------------------------------------------------------
+
+    fn json_body(&self, blocks: &[Block]) -> Value {
+        let has_call = blocks.iter().any(|b| matches!(b, Block::Call { .. }));
+        match self.api {
+            Api::Anthropic => {
+                let content: Vec<Value> = blocks
+                    .iter()
+                    .map(|b| match b {
+                        Block::Text { text, .. } => json!({"type":"text","text":text}),
+                        Block::Call {
+                            name, arguments, ..
+                        } => json!({"type":"tool_use","id":self.id("toolu"),"name":name,
+                            "input": serde_json::from_str::<Value>(arguments)
+                                .unwrap_or_else(|_| json!({}))}),
+                    })
+                    .collect();
+                json!({"id":self.id("msg"),"type":"message","role":"assistant",
+                       "model":self.model,"content":content,
+                       "stop_reason": if has_call {"tool_use"} else {"end_turn"},
+                       "stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":5}})
+            }
+            Api::Responses => {
+                let output: Vec<Value> = blocks
+                    .iter()
+                    .map(|b| match b {
+                        Block::Text { text, .. } => json!({"id":self.id("msg"),"type":"message",
+                            "status":"completed","role":"assistant",
+                            "content":[{"type":"output_text","text":text,"annotations":[]}]}),
+                        Block::Call {
+                            name,
+                            namespace,
+                            arguments,
+                        } => {
+                            let mut item = json!({"id":self.id("fc"),"type":"function_call",
+                                "status":"completed","name":name,"call_id":self.id("call"),
+                                "arguments":arguments});
+                            if let (Some(ns), Some(obj)) = (namespace, item.as_object_mut()) {
+                                obj.insert("namespace".into(), Value::from(ns.clone()));
+                            }
+                            item
+                        }
+                    })
+                    .collect();
+                json!({"id":self.id("resp"),"object":"response","created_at":unix_now(),
+                       "status":"completed","model":self.model,"output":output,
+                       "usage":responses_usage()})
+            }
+            Api::Chat => {
+                let text: String = blocks
+                    .iter()
+                    .filter_map(|b| match b {
+                        Block::Text { text, .. } => Some(text.as_str()),
+                        Block::Call { .. } => None,
+                    })
+                    .collect();
+                let calls: Vec<Value> = blocks
+                    .iter()
+                    .filter_map(|b| match b {
+                        Block::Call {
+                            name, arguments, ..
+                        } => Some(json!({"id":self.id("call"),"type":"function",
+                            "function":{"name":name,"arguments":arguments}})),
+                        Block::Text { .. } => None,
+                    })
+                    .collect();
+                let mut message = json!({"role":"assistant",
+                    "content": if text.is_empty() && has_call { Value::Null } else { Value::from(text) }});
+                if has_call {
+                    if let Some(obj) = message.as_object_mut() {
+                        obj.insert("tool_calls".into(), Value::Array(calls));
+                    }
+                }
+                json!({"id":self.id("chatcmpl"),"object":"chat.completion","created":unix_now(),
+                       "model":self.model,
+                       "choices":[{"index":0,"message":message,
+                                   "finish_reason": if has_call {"tool_calls"} else {"stop"}}],
+                       "usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}})
+            }
+        }
+    }
+}
+
+/// The JSON error body in each API's shape.
+fn error_body(api: Api, status: StatusCode, message: &str) -> Value {
+    match api {
+        Api::Anthropic => {
+            let ty = match status.as_u16() {
+                400 => "invalid_request_error",
+                401 => "authentication_error",
+                403 => "permission_error",
+                404 => "not_found_error",
+                413 => "request_too_large",
+                429 => "rate_limit_error",
+                529 => "overloaded_error",
+                _ => "api_error",
+            };
+            json!({"type":"error","error":{"type":ty,"message":message}})
+        }
+        Api::Responses | Api::Chat => {
+            let (ty, code) = match status.as_u16() {
+                400 => ("invalid_request_error", Value::Null),
+                401 => ("invalid_request_error", Value::from("invalid_api_key")),
+                403 => ("permission_error", Value::Null),
+                404 => ("invalid_request_error", Value::from("model_not_found")),
+                429 => ("rate_limit_error", Value::from("rate_limit_exceeded")),
+                _ => ("server_error", Value::Null),
+            };
+            json!({"error":{"message":message,"type":ty,"param":null,"code":code}})
+        }
+    }
+}
+
+fn responses_usage() -> Value {
+    json!({"input_tokens":10,"input_tokens_details":{"cached_tokens":0},"output_tokens":5,
+           "output_tokens_details":{"reasoning_tokens":0},"total_tokens":15})
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Split `text` into `n` roughly equal pieces on char boundaries (no empty pieces, except a
+/// single empty piece for empty text).
+fn split_chunks(text: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let n = n.clamp(1, chars.len().max(1));
+    let size = chars.len().div_ceil(n).max(1);
+    let mut out: Vec<String> = chars.chunks(size).map(|c| c.iter().collect()).collect();
+    if out.is_empty() {
+        out.push(String::new());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn client() -> reqwest::Client {
+        reqwest::Client::builder().no_proxy().build().unwrap()
+    }
+
+    async fn post(server: &FakeModel, path: &str, body: Value) -> reqwest::Response {
+        client()
+            .post(format!("{}{path}", server.url()))
+            .header("content-type", "application/json")
+            .header("X-Api-Key", "sk-test")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// (event name, data) pairs of an SSE body; `[DONE]` becomes `Value::String`.
+    fn parse_sse(body: &str) -> Vec<(Option<String>, Value)> {
+        assert!(
+            body.ends_with("\n\n"),
+            "SSE body must end with a blank line: {body:?}"
+        );
+        body.split("\n\n")
+            .filter(|e| !e.is_empty())
+            .map(|e| {
+                let mut name = None;
+                let mut data = Value::Null;
+                for line in e.lines() {
+                    if let Some(n) = line.strip_prefix("event: ") {
+                        name = Some(n.to_string());
+                    } else if let Some(d) = line.strip_prefix("data: ") {
+                        data = if d == "[DONE]" {
+                            Value::from("[DONE]")
+                        } else {
+                            serde_json::from_str(d).unwrap()
+                        };
+                    } else {
+                        panic!("unexpected SSE line {line:?}");
+                    }
+                }
+                (name, data)
+            })
+            .collect()
+    }
+
+    fn names(events: &[(Option<String>, Value)]) -> Vec<&str> {
+        events
+            .iter()
+            .map(|(n, _)| n.as_deref().unwrap_or("-"))
+            .collect()
+    }
+
+    fn with_tools(api: Api, mut body: Value) -> Value {
+        let tools = match api {
+            Api::Anthropic => json!([{"name":"Bash","input_schema":{"type":"object"}}]),
+            Api::Responses => json!([{"type":"function","name":"exec_command","parameters":{}},
+                {"type":"namespace","name":"mcp__nanoclaw",
+                 "tools":[{"type":"function","name":"send_message","parameters":{}}]}]),
+            Api::Chat => json!([{"type":"function","function":{"name":"nanoclaw_send_message",
+                "parameters":{}}}]),
+        };
+        body["tools"] = tools;
+        body["stream"] = json!(true);
+        body
+    }
+
+    fn user_body(api: Api, text: &str) -> Value {
+        match api {
+            Api::Anthropic => json!({"model":"m","messages":[{"role":"user","content":text}]}),
+            Api::Responses => json!({"model":"m","input":[{"type":"message","role":"user",
+                "content":[{"type":"input_text","text":text}]}]}),
+            Api::Chat => json!({"model":"m","messages":[{"role":"user","content":text}]}),
+        }
+    }
+
+    #[test]
+    fn split_chunks_on_char_boundaries() {
+        assert_eq!(split_chunks("héllo", 2), vec!["hél", "lo"]);
+        assert_eq!(split_chunks("ab", 5), vec!["a", "b"]);
+        assert_eq!(split_chunks("", 3), vec![""]);
+        assert_eq!(split_chunks("abc", 1), vec!["abc"]);
+    }
+
+    #[test]
+    fn steps_roundtrip_as_json() {
+        let steps = vec![
+            Step::text("hi").chunks(3).delay_ms(5),
+            Step::tool_call("send_message", json!({"text":"x"})),
+            Step::raw_tool_call("exec_command", json!({"cmd":"env"})).namespace("ns"),
+            Step::error(500, "boom")
+                .retry_after_ms(50)
+                .retry_after_secs(1),
+            Step::hang().timeout_ms(10),
+            Step::text("late").stalled(100),
+            Step::drop_connection(),
+            Step::reply([Step::text("a"), Step::tool_call("t", json!({}))]),
+        ];
+        let s = serde_json::to_string(&steps).unwrap();
+        let back: Vec<Step> = serde_json::from_str(&s).unwrap();
+        assert_eq!(back, steps);
+        let parsed: Step = serde_json::from_str(r#"{"kind":"text","text":"x"}"#).unwrap();
+        assert_eq!(parsed, Step::text("x"));
+    }
+
+    #[tokio::test]
+    async fn anthropic_text_sse_exact_bytes() {
+        let server = FakeModel::start_with_script([Step::text("hello").chunks(2)]).unwrap();
+        let resp = post(
+            &server,
+            "/v1/messages?beta=true",
+            with_tools(Api::Anthropic, user_body(Api::Anthropic, "hi")),
+        )
+        .await;
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["content-type"], "text/event-stream");
+        let body = resp.text().await.unwrap();
+        let expected = concat!(
+            "event: message_start\n",
+            r#"data: {"message":{"content":[],"id":"msg_fake1","model":"m","role":"assistant","stop_reason":null,"stop_sequence":null,"type":"message","usage":{"input_tokens":10,"output_tokens":1}},"type":"message_start"}"#,
+            "\n\n",
+            "event: content_block_start\n",
+            r#"data: {"content_block":{"text":"","type":"text"},"index":0,"type":"content_block_start"}"#,
+            "\n\n",
+            "event: content_block_delta\n",
+            r#"data: {"delta":{"text":"hel","type":"text_delta"},"index":0,"type":"content_block_delta"}"#,
+            "\n\n",
+            "event: content_block_delta\n",
+            r#"data: {"delta":{"text":"lo","type":"text_delta"},"index":0,"type":"content_block_delta"}"#,
+            "\n\n",
+            "event: content_block_stop\n",
+            r#"data: {"index":0,"type":"content_block_stop"}"#,
+            "\n\n",
+            "event: message_delta\n",
+            r#"data: {"delta":{"stop_reason":"end_turn","stop_sequence":null},"type":"message_delta","usage":{"output_tokens":5}}"#,
+            "\n\n",
+            "event: message_stop\n",
+            r#"data: {"type":"message_stop"}"#,
+            "\n\n",
+        );
+        assert_eq!(body, expected);
+        let log = server.requests();
+        assert_eq!(log.len(), 1);
+        assert_eq!(log[0].api, Some(Api::Anthropic));
+        assert_eq!(log[0].path, "/v1/messages");
+        assert_eq!(log[0].query.as_deref(), Some("beta=true"));
+        assert_eq!(log[0].header("x-api-key"), Some("sk-test"));
+        assert_eq!(
+            log[0].headers.get("x-api-key").map(String::as_str),
+            Some("sk-test")
+        );
+        assert_eq!(log[0].reply, ReplyKind::Step(0));
+        assert_eq!(server.remaining_steps(), 0);
+    }
+
+    #[tokio::test]
+    async fn anthropic_tool_use_maps_mcp_name() {
+        let server = FakeModel::start_with_script([
+            Step::reply([
+                Step::text("calling"),
+                Step::tool_call("send_message", json!({"text":"hi"})),
+            ]),
+            Step::raw_tool_call("Bash", json!({"command":"env"})),
+        ])
+        .unwrap();
+        let body = with_tools(Api::Anthropic, user_body(Api::Anthropic, "hi"));
+        let ev = parse_sse(
+            &post(&server, "/v1/messages", body.clone())
+                .await
+                .text()
+                .await
+                .unwrap(),
+        );
+        assert_eq!(
+            names(&ev),
+            [
+                "message_start",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ]
+        );
+        assert_eq!(ev[4].1["index"], 1);
+        assert_eq!(ev[4].1["content_block"]["type"], "tool_use");
+        assert_eq!(
+            ev[4].1["content_block"]["name"],
+            "mcp__nanoclaw__send_message"
+        );
+        assert!(ev[4].1["content_block"]["id"]
+            .as_str()
+            .unwrap()
+            .starts_with("toolu_"));
+        assert_eq!(ev[5].1["delta"]["type"], "input_json_delta");
+        assert_eq!(ev[5].1["delta"]["partial_json"], r#"{"text":"hi"}"#);
+        assert_eq!(ev[7].1["delta"]["stop_reason"], "tool_use");
+
+        let ev = parse_sse(
+            &post(&server, "/v1/messages", body)
+                .await
+                .text()
+                .await
+                .unwrap(),
+        );
+        assert_eq!(ev[1].1["content_block"]["name"], "Bash");
+        assert_eq!(ev[2].1["delta"]["partial_json"], r#"{"command":"env"}"#);
+    }
+
+    #[tokio::test]
+    async fn responses_function_call_has_namespace_and_completed() {
+        let server = FakeModel::start_with_script([
+            Step::tool_call("send_message", json!({"text":"hi"})),
+            Step::raw_tool_call("exec_command", json!({"cmd":"env"})),
+            Step::text("done").chunks(2),
+        ])
+        .unwrap();
+        let body = with_tools(Api::Responses, user_body(Api::Responses, "hi"));
+        let ev = parse_sse(
+            &post(&server, "/v1/responses", body.clone())
+                .await
+                .text()
+                .await
+                .unwrap(),
+        );
+        assert_eq!(
+            names(&ev),
+            [
+                "response.created",
+                "response.in_progress",
+                "response.output_item.added",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.done",
+                "response.output_item.done",
+                "response.completed"
+            ]
+        );
+        for (i, (name, data)) in ev.iter().enumerate() {
+            assert_eq!(data["type"].as_str(), name.as_deref());
+            assert_eq!(data["sequence_number"], i);
+        }
+        let item = &ev[5].1["item"];
+        assert_eq!(item["type"], "function_call");
+        assert_eq!(item["name"], "send_message");
+        assert_eq!(item["namespace"], "mcp__nanoclaw");
+        assert_eq!(item["arguments"], r#"{"text":"hi"}"#);
+        assert_eq!(item["status"], "completed");
+        assert_eq!(ev[6].1["response"]["status"], "completed");
+        assert_eq!(ev[6].1["response"]["output"][0], *item);
+        assert_eq!(ev[6].1["response"]["usage"]["total_tokens"], 15);
+
+        let ev = parse_sse(
+            &post(&server, "/v1/responses", body.clone())
+                .await
+                .text()
+                .await
+                .unwrap(),
+        );
+        let item = &ev[5].1["item"];
+        assert_eq!(item["name"], "exec_command");
+        assert!(item.get("namespace").is_none());
+
+        let ev = parse_sse(
+            &post(&server, "/v1/responses", body)
+                .await
+                .text()
+                .await
+                .unwrap(),
+        );
+        assert_eq!(
+            names(&ev),
+            [
+                "response.created",
+                "response.in_progress",
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.completed"
+            ]
+        );
+        assert_eq!(ev[4].1["delta"], "do");
+        assert_eq!(ev[5].1["delta"], "ne");
+        assert_eq!(ev[8].1["item"]["content"][0]["text"], "done");
+        assert_eq!(ev[9].1["response"]["output"][0]["role"], "assistant");
+    }
+
+    #[tokio::test]
+    async fn chat_tool_calls_and_text_with_finish_reason() {
+        let server =
+            FakeModel::start_with_script([Step::tool_call("send_message", json!({"text":"hi"}))])
+                .unwrap();
+        let mut body = with_tools(Api::Chat, user_body(Api::Chat, "hi"));
+        body["stream_options"] = json!({"include_usage": true});
+        let text = post(&server, "/v1/chat/completions", body.clone())
+            .await
+            .text()
+            .await
+            .unwrap();
+        let ev = parse_sse(&text);
+        assert!(ev.iter().all(|(n, _)| n.is_none()));
+        assert_eq!(ev.len(), 6, "{text}");
+        assert_eq!(ev[0].1["choices"][0]["delta"]["role"], "assistant");
+        let call = &ev[1].1["choices"][0]["delta"]["tool_calls"][0];
+        assert_eq!(call["function"]["name"], "nanoclaw_send_message");
+        assert_eq!(call["index"], 0);
+        assert_eq!(call["type"], "function");
+        assert_eq!(
+            ev[2].1["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"],
+            r#"{"text":"hi"}"#
+        );
+        assert_eq!(ev[3].1["choices"][0]["finish_reason"], "tool_calls");
+        for (_, e) in &ev[..4] {
+            assert_eq!(e["object"], "chat.completion.chunk");
+            assert!(
+                e["choices"][0].get("finish_reason").is_some(),
+                "finish_reason always present"
+            );
+        }
+        assert_eq!(ev[4].1["usage"]["total_tokens"], 15);
+        assert_eq!(ev[5].1, "[DONE]");
+
+        // Script empty: default text, no usage chunk without include_usage.
+        server.set_default_text("fin");
+        body.as_object_mut().unwrap().remove("stream_options");
+        let ev = parse_sse(
+            &post(&server, "/v1/chat/completions", body)
+                .await
+                .text()
+                .await
+                .unwrap(),
+        );
+        assert_eq!(ev.len(), 4);
+        assert_eq!(ev[1].1["choices"][0]["delta"]["content"], "fin");
+        assert_eq!(ev[2].1["choices"][0]["finish_reason"], "stop");
+        assert_eq!(ev[3].1, "[DONE]");
+        assert_eq!(server.requests()[1].reply, ReplyKind::Default);
+    }
+
+    #[tokio::test]
+    async fn title_requests_consume_no_step_but_toolless_requests_do() {
+        let server =
+            FakeModel::start_with_script([Step::text("first"), Step::text("second")]).unwrap();
+        let title = json!({"model":"m","stream":true,"messages":[
+            {"role":"system","content":"You are a title generator. You output ONLY a thread title."},
+            {"role":"user","content":"hello"}]});
+        let ev = parse_sse(
+            &post(&server, "/v1/chat/completions", title)
+                .await
+                .text()
+                .await
+                .unwrap(),
+        );
+        assert_eq!(ev[1].1["choices"][0]["delta"]["content"], TITLE_TEXT);
+        assert_eq!(server.remaining_steps(), 2);
+        // No tools and no title prompt (e.g. claude --tools ""): consumes a step.
+        let mut plain = user_body(Api::Anthropic, "hi");
+        plain["stream"] = json!(true);
+        let ev = parse_sse(
+            &post(&server, "/v1/messages", plain)
+                .await
+                .text()
+                .await
+                .unwrap(),
+        );
+        assert_eq!(ev[2].1["delta"]["text"], "first");
+        assert_eq!(server.remaining_steps(), 1);
+        let log = server.requests();
+        assert_eq!(log[0].reply, ReplyKind::Title);
+        assert!(log[0].is_title_request());
+        assert_eq!(log[1].reply, ReplyKind::Step(0));
+        assert_eq!(server.model_requests().len(), 1);
+        assert_eq!(server.requests_for(Api::Chat).len(), 1);
+        let log = server
+            .wait_for_model_requests(1, Duration::from_secs(1))
+            .unwrap();
+        assert_eq!(log.len(), 2);
+        assert!(server
+            .wait_for_model_requests(2, Duration::from_millis(30))
+            .is_err());
+    }
+
+    #[tokio::test]
+    async fn errors_have_status_headers_and_api_shapes() {
+        let server = FakeModel::start().unwrap();
+        for api in Api::ALL {
+            server.push(
+                Step::error(429, "slow down")
+                    .retry_after_secs(3)
+                    .retry_after_ms(50),
+            );
+            let resp = post(&server, api.path(), with_tools(api, user_body(api, "x"))).await;
+            assert_eq!(resp.status(), 429);
+            assert_eq!(resp.headers()["retry-after"], "3");
+            assert_eq!(resp.headers()["retry-after-ms"], "50");
+            assert_eq!(resp.headers()["content-type"], "application/json");
+            let body: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+            assert_eq!(body["error"]["message"], "slow down");
+            match api {
+                Api::Anthropic => {
+                    assert_eq!(body["type"], "error");
+                    assert_eq!(body["error"]["type"], "rate_limit_error");
+                }
+                _ => assert_eq!(body["error"]["code"], "rate_limit_exceeded"),
+            }
+        }
+        server.push(Step::error(529, "busy"));
+        let resp = post(
+            &server,
+            "/v1/messages",
+            with_tools(Api::Anthropic, user_body(Api::Anthropic, "x")),
+        )
+        .await;
+        assert_eq!(resp.status().as_u16(), 529);
+        assert!(resp.headers().get("retry-after").is_none());
+        let body: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+        assert_eq!(body["error"]["type"], "overloaded_error");
+        server.push(Step::error(400, "x").body(json!({"custom":true})));
+        let resp = post(
+            &server,
+            "/v1/responses",
+            with_tools(Api::Responses, user_body(Api::Responses, "x")),
+        )
+        .await;
+        assert_eq!(resp.status(), 400);
+        assert_eq!(resp.text().await.unwrap(), r#"{"custom":true}"#);
+    }
+
+    #[tokio::test]
+    async fn hang_after_first_event_until_released() {
+        let server = FakeModel::start_with_script([Step::hang()]).unwrap();
+        server.set_default_text("after release");
+        let mut resp = post(
+            &server,
+            "/v1/messages",
+            with_tools(Api::Anthropic, user_body(Api::Anthropic, "x")),
+        )
+        .await;
+        let first = resp.chunk().await.unwrap().unwrap();
+        let first = String::from_utf8_lossy(&first).into_owned();
+        assert!(first.starts_with("event: message_start\n"), "{first}");
+        let more = tokio::time::timeout(Duration::from_millis(300), resp.chunk()).await;
+        assert!(more.is_err(), "stream must hang after the first event");
+        let t = Instant::now();
+        server.release_hangs();
+        let mut rest = String::new();
+        while let Some(c) = resp.chunk().await.unwrap() {
+            rest.push_str(&String::from_utf8_lossy(&c));
+        }
+        assert!(t.elapsed() < Duration::from_secs(2));
+        assert!(rest.contains(r#""text":"after release""#), "{rest}");
+        assert!(rest.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+    }
+
+    #[tokio::test]
+    async fn hang_before_response_and_timeout() {
+        let server = FakeModel::start_with_script([
+            Step::hang_before_response(),
+            Step::hang().timeout_ms(200),
+        ])
+        .unwrap();
+        let body = with_tools(Api::Chat, user_body(Api::Chat, "x"));
+        let pending = tokio::spawn(post_owned(server.url(), body.clone()));
+        server
+            .wait_for_requests_async(1, Duration::from_secs(5))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!pending.is_finished(), "no response headers before release");
+        server.release_hangs();
+        let text = pending.await.unwrap();
+        assert!(text.contains(r#""content":"ok""#), "{text}");
+        // Timeout: completes by itself.
+        let t = Instant::now();
+        let text = post(&server, "/v1/chat/completions", body)
+            .await
+            .text()
+            .await
+            .unwrap();
+        assert!(t.elapsed() >= Duration::from_millis(190));
+        assert!(text.ends_with("data: [DONE]\n\n"));
+    }
+
+    async fn post_owned(url: String, body: Value) -> String {
+        client()
+            .post(format!("{url}/v1/chat/completions"))
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn stall_delays_content_and_text_delay_between_chunks() {
+        let server = FakeModel::start_with_script([
+            Step::text("abcd").chunks(4).delay_ms(50).stalled(300),
+            Step::error(503, "later").stalled(200),
+        ])
+        .unwrap();
+        let body = with_tools(Api::Responses, user_body(Api::Responses, "x"));
+        let t = Instant::now();
+        let mut resp = post(&server, "/v1/responses", body.clone()).await;
+        let first = resp.chunk().await.unwrap().unwrap();
+        assert!(String::from_utf8_lossy(&first).contains("response.created"));
+        assert!(
+            t.elapsed() < Duration::from_millis(250),
+            "headers and first event come at once"
+        );
+        let mut rest = String::new();
+        while let Some(c) = resp.chunk().await.unwrap() {
+            rest.push_str(&String::from_utf8_lossy(&c));
+        }
+        assert!(t.elapsed() >= Duration::from_millis(300 + 150));
+        assert_eq!(rest.matches("response.output_text.delta\n").count(), 4);
+        let t = Instant::now();
+        let resp = post(&server, "/v1/responses", body).await;
+        assert_eq!(resp.status(), 503);
+        assert!(t.elapsed() >= Duration::from_millis(200));
+    }
+
+    #[tokio::test]
+    async fn drop_closes_mid_stream() {
+        let server = FakeModel::start_with_script([
+            Step::drop_connection(),
+            Step::drop_before_first_event(),
+            Step::text("after"),
+        ])
+        .unwrap();
+        let body = with_tools(Api::Anthropic, user_body(Api::Anthropic, "x"));
+        let mut resp = post(&server, "/v1/messages", body.clone()).await;
+        let first = resp.chunk().await.unwrap().unwrap();
+        assert!(String::from_utf8_lossy(&first).starts_with("event: message_start"));
+        assert!(
+            resp.chunk().await.is_err(),
+            "the body must end with an error"
+        );
+
+        let res = client()
+            .post(format!("{}/v1/messages", server.url()))
+            .body(body.to_string())
+            .send()
+            .await;
+        // Either the body fails, or the request fails before the response head: both are drops.
+        if let Ok(resp) = res {
+            assert!(resp.text().await.is_err());
+        }
+        // The server keeps working.
+        let text = post(&server, "/v1/messages", body)
+            .await
+            .text()
+            .await
+            .unwrap();
+        assert!(text.contains(r#""text":"after""#));
+    }
+
+    #[tokio::test]
+    async fn non_stream_requests_get_json() {
+        let server = FakeModel::start_with_script([
+            Step::tool_call("send_message", json!({"text":"hi"})),
+            Step::tool_call("send_message", json!({"text":"hi"})),
+            Step::tool_call("send_message", json!({"text":"hi"})),
+        ])
+        .unwrap();
+        let mut results = Vec::new();
+        for api in Api::ALL {
+            let mut body = with_tools(api, user_body(api, "x"));
+            body["stream"] = json!(false);
+            let resp = post(&server, api.path(), body).await;
+            assert_eq!(resp.headers()["content-type"], "application/json");
+            results.push(serde_json::from_str::<Value>(&resp.text().await.unwrap()).unwrap());
+        }
+        assert_eq!(
+            results[0]["content"][0]["name"],
+            "mcp__nanoclaw__send_message"
+        );
+        assert_eq!(results[0]["content"][0]["input"]["text"], "hi");
+        assert_eq!(results[0]["stop_reason"], "tool_use");
+        assert_eq!(results[1]["output"][0]["namespace"], "mcp__nanoclaw");
+        assert_eq!(results[1]["status"], "completed");
+        assert_eq!(
+            results[2]["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
+            "nanoclaw_send_message"
+        );
+        assert_eq!(results[2]["choices"][0]["finish_reason"], "tool_calls");
+    }
+
+    #[tokio::test]
+    async fn unknown_routes_are_404_and_logged() {
+        let server = FakeModel::start().unwrap();
+        let resp = client()
+            .get(format!("{}/v1/models?x=1", server.url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 404);
+        let resp = client()
+            .get(format!("{}/v1/messages", server.url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 404);
+        let log = server.unknown_requests();
+        assert_eq!(log.len(), 2);
+        assert_eq!(log[0].path, "/v1/models");
+        assert_eq!(log[0].query.as_deref(), Some("x=1"));
+        assert_eq!(log[0].method, "GET");
+        assert_eq!(log[0].api, None);
+        assert!(server.model_requests().is_empty());
+    }
+
+    #[tokio::test]
+    async fn log_helpers_read_each_api_shape() {
+        let server = FakeModel::start().unwrap();
+        let anthropic = json!({"model":"claude","stream":true,
+            "system":[{"type":"text","text":"base prompt"},{"type":"text","text":"MARKER-SYS"}],
+            "tools":[{"name":"mcp__nanoclaw__send_message","input_schema":{}}],
+            "messages":[
+                {"role":"user","content":[{"type":"text","text":"first"}]},
+                {"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"x","input":{}}]},
+                {"role":"user","content":[{"type":"tool_result","tool_use_id":"t1",
+                    "content":[{"type":"text","text":"message sent"}]}]},
+                {"role":"system","content":"The user sent a new message while you were working:\nfollow"}]});
+        let responses = json!({"model":"gpt","stream":true,"instructions":"INSTR",
+            "tools":[{"type":"namespace","name":"mcp__nanoclaw",
+                      "tools":[{"type":"function","name":"send_message"}]}],
+            "input":[
+                {"type":"message","role":"developer","content":[{"type":"input_text","text":"DEV"}]},
+                {"type":"message","role":"user","content":[{"type":"input_text","text":"<environment_context/>"}]},
+                {"type":"message","role":"user","content":[{"type":"input_text","text":"hello codex"}]},
+                {"type":"function_call","name":"send_message","namespace":"mcp__nanoclaw","call_id":"c","arguments":"{}"},
+                {"type":"function_call_output","call_id":"c","output":[
+                    {"type":"input_text","text":"Wall time: 0.1 seconds\nOutput:"},
+                    {"type":"input_text","text":"message sent"}]}]});
+        let chat = json!({"model":"oc","stream":true,
+            "tools":[{"type":"function","function":{"name":"nanoclaw_send_message"}}],
+            "messages":[
+                {"role":"system","content":"OC SYSTEM"},
+                {"role":"user","content":[{"type":"text","text":"hello oc"}]},
+                {"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function",
+                    "function":{"name":"nanoclaw_send_message","arguments":"{}"}}]},
+                {"role":"tool","tool_call_id":"c","content":"message sent"}]});
+        post(&server, "/v1/messages?beta=true", anthropic)
+            .await
+            .text()
+            .await
+            .unwrap();
+        post(&server, "/v1/responses", responses)
+            .await
+            .text()
+            .await
+            .unwrap();
+        post(&server, "/v1/chat/completions", chat)
+            .await
+            .text()
+            .await
+            .unwrap();
+        let log = server.wait_for_requests(3, Duration::from_secs(5)).unwrap();
+
+        let a = &log[0];
+        assert_eq!(
+            a.system_text(),
+            "base prompt\nMARKER-SYS\nThe user sent a new message while you were working:\nfollow"
+        );
+        assert_eq!(a.user_texts(), ["first"]);
+        assert_eq!(a.last_user_text().as_deref(), Some("first"));
+        assert_eq!(a.tool_results(), ["message sent"]);
+        assert!(a.tail_is_tool_result());
+        assert!(a.offers_mcp_tool("send_message"));
+        assert_eq!(a.model(), Some("claude"));
+
+        let r = &log[1];
+        assert_eq!(r.system_text(), "INSTR\nDEV");
+        assert_eq!(r.user_texts(), ["<environment_context/>", "hello codex"]);
+        assert_eq!(r.last_user_text().as_deref(), Some("hello codex"));
+        assert_eq!(
+            r.tool_results(),
+            ["Wall time: 0.1 seconds\nOutput:\nmessage sent"]
+        );
+        assert!(r.tail_is_tool_result());
+        assert_eq!(r.tool_names(), ["mcp__nanoclaw__send_message"]);
+        assert!(r.offers_mcp_tool("send_message"));
+
+        let c = &log[2];
+        assert_eq!(c.system_text(), "OC SYSTEM");
+        assert_eq!(c.last_user_text().as_deref(), Some("hello oc"));
+        assert_eq!(c.tool_results(), ["message sent"]);
+        assert!(c.tail_is_tool_result());
+        assert!(c.offers_mcp_tool("send_message"));
+        assert!(!c.offers_mcp_tool("other"));
+        assert!(c.is_stream());
+        assert!(c.summary().contains("/v1/chat/completions"));
+    }
+
+    #[test]
+    fn wait_times_out_with_the_log() {
+        let server = FakeModel::start().unwrap();
+        let err = server
+            .wait_for_requests(1, Duration::from_millis(50))
+            .unwrap_err();
+        assert!(err.got.is_empty());
+        assert!(err.to_string().contains("timed out"));
+    }
+
+    #[tokio::test]
+    async fn shutdown_cuts_hung_streams_and_closes_the_port() {
+        let server = FakeModel::start_with_script([Step::hang()]).unwrap();
+        let url = server.url();
+        let mut resp = post(
+            &server,
+            "/v1/messages",
+            with_tools(Api::Anthropic, user_body(Api::Anthropic, "x")),
+        )
+        .await;
+        resp.chunk().await.unwrap().unwrap();
+        let t = Instant::now();
+        tokio::task::spawn_blocking(move || server.shutdown())
+            .await
+            .unwrap();
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "shutdown took {:?}",
+            t.elapsed()
+        );
+        // The hung stream ends (completed or cut), and new connections are refused.
+        tokio::time::timeout(Duration::from_secs(3), async {
+            while let Ok(Some(_)) = resp.chunk().await {}
+        })
+        .await
+        .unwrap();
+        assert!(client()
+            .post(format!("{url}/v1/messages"))
+            .body("{}")
+            .send()
+            .await
+            .is_err());
+    }
+}
