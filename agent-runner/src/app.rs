@@ -102,7 +102,16 @@ async fn run(config: Config) -> Result<()> {
         pid = std::process::id(),
         "agent-runner starting"
     );
+    let script_env = script_env(&config);
     let options = RunnerOptions {
+        agent_dir: config.path("agentDir").unwrap_or_else(|| config.workspace.join("agent")),
+        script_env,
+        script_limits: crate::script::ScriptLimits { timeout: config.secs("scriptTimeoutSecs"), ..Default::default() },
+        media_limits: crate::media::MediaLimits {
+            max_bytes: config.number("maxAttachmentBytes"),
+            timeout: config.secs("downloadTimeoutSecs"),
+            ..Default::default()
+        },
         timezone,
         workspace: config.workspace.clone(),
         max_messages: usize::try_from(config.number("maxMessagesPerPrompt")).unwrap_or(10).max(1),
@@ -118,6 +127,20 @@ async fn run(config: Config) -> Result<()> {
     runner.run(shutdown_signal()).await?;
     drop(lock);
     Ok(())
+}
+
+/// The environment of pre-agent scripts: the same allow-list and scrubbing as the CLI gets,
+/// plus TZ and the workspace paths.
+fn script_env(config: &Config) -> BTreeMap<String, String> {
+    let policy = provider::process::EnvPolicy {
+        passthrough: config.list("envPassthrough"),
+        scrub_patterns: config.list("envScrubPatterns"),
+    };
+    let mut env = policy.inherited(std::env::vars());
+    env.insert("TZ".into(), config.timezone_name());
+    env.insert("WORKSPACE_DIR".into(), config.workspace.display().to_string());
+    env.entry("PATH".into()).or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".into());
+    env
 }
 
 /// Resolves on SIGTERM or SIGINT.

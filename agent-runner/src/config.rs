@@ -234,9 +234,16 @@ impl Config {
         self.values.get(key).map(|(v, _)| v.clone())
     }
 
-    /// A path field, resolved against the workspace when relative.
+    /// A path field. Relative paths from a flag or the environment are taken as given (relative
+    /// to the current directory, as a shell user expects); relative paths from config.json or a
+    /// default are relative to the workspace.
     pub fn path(&self, key: &str) -> Option<PathBuf> {
-        self.text(key).map(|text| self.workspace.join(text))
+        let (value, source) = self.values.get(key)?;
+        let text = value.as_str()?;
+        Some(match source {
+            Source::Flag | Source::Env => PathBuf::from(text),
+            Source::File | Source::Default => self.workspace.join(text),
+        })
     }
 
     /// A duration field given in seconds.

@@ -5,5 +5,7 @@ pub mod app;
 pub mod config;
 pub mod format;
 pub mod lock;
+pub mod media;
 pub mod reply;
 pub mod runner;
+pub mod script;

@@ -388,7 +388,7 @@ async fn save_data(
         .filter(|c| !c.is_ascii_whitespace())
         .collect();
     // Checked before decoding so a huge body is refused without a second huge buffer.
-    let estimate = compact.len() as u64 / 4 * 3;
+    let estimate = compact.trim_end_matches('=').len() as u64 * 3 / 4;
     if estimate > limits.max_bytes {
         return Err(too_large(estimate, limits.max_bytes));
     }
@@ -946,6 +946,7 @@ mod tests {
                     data: Some("data:text/plain;base64,aGVs\nbG8".to_owned()),
                     ..Attachment::default()
                 },
+                data("exact.bin", &[7u8; 1000]),
                 Attachment {
                     name: Some("big.bin".to_owned()),
                     data: Some("A".repeat(4000)),
@@ -959,7 +960,13 @@ mod tests {
         assert!(reason.starts_with("invalid base64 data"), "{reason}");
         let path = available(&resolved.notes[1]);
         assert_eq!(std::fs::read(path).unwrap(), b"hello");
-        let (_, reason) = unavailable(&resolved.notes[2]);
+        let path = available(&resolved.notes[2]);
+        assert_eq!(
+            std::fs::read(path).unwrap().len(),
+            1000,
+            "the limit itself is allowed"
+        );
+        let (_, reason) = unavailable(&resolved.notes[3]);
         assert!(reason.starts_with("too large"), "{reason}");
     }
 

@@ -2,7 +2,7 @@
 //! prepare (commands, scripts, attachments, formatting), query the provider, push follow-ups,
 //! and write replies together with the completion of the rows they answer.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,13 +22,30 @@ use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::format::{self, FormatContext, PromptRow};
+use crate::media::{resolve_attachments, MediaLimits};
 use crate::reply;
+use crate::script::{run_script, ScriptLimits, ScriptOutcome};
+
+/// The runner's notion of "now", injectable so timer tests can run on paused tokio time.
+pub type Clock = Arc<dyn Fn() -> chrono::DateTime<Utc> + Send + Sync>;
+
+/// The wall clock.
+pub fn system_clock() -> Clock {
+    Arc::new(Utc::now)
+}
+
+/// A clock that starts at `start` and advances with tokio's clock (so `tokio::time::pause()`
+/// and `advance()` move it).
+pub fn tokio_clock(start: chrono::DateTime<Utc>) -> Clock {
+    let origin = Instant::now();
+    Arc::new(move || start + chrono::Duration::from_std(origin.elapsed()).unwrap_or_default())
+}
 
 /// The reply to `/clear`.
 pub const CLEARED_REPLY: &str = "Session cleared.";
 
 /// Everything the loop needs besides the DB and the provider.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RunnerOptions {
     /// Time zone of prompts and schedules.
     pub timezone: Tz,
@@ -46,6 +63,44 @@ pub struct RunnerOptions {
     pub query_retries: u32,
     /// The system prompt given to each query.
     pub system_prompt: Option<String>,
+    /// The agent's working directory (pre-agent scripts run there).
+    pub agent_dir: PathBuf,
+    /// Environment of pre-agent scripts.
+    pub script_env: BTreeMap<String, String>,
+    /// Pre-agent script limits.
+    pub script_limits: ScriptLimits,
+    /// Attachment download limits.
+    pub media_limits: MediaLimits,
+    /// "Now" for due times and schedules.
+    pub clock: Clock,
+}
+
+impl std::fmt::Debug for RunnerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunnerOptions").field("workspace", &self.workspace).field("timezone", &self.timezone).finish()
+    }
+}
+
+impl RunnerOptions {
+    /// Defaults for a workspace laid out like the container's.
+    pub fn for_workspace(workspace: impl Into<PathBuf>) -> Self {
+        let workspace = workspace.into();
+        Self {
+            timezone: chrono_tz::UTC,
+            max_messages: 10,
+            idle_poll: Duration::from_secs(1),
+            active_poll: Duration::from_millis(500),
+            heartbeat: Duration::from_secs(5),
+            query_retries: 2,
+            system_prompt: None,
+            agent_dir: workspace.join("agent"),
+            script_env: BTreeMap::new(),
+            script_limits: ScriptLimits::default(),
+            media_limits: MediaLimits::default(),
+            clock: system_clock(),
+            workspace,
+        }
+    }
 }
 
 /// Where replies of a prompt go.
@@ -153,7 +208,8 @@ impl Runner {
             }
             let first_poll = self.first_poll;
             let limit = self.options.max_messages;
-            let eligible = self.call(move |db| db.eligible(Utc::now(), first_poll, limit)).await;
+            let now = (self.options.clock)();
+            let eligible = self.call(move |db| db.eligible(now, first_poll, limit)).await;
             self.first_poll = false;
             match eligible {
                 Ok(eligible) if eligible.wakes => {
@@ -180,7 +236,7 @@ impl Runner {
         let idle = self.options.idle_poll;
         match self.call(|db| db.next_due()).await {
             Ok(Some(due)) => {
-                let until = (due - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+                let until = (due - (self.options.clock)()).to_std().unwrap_or(Duration::ZERO);
                 idle.min(until.max(Duration::from_millis(5)))
             }
             _ => idle,
@@ -269,9 +325,10 @@ impl Runner {
             self.call(move |db| db.release(&ids)).await?;
             return Ok(None);
         }
-        let destinations = self.call(|db| db.destinations()).await.unwrap_or_default();
-        let mut prompt_rows = Vec::with_capacity(rows.len());
-        for row in &rows {
+        let mut kept = Vec::with_capacity(rows.len());
+        let mut parsed = Vec::with_capacity(rows.len());
+        let mut finished_early = Vec::new();
+        for row in rows {
             let kind = row.kind();
             let content = InboundContent::parse(&kind, &row.content);
             if let InboundContent::Unparsable { reason, .. } = &content {
@@ -285,20 +342,80 @@ impl Runner {
                     tracing::warn!(message = %row.id, process_after = %after, "unparsable process_after; treated as due");
                 }
             }
+            let mut script_output = None;
+            if let InboundContent::Task(task) = &content {
+                if let Some(script) = task.script.as_deref().filter(|s| !s.trim().is_empty()) {
+                    match run_script(script, &self.options.agent_dir, &self.options.script_env, &self.options.script_limits).await {
+                        ScriptOutcome::Wake { data } => script_output = Some(data.unwrap_or(serde_json::Value::Null)),
+                        ScriptOutcome::Skip => {
+                            tracing::info!(task = %row.id, "pre-agent script: wakeAgent=false; task completed without the agent");
+                            finished_early.push((row, None));
+                            continue;
+                        }
+                        ScriptOutcome::Failed { reason } => {
+                            tracing::warn!(task = %row.id, %reason, "pre-agent script failed; task skipped");
+                            finished_early.push((row, Some(reason)));
+                            continue;
+                        }
+                    }
+                }
+            }
+            parsed.push((content, script_output));
+            kept.push(row);
+        }
+        for (row, failure) in finished_early {
+            self.finish_without_agent(row, failure).await?;
+        }
+        if !kept.iter().any(|row| row.trigger) {
+            // Scripts removed every triggering row; context rows wait for the next one.
+            let ids: Vec<String> = kept.iter().map(|r| r.id.clone()).collect();
+            if !ids.is_empty() {
+                self.call(move |db| db.release(&ids)).await?;
+            }
+            return Ok(None);
+        }
+        let destinations = self.call(|db| db.destinations()).await.unwrap_or_default();
+        let mut media = Vec::new();
+        let mut prompt_rows = Vec::with_capacity(kept.len());
+        for (row, (content, script_output)) in kept.iter().zip(parsed) {
             let attachments = match &content {
-                InboundContent::Chat(chat) => format::default_attachment_notes(&chat.attachments, &self.options.workspace),
-                InboundContent::ChatSdk(sdk) => format::default_attachment_notes(&sdk.attachments, &self.options.workspace),
+                InboundContent::Chat(chat) => chat.attachments.clone(),
+                InboundContent::ChatSdk(sdk) => sdk.attachments.clone(),
                 _ => Vec::new(),
             };
-            prompt_rows.push(PromptRow { row, content, attachments, script_output: None });
+            let notes = if attachments.is_empty() {
+                Vec::new()
+            } else {
+                let resolved =
+                    resolve_attachments(&row.id, &attachments, &self.options.workspace, &self.options.media_limits).await;
+                media.extend(resolved.media);
+                resolved.notes
+            };
+            prompt_rows.push(PromptRow { row, content, attachments: notes, script_output });
         }
         let context = FormatContext { timezone: self.options.timezone, destinations: &destinations };
         let text = format::format_prompt(&prompt_rows, &context);
         Ok(Some(Prepared {
-            prompt: Prompt::text(text),
-            row_ids: rows.iter().map(|r| r.id.clone()).collect(),
-            target: target_of(&rows),
+            prompt: Prompt { text, media },
+            row_ids: kept.iter().map(|r| r.id.clone()).collect(),
+            target: target_of(&kept),
         }))
+    }
+
+    /// Completes a task row whose pre-agent script said not to wake the agent, or failed; a
+    /// failure is also written as a `task_skipped` system row so the host can show it. The next
+    /// occurrence of a recurring task is inserted in the same transaction.
+    async fn finish_without_agent(&self, row: MessageIn, failure: Option<String>) -> Result<()> {
+        let mut rows = Vec::new();
+        if let Some(reason) = failure {
+            let task_id = row.series_id.clone().unwrap_or_else(|| row.id.clone());
+            let content = out::system_action("task_skipped", json!({ "taskId": task_id, "reason": reason }));
+            rows.push(NewMessageOut::new(OutKind::System, row.routing.clone(), &content).replying_to(Some(row.id.clone())));
+        }
+        let ids = vec![row.id];
+        let now = (self.options.clock)();
+        self.call(move |db| db.complete_at(&ids, &rows, now)).await?;
+        Ok(())
     }
 
     /// Runs one query to its end, with retries; true when shutdown was requested.
@@ -494,7 +611,8 @@ impl Runner {
     /// go into the running query. Commands and what follows them wait for the query to end.
     async fn follow_up(&mut self) -> Result<Option<Prepared>> {
         let limit = self.options.max_messages;
-        let eligible = self.call(move |db| db.eligible(Utc::now(), false, limit)).await?;
+        let now = (self.options.clock)();
+        let eligible = self.call(move |db| db.eligible(now, false, limit)).await?;
         if !eligible.wakes {
             return Ok(None);
         }
@@ -552,7 +670,8 @@ impl Runner {
             }
         }
         let count = replies.len();
-        let written = self.call(move |db| db.complete(&ids, &replies)).await?;
+        let now = (self.options.clock)();
+        let written = self.call(move |db| db.complete_at(&ids, &replies, now)).await?;
         tracing::debug!(replies = count, seqs = ?written.iter().map(|w| w.seq).collect::<Vec<_>>(), "turn answered");
         Ok(())
     }

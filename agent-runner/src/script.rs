@@ -90,7 +90,17 @@ pub async fn run_script(
     env: &BTreeMap<String, String>,
     limits: &ScriptLimits,
 ) -> ScriptOutcome {
-    // The file lives until the end of this function; dropping it deletes it.
+    // Checked here because a missing cwd makes the spawn fail with a message naming bash.
+    if !cwd.is_dir() {
+        return ScriptOutcome::Failed {
+            reason: format!(
+                "the script's working directory {} does not exist",
+                cwd.display()
+            ),
+        };
+    }
+    // The file lives until the end of this function; dropping it deletes it (also when the
+    // caller drops this future, as does the group kill of `CliProcess`'s Drop).
     let file = match write_temp_script(script) {
         Ok(file) => file,
         Err(err) => {
@@ -364,7 +374,10 @@ fn verdict(
     if !status.success() {
         return failed(match (status.code(), status.signal()) {
             (Some(code), _) => format!("script exited with code {code}"),
-            (None, Some(signal)) => format!("script was killed by signal {signal}"),
+            (None, Some(signal)) => match nix::sys::signal::Signal::try_from(signal) {
+                Ok(name) => format!("script was killed by {name}"),
+                Err(_) => format!("script was killed by signal {signal}"),
+            },
             (None, None) => format!("script failed: {status}"),
         });
     }
@@ -651,6 +664,22 @@ mod tests {
                 "unexpected variable {name} in {data}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn missing_cwd_is_reported() {
+        let outcome = run_script(
+            "true",
+            Path::new("/nonexistent/agent"),
+            &env(),
+            &limits(1000),
+        )
+        .await;
+        let reason = failure(outcome);
+        assert!(
+            reason.contains("/nonexistent/agent does not exist"),
+            "{reason}"
+        );
     }
 
     #[tokio::test]

@@ -23,16 +23,12 @@ struct Fixture {
 }
 
 fn options(dir: &std::path::Path) -> RunnerOptions {
-    RunnerOptions {
-        timezone: chrono_tz::UTC,
-        workspace: dir.to_path_buf(),
-        max_messages: 10,
-        idle_poll: Duration::from_millis(200),
-        active_poll: Duration::from_millis(50),
-        heartbeat: Duration::from_secs(1),
-        query_retries: 1,
-        system_prompt: None,
-    }
+    let mut options = RunnerOptions::for_workspace(dir);
+    options.idle_poll = Duration::from_millis(200);
+    options.active_poll = Duration::from_millis(50);
+    options.heartbeat = Duration::from_secs(1);
+    options.query_retries = 1;
+    options
 }
 
 impl Fixture {

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The project's test command (README, .ci/run): installs the pinned CLIs into .cli/ (reused when
+# present), checks formatting and lints, runs every test, then the README's demo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "installing the pinned agent CLIs into .cli/ (npm)"
+bash scripts/install-clis.sh
+if [ -f scripts/install-inspector.sh ]; then
+  step "installing the pinned MCP Inspector CLI"
+  bash scripts/install-inspector.sh
+fi
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+step "building every binary (the tests spawn them)"
+cargo build --workspace --bins --quiet
+
+step "cargo test"
+cargo test --workspace --no-fail-fast 2>&1 | tee target/test-output.txt
+# One closing line for CI: the sum of every test binary's result line.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?/) p += $(i-1); if ($i ~ /^failed;?/) f += $(i-1); if ($i ~ /^ignored;?/) s += $(i-1) } }
+     END { printf "cargo: %d passed, %d failed, %d skipped\n", p, f, s }' target/test-output.txt
+
+step "the README demo"
+bash scripts/demo.sh
