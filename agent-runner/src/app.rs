@@ -112,6 +112,7 @@ async fn run(config: Config) -> Result<()> {
             timeout: config.secs("downloadTimeoutSecs"),
             ..Default::default()
         },
+        clock: crate::runner::system_clock(),
         timezone,
         workspace: config.workspace.clone(),
         max_messages: usize::try_from(config.number("maxMessagesPerPrompt")).unwrap_or(10).max(1),

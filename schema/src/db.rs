@@ -395,6 +395,16 @@ impl SessionDb {
         ids: &[String],
         replies: &[NewMessageOut],
     ) -> Result<Vec<Inserted>, Error> {
+        self.complete_at(ids, replies, Utc::now())
+    }
+
+    /// [`SessionDb::complete`] with an explicit "now" (next occurrences are computed from it).
+    pub fn complete_at(
+        &self,
+        ids: &[String],
+        replies: &[NewMessageOut],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Inserted>, Error> {
         let ids_json = serde_json::to_string(ids)?;
         let timezone = self.timezone;
         self.write(|tx| {
@@ -402,7 +412,6 @@ impl SessionDb {
             for reply in replies {
                 written.push(insert_out_tx(tx, reply)?);
             }
-            let now = Utc::now();
             let sql = format!(
                 "UPDATE messages_in AS m SET status = 'completed', status_changed = ?2
                  WHERE m.status IN ('pending', 'processing') AND m.id IN (SELECT value FROM json_each(?1))
