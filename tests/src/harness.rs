@@ -1,0 +1,346 @@
+//! End-to-end harness: a session workspace laid out like the container's, the real
+//! `agent-runner` binary driving a real CLI against the fake model server, the real `mcp-tools`
+//! and the host CLI `nanoclaw`, all on loopback (inside a loopback-only network namespace when
+//! the machine allows it).
+//!
+//! ```ignore
+//! #[test]
+//! fn chat_reply() {
+//!     if !e2e::harness::run_in_loopback_netns("chat_reply") { return; }
+//!     let Some(cli) = e2e::harness::cli("claude", "CLAUDE_PATH") else { return };
+//!     let model = FakeModel::start_with_script([Step::text("hi")]).unwrap();
+//!     let mut session = Session::new();
+//!     session.start_runner("claude", &model, &[]);
+//!     let id = session.send_chat("hello").id;
+//!     let reply = session.wait_reply(&id, Duration::from_secs(60));
+//! }
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use schema::{Inserted, MessageIn, MessageOut, NewMessageIn, Routing, SessionDb};
+use serde_json::{json, Value};
+
+use crate::fake_model::FakeModel;
+
+/// The model name every provider is pointed at (unknown to the CLIs on purpose: PROTOCOLS §2.6).
+pub const FAKE_MODEL: &str = "fake-model";
+/// The API key given to every CLI.
+pub const FAKE_KEY: &str = "sk-fake-e2e";
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// A binary of this workspace (`agent-runner`, `mcp-tools`, `nanoclaw`), from the target dir the
+/// tests were built into. `cargo build --workspace --bins` must have run (scripts/test.sh does).
+pub fn bin(name: &str) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"));
+    let path = target.join("debug").join(name);
+    assert!(path.is_file(), "{} is missing: run `cargo build --workspace --bins` first", path.display());
+    path
+}
+
+/// The pinned CLI `name` (from `env_var` or `.cli/node_modules/.bin`), or `None` when
+/// `NANOCLAW_SKIP_CLI_TESTS=1`. Panics with a clear message when it is missing.
+pub fn cli(name: &str, env_var: &str) -> Option<PathBuf> {
+    if std::env::var("NANOCLAW_SKIP_CLI_TESTS").as_deref() == Ok("1") {
+        eprintln!("NANOCLAW_SKIP_CLI_TESTS=1: skipping the {name} CLI test");
+        return None;
+    }
+    let path = std::env::var_os(env_var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".cli/node_modules/.bin").join(name));
+    assert!(
+        path.exists(),
+        "the {name} CLI is missing at {}: run scripts/install-clis.sh (or set {env_var}; \
+         NANOCLAW_SKIP_CLI_TESTS=1 skips these tests)",
+        path.display()
+    );
+    Some(path)
+}
+
+fn netns_prefix() -> Option<&'static [&'static str]> {
+    static PREFIX: OnceLock<Option<&'static [&'static str]>> = OnceLock::new();
+    *PREFIX.get_or_init(|| {
+        const CANDIDATES: [&[&str]; 2] = [&["unshare", "-n"], &["unshare", "-rn"]];
+        CANDIDATES.into_iter().find(|p| {
+            Command::new(p[0])
+                .args(&p[1..])
+                .args(["sh", "-c", "ip link set lo up"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+    })
+}
+
+/// True when the caller should run the test body in this process (already inside the
+/// namespace, or none can be made). Otherwise re-runs the test `test` (its exact name) of the
+/// current test binary inside a fresh loopback-only network namespace, asserts it passed there,
+/// and returns false.
+pub fn run_in_loopback_netns(test: &str) -> bool {
+    if std::env::var_os("NANOCLAW_IN_NETNS").is_some() || std::env::var("NANOCLAW_NETNS").as_deref() == Ok("0") {
+        return true;
+    }
+    let Some(prefix) = netns_prefix() else {
+        eprintln!("[{test}] no network namespace available: running with the traffic-off settings only");
+        return true;
+    };
+    let Ok(exe) = std::env::current_exe() else { return true };
+    let started = Instant::now();
+    let out = Command::new(prefix[0])
+        .args(&prefix[1..])
+        .args(["sh", "-c", "ip link set lo up && exec \"$@\"", "sh"])
+        .arg(exe)
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env("NANOCLAW_IN_NETNS", "1")
+        .stdin(Stdio::null())
+        .output();
+    let out = match out {
+        Ok(out) => out,
+        Err(err) => panic!("cannot re-run {test} inside the namespace: {err}"),
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("----- {test} inside `{}` ({:.1?}) -----\n{stdout}{stderr}", prefix.join(" "), started.elapsed());
+    assert!(out.status.success(), "{test} failed inside the loopback-only namespace");
+    assert!(stdout.contains(&format!("test {test} ... ok")), "{test} did not run inside the namespace");
+    false
+}
+
+/// The routing every test message carries.
+pub fn test_routing() -> Routing {
+    Routing { channel_type: Some("slack".into()), platform_id: Some("C-e2e".into()), thread_id: Some("T-1".into()) }
+}
+
+/// A session workspace, its DB, and (once started) the runner process.
+pub struct Session {
+    _dir: tempfile::TempDir,
+    /// The workspace root (like the container's /workspace).
+    pub workspace: PathBuf,
+    /// The session DB.
+    pub db: SessionDb,
+    runner: Option<Child>,
+    starts: usize,
+}
+
+impl Default for Session {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Session {
+    /// Creates the workspace tree (agent/, global/, extra/, downloads/, outbox/) and the DB.
+    pub fn new() -> Self {
+        let dir = match tempfile::Builder::new().prefix("nanoclaw-e2e-").tempdir() {
+            Ok(dir) => dir,
+            Err(err) => panic!("temp dir: {err}"),
+        };
+        let workspace = dir.path().to_path_buf();
+        for sub in ["agent/conversations", "global", "extra", "downloads", "outbox"] {
+            if let Err(err) = std::fs::create_dir_all(workspace.join(sub)) {
+                panic!("creating {sub}: {err}");
+            }
+        }
+        let db = match SessionDb::open(workspace.join("session.db")) {
+            Ok(db) => db,
+            Err(err) => panic!("session DB: {err}"),
+        };
+        if let Err(err) = db.set_session_routing(&test_routing()) {
+            panic!("session routing: {err}");
+        }
+        Self { _dir: dir, workspace, db, runner: None, starts: 0 }
+    }
+
+    /// The environment the runner gets for `provider` against `model`.
+    pub fn runner_env(&self, provider: &str, model: &FakeModel) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::new();
+        for (name, value) in std::env::vars() {
+            if ["PATH", "LANG", "TMPDIR", "USER", "LOGNAME"].contains(&name.as_str()) {
+                env.insert(name, value);
+            }
+        }
+        let mut set = |k: &str, v: String| {
+            env.insert(k.to_owned(), v);
+        };
+        set("HOME", self.workspace.join(".host-home").display().to_string());
+        set("AGENT_PROVIDER", provider.to_owned());
+        set("RUST_LOG", "info".into());
+        set("TZ", "UTC".into());
+        set("ANTHROPIC_BASE_URL", model.url());
+        set("ANTHROPIC_API_KEY", FAKE_KEY.into());
+        set("OPENAI_BASE_URL", model.openai_base_url());
+        set("OPENAI_API_KEY", FAKE_KEY.into());
+        set("CLAUDE_MODEL", FAKE_MODEL.into());
+        set("CODEX_MODEL", FAKE_MODEL.into());
+        set("OPENCODE_MODEL", FAKE_MODEL.into());
+        set("MCP_TOOLS_PATH", bin("mcp-tools").display().to_string());
+        set("NANOCLAW_CLI_MAX_RETRIES", "1".into());
+        // OpenCode's background plugin install honours this; keep it on loopback.
+        set("NPM_CONFIG_REGISTRY", format!("{}/npm/", model.url()));
+        for (name, var) in [("claude", "CLAUDE_PATH"), ("codex", "CODEX_PATH"), ("opencode", "OPENCODE_PATH")] {
+            if let Some(path) = std::env::var_os(var) {
+                set(var, PathBuf::from(path).display().to_string());
+            } else {
+                let local = repo_root().join(".cli/node_modules/.bin").join(name);
+                if local.exists() {
+                    set(var, local.display().to_string());
+                }
+            }
+        }
+        env
+    }
+
+    /// Starts `agent-runner --workspace <ws> --provider <provider>` against `model`, with
+    /// `extra_env` on top; its log goes to `<ws>/runner-<n>.log`. Waits until it reports idle.
+    pub fn start_runner(&mut self, provider: &str, model: &FakeModel, extra_env: &[(&str, &str)]) {
+        assert!(self.runner.is_none(), "a runner is already running");
+        let log_path = self.workspace.join(format!("runner-{}.log", self.starts));
+        self.starts += 1;
+        let log = match std::fs::File::create(&log_path) {
+            Ok(log) => log,
+            Err(err) => panic!("runner log: {err}"),
+        };
+        let mut cmd = Command::new(bin("agent-runner"));
+        cmd.arg("--workspace").arg(&self.workspace).arg("--provider").arg(provider);
+        cmd.env_clear().envs(self.runner_env(provider, model));
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
+        let child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(err) => panic!("spawning agent-runner: {err}"),
+        };
+        let pid = child.id();
+        self.runner = Some(child);
+        self.wait_until("the runner to start", Duration::from_secs(20), |s| {
+            s.db.runner_state().ok().flatten().is_some_and(|r| r.pid == Some(i64::from(pid)) && r.status != "starting")
+        });
+    }
+
+    /// The runner's pid, if running.
+    pub fn runner_pid(&self) -> Option<u32> {
+        self.runner.as_ref().map(Child::id)
+    }
+
+    /// SIGKILLs the runner (a crash).
+    pub fn kill_runner(&mut self) {
+        if let Some(mut child) = self.runner.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERMs the runner and waits for it (a graceful stop).
+    pub fn stop_runner(&mut self) {
+        if let Some(mut child) = self.runner.take() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Every runner log so far, concatenated.
+    pub fn runner_log(&self) -> String {
+        (0..self.starts)
+            .filter_map(|n| std::fs::read_to_string(self.workspace.join(format!("runner-{n}.log"))).ok())
+            .collect::<Vec<_>>()
+            .join("\n----- restart -----\n")
+    }
+
+    /// Inserts a chat message from "Ann" with the test routing.
+    pub fn send_chat(&self, text: &str) -> Inserted {
+        let mut row = NewMessageIn::new("chat", json!({"sender": "Ann", "senderId": "u-ann", "text": text}).to_string());
+        row.routing = test_routing();
+        self.insert(row)
+    }
+
+    /// Inserts any row.
+    pub fn insert(&self, row: NewMessageIn) -> Inserted {
+        match self.db.insert_in(&row) {
+            Ok(inserted) => inserted,
+            Err(err) => panic!("insert: {err}"),
+        }
+    }
+
+    /// A `messages_in` row.
+    pub fn row(&self, id: &str) -> MessageIn {
+        match self.db.message_in(id) {
+            Ok(Some(row)) => row,
+            other => panic!("row {id}: {other:?}"),
+        }
+    }
+
+    /// Every `messages_out` row.
+    pub fn outs(&self) -> Vec<MessageOut> {
+        self.db.all_messages_out().unwrap_or_default()
+    }
+
+    /// Waits for `cond`, panicking with the runner log on timeout.
+    pub fn wait_until(&self, what: &str, timeout: Duration, mut cond: impl FnMut(&Self) -> bool) {
+        let deadline = Instant::now() + timeout;
+        while !cond(self) {
+            if Instant::now() >= deadline {
+                panic!("timed out after {timeout:?} waiting for {what}\n--- runner log ---\n{}", self.runner_log());
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// Waits until the row `id` is completed.
+    pub fn wait_completed(&self, id: &str, timeout: Duration) {
+        self.wait_until(&format!("message {id} completed"), timeout, |s| s.row(id).status == "completed");
+    }
+
+    /// Waits for the first chat reply to `id` and returns it.
+    pub fn wait_reply(&self, id: &str, timeout: Duration) -> MessageOut {
+        self.wait_until(&format!("a reply to {id}"), timeout, |s| {
+            s.db.replies_to(id).unwrap_or_default().iter().any(|o| o.kind == "chat")
+        });
+        match self.db.replies_to(id).unwrap_or_default().into_iter().find(|o| o.kind == "chat") {
+            Some(reply) => reply,
+            None => panic!("reply vanished"),
+        }
+    }
+
+    /// Runs the host CLI `nanoclaw` against this session's DB.
+    pub fn nanoclaw(&self, args: &[&str]) -> Output {
+        match Command::new(bin("nanoclaw")).args(args).env("SESSION_DB", self.workspace.join("session.db")).output() {
+            Ok(out) => out,
+            Err(err) => panic!("nanoclaw: {err}"),
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.stop_runner();
+    }
+}
+
+/// The `text` of a chat `messages_out` row.
+pub fn text_of(row: &MessageOut) -> String {
+    serde_json::from_str::<Value>(&row.content)
+        .ok()
+        .and_then(|v| v.get("text").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_default()
+}
