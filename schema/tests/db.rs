@@ -1,0 +1,209 @@
+//! The session DB contract: migrations, seq allocation, claims, completions, sweeps, gates.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use chrono::Utc;
+use schema::time::{format_ts, parse_ts};
+use schema::{NewMessageIn, NewMessageOut, OutKind, Routing, RunnerStatus, SessionDb, SweepPolicy};
+use serde_json::json;
+
+fn open() -> (tempfile::TempDir, SessionDb) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = SessionDb::open(dir.path().join("session.db")).unwrap();
+    (dir, db)
+}
+
+fn chat(text: &str) -> NewMessageIn {
+    NewMessageIn::new("chat", json!({"text": text}).to_string())
+}
+
+#[test]
+fn pragmas_are_set_on_every_connection() {
+    let (_dir, db) = open();
+    let conn = db.dedicated_connection().unwrap();
+    let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+    let sync: i64 = conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
+    let timeout: i64 = conn.query_row("PRAGMA busy_timeout", [], |r| r.get(0)).unwrap();
+    assert_eq!((mode.as_str(), sync), ("wal", 1));
+    assert!(timeout >= 1000, "{timeout}");
+}
+
+#[test]
+fn an_older_db_gets_missing_columns_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE messages_in (id TEXT PRIMARY KEY, seq INTEGER UNIQUE, kind TEXT NOT NULL,
+               timestamp TEXT NOT NULL, status TEXT NOT NULL DEFAULT 'pending', content TEXT NOT NULL);
+             INSERT INTO messages_in (id, seq, kind, timestamp, content)
+               VALUES ('old-1', 2, 'chat', '2026-01-01 10:00:00', '{\"text\":\"from before\"}');
+             CREATE TABLE runner_state (id INTEGER PRIMARY KEY CHECK (id = 1), status TEXT NOT NULL,
+               heartbeat_at TEXT NOT NULL, updated_at TEXT NOT NULL);",
+        )
+        .unwrap();
+    }
+    let db = SessionDb::open(&path).unwrap();
+    let row = db.message_in("old-1").unwrap().unwrap();
+    assert_eq!((row.trigger, row.on_wake, row.tries), (true, false, 0));
+    assert!(db.eligible(Utc::now(), false, 10).unwrap().rows.iter().any(|r| r.id == "old-1"));
+    db.set_runner_state(RunnerStatus::Idle, Some(7), Some("mock")).unwrap();
+    assert_eq!(db.runner_state().unwrap().unwrap().provider.as_deref(), Some("mock"));
+    // Opening again is a no-op.
+    SessionDb::open(&path).unwrap();
+}
+
+#[test]
+fn seqs_are_unique_with_parity_across_tables_and_threads() {
+    let (dir, db) = open();
+    let path = dir.path().join("session.db");
+    let mut handles = Vec::new();
+    for t in 0..6 {
+        let path = path.clone();
+        handles.push(std::thread::spawn(move || {
+            let db = SessionDb::open(&path).unwrap();
+            let mut seqs = Vec::new();
+            for i in 0..150 {
+                let seq = if (t + i) % 2 == 0 {
+                    db.insert_in(&chat("x")).unwrap().seq
+                } else {
+                    db.insert_out(&NewMessageOut::new(OutKind::Chat, Routing::default(), &json!({"text": "y"})))
+                        .unwrap()
+                        .seq
+                };
+                seqs.push(seq);
+            }
+            seqs
+        }));
+    }
+    let mut all = HashSet::new();
+    for handle in handles {
+        for seq in handle.join().unwrap() {
+            assert!(all.insert(seq), "duplicate seq {seq}");
+        }
+    }
+    assert_eq!(all.len(), 900);
+    assert!(db.all_messages_in().unwrap().iter().all(|r| r.seq.unwrap() % 2 == 0));
+    assert!(db.all_messages_out().unwrap().iter().all(|r| r.seq.unwrap() % 2 == 1));
+}
+
+#[test]
+fn timestamps_are_written_rfc3339_utc_millis() {
+    let (_dir, db) = open();
+    let id = db.insert_in(&chat("t")).unwrap().id;
+    let row = db.message_in(&id).unwrap().unwrap();
+    assert_eq!(row.timestamp.len(), "2026-11-21T10:00:00.000Z".len(), "{}", row.timestamp);
+    assert!(row.timestamp.ends_with('Z'));
+    assert_eq!(format_ts(parse_ts(&row.timestamp).unwrap()), row.timestamp);
+}
+
+#[test]
+fn due_comparisons_accept_every_timestamp_form() {
+    let (_dir, db) = open();
+    let now = parse_ts("2026-11-21T12:00:00Z").unwrap();
+    let mut ids = Vec::new();
+    for after in ["2026-11-21 11:59:00", "2026-11-21T13:30:00+02:00", "2026-11-21T12:00:01.000Z", "garbage"] {
+        let mut row = chat(after);
+        row.process_after = Some(after.into());
+        ids.push(db.insert_in(&row).unwrap().id);
+    }
+    let due: Vec<String> = db.eligible(now, false, 10).unwrap().rows.into_iter().map(|r| r.id).collect();
+    // 11:59Z and 11:30Z are due, 12:00:01Z is not, garbage is treated as due.
+    assert_eq!(due, vec![ids[0].clone(), ids[1].clone(), ids[3].clone()]);
+}
+
+#[test]
+fn claim_complete_reset_and_release() {
+    let (_dir, db) = open();
+    let a = db.insert_in(&chat("a")).unwrap().id;
+    let b = db.insert_in(&chat("b")).unwrap().id;
+    let claimed = db.claim(&[a.clone(), b.clone()]).unwrap();
+    assert_eq!(claimed.iter().map(|r| r.id.clone()).collect::<Vec<_>>(), vec![a.clone(), b.clone()]);
+    assert!(claimed.iter().all(|r| r.status == "processing" && r.tries == 1));
+    assert!(db.claim(&[a.clone()]).unwrap().is_empty(), "claimed twice");
+    let reply = NewMessageOut::new(OutKind::Chat, Routing::default(), &json!({"text": "r"})).replying_to(Some(a.clone()));
+    let written = db.complete(&[a.clone()], &[reply]).unwrap();
+    assert_eq!(written.len(), 1);
+    assert_eq!(db.message_in(&a).unwrap().unwrap().status, "completed");
+    assert_eq!(db.reset_processing().unwrap(), vec![b.clone()]);
+    assert_eq!(db.message_in(&b).unwrap().unwrap().status, "pending");
+    db.claim(&[b.clone()]).unwrap();
+    db.release(&[b.clone()]).unwrap();
+    let row = db.message_in(&b).unwrap().unwrap();
+    assert_eq!((row.status.as_str(), row.tries), ("pending", 1));
+}
+
+#[test]
+fn sweep_backs_off_then_fails_and_spares_a_live_runners_batch() {
+    let (_dir, db) = open();
+    let ids: Vec<String> = (0..3).map(|i| db.insert_in(&chat(&format!("s{i}"))).unwrap().id).collect();
+    db.claim(&ids).unwrap();
+    // ids[2] has used up its tries.
+    for _ in 0..4 {
+        db.release(&[ids[2].clone()]).unwrap();
+        db.claim(&[ids[2].clone()]).unwrap();
+        let conn = db.dedicated_connection().unwrap();
+        conn.execute("UPDATE messages_in SET tries = tries + 1 WHERE id = ?1", [&ids[2]]).unwrap();
+    }
+    db.set_runner_state(RunnerStatus::Busy, Some(1), Some("mock")).unwrap();
+    db.set_current_batch(Some(&schema::CurrentBatch { ids: vec![ids[1].clone()], ..Default::default() })).unwrap();
+    let policy = SweepPolicy { stale_after: Duration::from_secs(60), max_tries: 5, backoff: Duration::from_secs(30) };
+    let later = Utc::now() + chrono::Duration::seconds(61);
+    // The runner's heartbeat is older than stale_after at `later`, so its batch is swept too.
+    let report = db.sweep(&policy, later).unwrap();
+    assert_eq!(report.failed, vec![ids[2].clone()]);
+    assert!(report.reset.contains(&ids[0]) && report.reset.contains(&ids[1]));
+    let row = db.message_in(&ids[0]).unwrap().unwrap();
+    assert_eq!(row.status, "pending");
+    let retry_at = parse_ts(row.process_after.as_deref().unwrap()).unwrap();
+    let delay_ms = (retry_at - later).num_milliseconds();
+    assert!((29_999..=30_000).contains(&delay_ms), "first retry after one backoff: {delay_ms} ms");
+
+    // With a fresh heartbeat, the live batch is left alone.
+    db.claim(&[ids[1].clone()]).unwrap();
+    db.heartbeat().unwrap();
+    let soon = Utc::now() + chrono::Duration::seconds(1);
+    let policy = SweepPolicy { stale_after: Duration::ZERO, ..policy };
+    let report = db.sweep(&policy, soon).unwrap();
+    assert!(!report.reset.contains(&ids[1]), "swept a live runner's batch: {report:?}");
+    assert_eq!(db.message_in(&ids[1]).unwrap().unwrap().status, "processing");
+}
+
+#[test]
+fn answers_are_held_only_while_the_question_is_open() {
+    let (_dir, db) = open();
+    let answer = db
+        .insert_in(&NewMessageIn::new(
+            "system",
+            json!({"type": "question_response", "questionId": "q1", "selectedOption": "a"}).to_string(),
+        ))
+        .unwrap()
+        .id;
+    let now = Utc::now();
+    db.open_question("q1", now + chrono::Duration::seconds(30)).unwrap();
+    assert!(db.eligible(now, false, 10).unwrap().rows.is_empty());
+    // Past the deadline (a crashed waiter), the answer is an ordinary message again.
+    let later = now + chrono::Duration::seconds(31);
+    assert_eq!(db.eligible(later, false, 10).unwrap().rows[0].id, answer);
+    let (row, taken) = db.take_answer("q1").unwrap().unwrap();
+    assert_eq!((row.id.as_str(), taken.selected_option.as_str()), (answer.as_str(), Some("a")));
+    assert!(db.take_answer("q1").unwrap().is_none(), "taken twice");
+}
+
+#[test]
+fn next_due_and_counts() {
+    let (_dir, db) = open();
+    assert_eq!(db.next_due().unwrap(), None);
+    let at = parse_ts("2030-01-01T09:00:00Z").unwrap();
+    let mut later = chat("later");
+    later.process_after = Some(format_ts(at));
+    db.insert_in(&later).unwrap();
+    assert_eq!(db.next_due().unwrap(), Some(at));
+    db.insert_in(&chat("now")).unwrap();
+    assert!(db.next_due().unwrap().unwrap() <= Utc::now());
+    let counts = db.counts(Utc::now()).unwrap();
+    assert_eq!((counts.pending, counts.due), (2, 1));
+}
