@@ -162,12 +162,16 @@ fn sweep_backs_off_then_fails_and_spares_a_live_runners_batch() {
     let delay_ms = (retry_at - later).num_milliseconds();
     assert!((29_999..=30_000).contains(&delay_ms), "first retry after one backoff: {delay_ms} ms");
 
-    // With a fresh heartbeat, the live batch is left alone.
-    db.claim(&[ids[1].clone()]).unwrap();
+    // A long turn: claimed ten minutes ago, but the runner's heartbeat is fresh, so its batch is
+    // left alone while a stale row outside the batch is swept.
+    let long_ago = format_ts(Utc::now() - chrono::Duration::minutes(10));
+    db.release(&[ids[0].clone()]).unwrap();
+    db.claim(&[ids[0].clone(), ids[1].clone()]).unwrap();
+    let conn = db.dedicated_connection().unwrap();
+    conn.execute("UPDATE messages_in SET status_changed = ?1, process_after = NULL", [&long_ago]).unwrap();
     db.heartbeat().unwrap();
-    let soon = Utc::now() + chrono::Duration::seconds(1);
-    let policy = SweepPolicy { stale_after: Duration::ZERO, ..policy };
-    let report = db.sweep(&policy, soon).unwrap();
+    let report = db.sweep(&policy, Utc::now()).unwrap();
+    assert_eq!(report.reset, vec![ids[0].clone()]);
     assert!(!report.reset.contains(&ids[1]), "swept a live runner's batch: {report:?}");
     assert_eq!(db.message_in(&ids[1]).unwrap().unwrap().status, "processing");
 }
