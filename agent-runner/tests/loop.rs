@@ -360,3 +360,19 @@ async fn bad_input_is_handled_never_stuck() {
     assert!(all.contains("bad times"));
     f.stop().await;
 }
+
+#[tokio::test]
+async fn the_heartbeat_beats_during_a_slow_turn_and_status_tracks_the_query() {
+    let mut f = Fixture::with_delay(Duration::from_millis(2600));
+    f.start();
+    let id = f.chat("slow one");
+    f.wait_for("busy", |f| f.db.runner_state().unwrap().is_some_and(|s| s.status == "busy")).await;
+    let first = f.db.runner_state().unwrap().unwrap().heartbeat_at;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let state = f.db.runner_state().unwrap().unwrap();
+    assert_eq!(state.status, "busy");
+    assert!(state.heartbeat_at > first, "no heartbeat during the turn: {first} then {}", state.heartbeat_at);
+    f.wait_completed(&id).await;
+    f.wait_for("idle", |f| f.db.runner_state().unwrap().unwrap().status == "idle").await;
+    f.stop().await;
+}
