@@ -1,1 +1,70 @@
-fn main() {}
+//! `mcp-tools`: the `nanoclaw` MCP server on stdio. See the library docs; this file only wires
+//! flags, logging (stderr only: stdout is the protocol), the DB and signals together.
+
+use anyhow::Context;
+use clap::Parser;
+use mcp_tools::{Args, Config, NanoclawServer};
+use schema::{OpenOptions, SessionDb};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(
+            EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| EnvFilter::new("warn,mcp_tools=info")),
+        )
+        .init();
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!("{err:#}");
+            eprintln!("mcp-tools: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    let config = Config::from_args(Args::parse())?;
+    // One reactor thread; DB calls go to a small blocking pool (the DB front admits 4 at a
+    // time, and stdin may take one when it is not a pipe). Few threads keep RSS low.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(8)
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let db = SessionDb::open_with(
+            &config.db_path,
+            OpenOptions {
+                timezone: config.timezone,
+                ..OpenOptions::default()
+            },
+        )
+        .with_context(|| format!("opening the session DB {}", config.db_path.display()))?;
+        tracing::info!(db = %config.db_path.display(), tz = %config.timezone, "serving MCP on stdio");
+        let server = NanoclawServer::new(db, config);
+        let (reader, writer) = rmcp::transport::stdio_pipes();
+        mcp_tools::serve(server, reader, writer, shutdown_signal()).await?;
+        Ok(())
+    })
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::warn!("cannot listen for signals; stop with end of input");
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

@@ -538,6 +538,23 @@ impl SessionDb {
         })
     }
 
+    /// The earliest `process_after` of a pending row that is later than `after`: when a runner
+    /// that polled at `after` must poll again because a row falls due. Rows due by `after` are
+    /// left out (that poll saw them; they wait for something other than time), and so are rows
+    /// without a readable time.
+    pub fn next_due_after(&self, after: DateTime<Utc>) -> Result<Option<DateTime<Utc>>, Error> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached(
+            "SELECT strftime('%Y-%m-%dT%H:%M:%fZ', process_after) FROM messages_in
+             WHERE status = 'pending' AND julianday(process_after) > julianday(?1)
+             ORDER BY julianday(process_after) LIMIT 1",
+        )?;
+        let first: Option<Option<String>> = stmt
+            .query_row([format_ts(after)], |r| r.get(0))
+            .optional()?;
+        Ok(first.flatten().and_then(|text| parse_ts(&text).ok()))
+    }
+
     // ----- session_state --------------------------------------------------------------------
 
     /// A session_state value.

@@ -7,6 +7,7 @@ pub mod cron;
 pub mod db;
 pub mod rows;
 mod sql;
+pub mod tasks;
 pub mod time;
 pub mod watch;
 

@@ -1,0 +1,305 @@
+//! `ask_user_question`: write a question row, then wait (event-driven, with [`DbWatcher`]) until
+//! an answer row arrives, the deadline passes, or the client cancels the call.
+//!
+//! Protocol with the runner (SPEC §5.2): the question is recorded as open
+//! (`open_question(id, deadline)`) BEFORE the question row is written, so the runner's poll
+//! holds back answers to it until the deadline. The answer is taken with `take_answer`, which
+//! completes the answer row atomically. On timeout or cancellation the question is closed; an
+//! answer that arrives later is then an ordinary message the runner hands to the agent.
+//! While any question of this process waits, `runner_state.status` is `waiting_user` (if it
+//! was `busy`); the last one to finish puts `busy` back.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use schema::content::out;
+use schema::{DbWatcher, NewMessageOut, OutKind, QuestionAnswer, RunnerStatus};
+use serde_json::{json, Value};
+use tokio::sync::{Mutex, Notify};
+use tokio_util::sync::CancellationToken;
+
+use super::messages::json_type;
+use super::routing::{self, Target};
+use super::{check_text, Ctx};
+use crate::db::Db;
+use crate::error::{ToolError, ToolResult};
+use crate::params::{present, AskUserQuestionParams};
+
+/// Longest a wait relies on the file watch alone before looking at the DB anyway (a fallback
+/// for lost or unavailable file notifications; answers normally wake the wait within ~1 ms).
+const FALLBACK_POLL: Duration = Duration::from_secs(2);
+/// Most options a question may offer.
+const MAX_OPTIONS: usize = 50;
+
+/// The questions this process is waiting for, and whether it switched the runner's status.
+#[derive(Debug, Default)]
+pub struct Waiting {
+    state: Mutex<WaitingState>,
+    idle: Notify,
+}
+
+#[derive(Debug, Default)]
+struct WaitingState {
+    count: usize,
+    swapped: bool,
+}
+
+impl Waiting {
+    /// Registers a waiting question; the first one switches `busy` → `waiting_user`.
+    async fn enter(&self, db: &Db) {
+        let mut state = self.state.lock().await;
+        if state.count == 0 {
+            state.swapped = db
+                .run(|db| Ok(db.swap_runner_status(RunnerStatus::Busy, RunnerStatus::WaitingUser)?))
+                .await
+                .unwrap_or_else(|err| {
+                    tracing::warn!(%err, "could not set runner status to waiting_user");
+                    false
+                });
+        }
+        state.count += 1;
+    }
+
+    /// Unregisters a question; the last one switches `waiting_user` → `busy` back.
+    async fn leave(&self, db: &Db) {
+        let mut state = self.state.lock().await;
+        state.count = state.count.saturating_sub(1);
+        if state.count == 0 {
+            if state.swapped {
+                let restored = db
+                    .run(|db| {
+                        Ok(db.swap_runner_status(RunnerStatus::WaitingUser, RunnerStatus::Busy)?)
+                    })
+                    .await;
+                if let Err(err) = restored {
+                    tracing::warn!(%err, "could not set runner status back to busy");
+                }
+            }
+            state.swapped = false;
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Number of questions waiting now.
+    pub async fn count(&self) -> usize {
+        self.state.lock().await.count
+    }
+
+    /// Waits until no question waits (shutdown: lets cleanups finish), at most `limit`.
+    pub async fn wait_idle(&self, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let notified = self.idle.notified();
+            if self.count().await == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                tracing::warn!("shutting down with a question still being cleaned up");
+                return;
+            }
+        }
+    }
+}
+
+/// How a wait ended.
+enum Outcome {
+    Answered(QuestionAnswer),
+    TimedOut,
+    Cancelled,
+}
+
+/// `ask_user_question`.
+pub async fn ask_user_question(
+    ctx: &Ctx,
+    p: AskUserQuestionParams,
+    cancel: CancellationToken,
+) -> ToolResult {
+    check_text(&ctx.config, "question", &p.question)?;
+    let options = normalize_options(&p.options)?;
+    let max = ctx.config.max_question_timeout;
+    let timeout = match p.timeout {
+        None => max,
+        Some(secs) if secs.is_finite() && secs > 0.0 => Duration::from_secs_f64(secs).min(max),
+        Some(secs) => {
+            return Err(ToolError::invalid(format!(
+                "timeout must be a positive number of seconds, got {secs}"
+            )))
+        }
+    };
+    let title = present(&p.title).unwrap_or("Question").to_owned();
+    let question = p.question.trim().to_owned();
+    let question_id = uuid::Uuid::new_v4().to_string();
+    let deadline = Utc::now()
+        + chrono::Duration::from_std(timeout)
+            .map_err(|err| ToolError::Internal(err.to_string()))?;
+
+    // The watcher exists before the question row, so no answer can slip between them.
+    let mut watcher = ctx.db.run(|db| Ok(DbWatcher::new(db)?)).await?;
+    let qid = question_id.clone();
+    ctx.db
+        .run(move |db| {
+            db.open_question(&qid, deadline)?;
+            let route = routing::resolve(db, &Target::default())?;
+            let content = out::ask_question(&qid, &title, &question, &options);
+            let row = NewMessageOut::new(OutKind::ChatSdk, route.routing, &content)
+                .replying_to(route.in_reply_to);
+            match db.insert_out(&row) {
+                Ok(inserted) => Ok(inserted.seq),
+                Err(err) => {
+                    let _ = db.close_question(&qid);
+                    Err(err.into())
+                }
+            }
+        })
+        .await?;
+
+    ctx.waiting.enter(&ctx.db).await;
+    let outcome = wait_for_answer(ctx, &question_id, deadline, &mut watcher, &cancel).await;
+    let qid = question_id.clone();
+    if let Err(err) = ctx.db.run(move |db| Ok(db.close_question(&qid)?)).await {
+        tracing::warn!(%err, question = %question_id, "could not close the question");
+    }
+    ctx.waiting.leave(&ctx.db).await;
+
+    match outcome? {
+        Outcome::Answered(answer) => Ok(match answer.selected_option {
+            Value::String(text) => text,
+            other => other.to_string(),
+        }),
+        Outcome::TimedOut => Err(ToolError::invalid(format!(
+            "no answer within {} seconds: the user did not answer in time. Carry on without \
+             the answer or ask again later; a late answer reaches you as an ordinary message",
+            timeout.as_secs_f64().round()
+        ))),
+        Outcome::Cancelled => Err(ToolError::Cancelled(
+            "the question was withdrawn before the user answered".into(),
+        )),
+    }
+}
+
+/// Waits for the answer to `question_id` until `deadline`, on DB change notifications.
+async fn wait_for_answer(
+    ctx: &Ctx,
+    question_id: &str,
+    deadline: chrono::DateTime<Utc>,
+    watcher: &mut DbWatcher,
+    cancel: &CancellationToken,
+) -> ToolResult<Outcome> {
+    loop {
+        tracing::trace!(question = question_id, "looking for an answer");
+        let qid = question_id.to_owned();
+        if let Some((_row, answer)) = ctx.db.run(move |db| Ok(db.take_answer(&qid)?)).await? {
+            return Ok(Outcome::Answered(answer));
+        }
+        let remaining = (deadline - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+        if remaining.is_zero() {
+            return Ok(Outcome::TimedOut);
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return Ok(Outcome::Cancelled),
+            _ = watcher.wait(remaining.min(FALLBACK_POLL)) => {}
+        }
+    }
+}
+
+/// Turns the `options` argument into `[{label, selectedLabel, value}]`: plain strings become
+/// `label = value`; missing `selectedLabel`/`value` default to the label.
+fn normalize_options(options: &Value) -> ToolResult<Vec<Value>> {
+    let items = match options {
+        Value::Array(items) => items.clone(),
+        // Models sometimes send the list as a JSON string.
+        Value::String(text) => match serde_json::from_str::<Value>(text) {
+            Ok(Value::Array(items)) => items,
+            _ => {
+                return Err(ToolError::invalid(
+                    "options must be a list of choices, e.g. [\"Yes\", \"No\"]",
+                ))
+            }
+        },
+        other => {
+            return Err(ToolError::invalid(format!(
+                "options must be a list of choices, e.g. [\"Yes\", \"No\"]; got {}",
+                json_type(other)
+            )))
+        }
+    };
+    if items.is_empty() {
+        return Err(ToolError::invalid(
+            "options is empty: offer at least one choice",
+        ));
+    }
+    if items.len() > MAX_OPTIONS {
+        return Err(ToolError::invalid(format!(
+            "too many options ({}, at most {MAX_OPTIONS})",
+            items.len()
+        )));
+    }
+    let mut normalized = Vec::with_capacity(items.len());
+    let mut values: Vec<String> = Vec::with_capacity(items.len());
+    for (index, item) in items.iter().enumerate() {
+        let text = |v: Option<&Value>| -> Option<String> {
+            match v {
+                Some(Value::String(s)) if !s.trim().is_empty() => Some(s.trim().to_owned()),
+                Some(Value::Number(n)) => Some(n.to_string()),
+                Some(Value::Bool(b)) => Some(b.to_string()),
+                _ => None,
+            }
+        };
+        let (label, selected, value) = match item {
+            Value::Object(map) => {
+                let label = text(map.get("label")).ok_or_else(|| {
+                    ToolError::invalid(format!("option {} has no label", index + 1))
+                })?;
+                let selected = text(map.get("selectedLabel")).unwrap_or_else(|| label.clone());
+                let value = text(map.get("value")).unwrap_or_else(|| label.clone());
+                (label, selected, value)
+            }
+            other => {
+                let label = text(Some(other)).ok_or_else(|| {
+                    ToolError::invalid(format!(
+                        "option {} is empty or not text: give a label",
+                        index + 1
+                    ))
+                })?;
+                (label.clone(), label.clone(), label)
+            }
+        };
+        if values.contains(&value) {
+            return Err(ToolError::invalid(format!(
+                "option value {value:?} appears twice: each option needs its own value"
+            )));
+        }
+        values.push(value.clone());
+        normalized.push(json!({ "label": label, "selectedLabel": selected, "value": value }));
+    }
+    Ok(normalized)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn options_normalize() {
+        let got = normalize_options(&json!(["Yes", {"label": "No", "value": "n"}])).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                json!({"label": "Yes", "selectedLabel": "Yes", "value": "Yes"}),
+                json!({"label": "No", "selectedLabel": "No", "value": "n"}),
+            ]
+        );
+        assert!(normalize_options(&json!("[\"a\"]")).is_ok());
+        for bad in [
+            json!([]),
+            json!(["a", "a"]),
+            json!([{}]),
+            json!(5),
+            json!([""]),
+        ] {
+            assert!(normalize_options(&bad).is_err(), "{bad}");
+        }
+    }
+}

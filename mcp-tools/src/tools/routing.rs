@@ -1,0 +1,111 @@
+//! Where a tool's row goes (SPEC §7): explicit fields > the destination named by `to` > the
+//! runner's `current_batch` > the session's default routing. Every row also carries
+//! `in_reply_to` of the current batch, whatever its routing.
+
+use schema::{Destination, Routing, SessionDb};
+
+use crate::error::{ToolError, ToolResult};
+
+/// What the caller asked for; blank fields count as absent.
+#[derive(Debug, Clone, Default)]
+pub struct Target<'a> {
+    /// A destination name.
+    pub to: Option<&'a str>,
+    /// Explicit platform kind.
+    pub channel: Option<&'a str>,
+    /// Explicit platform channel id.
+    pub platform_id: Option<&'a str>,
+    /// Explicit thread id.
+    pub thread_id: Option<&'a str>,
+}
+
+/// The resolved routing of a row.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Route {
+    /// Where it goes.
+    pub routing: Routing,
+    /// The inbound row it answers (the current batch's).
+    pub in_reply_to: Option<String>,
+    /// The sender of the current batch, for admin checks.
+    pub sender_id: Option<String>,
+}
+
+/// Resolves `target` against the DB (blocking).
+pub fn resolve(db: &SessionDb, target: &Target<'_>) -> ToolResult<Route> {
+    let batch = match db.current_batch() {
+        Ok(batch) => batch.unwrap_or_default(),
+        Err(err) => {
+            // A malformed batch must not stop the agent from talking; fall back.
+            tracing::warn!(%err, "ignoring an unreadable current_batch");
+            Default::default()
+        }
+    };
+    let base = match target.to {
+        Some(name) => destination_routing(&find_destination(db, name)?),
+        None if !batch.routing.is_empty() => batch.routing.clone(),
+        None => db.session_routing()?.unwrap_or_default(),
+    };
+    let routing = if target.channel.is_some() || target.platform_id.is_some() {
+        Routing {
+            channel_type: target.channel.map(str::to_owned).or(base.channel_type),
+            platform_id: target.platform_id.map(str::to_owned).or(base.platform_id),
+            // A thread belongs to its channel: only an explicit one survives a channel change.
+            thread_id: target.thread_id.map(str::to_owned),
+        }
+    } else if let Some(thread) = target.thread_id {
+        Routing {
+            thread_id: Some(thread.to_owned()),
+            ..base
+        }
+    } else {
+        base
+    };
+    Ok(Route {
+        routing,
+        in_reply_to: batch.in_reply_to,
+        sender_id: batch.sender_id,
+    })
+}
+
+/// The destination called `name`, or an error listing the known names.
+pub fn find_destination(db: &SessionDb, name: &str) -> ToolResult<Destination> {
+    let all = db.destinations()?;
+    if let Some(found) = all.iter().find(|d| d.name == name) {
+        return Ok(found.clone());
+    }
+    // Be forgiving about case, but only when it is unambiguous.
+    let folded: Vec<&Destination> = all
+        .iter()
+        .filter(|d| d.name.eq_ignore_ascii_case(name))
+        .collect();
+    if let [only] = folded.as_slice() {
+        return Ok((*only).clone());
+    }
+    let known: Vec<&str> = all.iter().map(|d| d.name.as_str()).collect();
+    Err(ToolError::invalid(if known.is_empty() {
+        format!(
+            "unknown destination {name:?}: no destinations are configured; omit `to` to answer \
+             the current conversation"
+        )
+    } else {
+        format!(
+            "unknown destination {name:?}; known destinations: {}",
+            known.join(", ")
+        )
+    }))
+}
+
+/// The routing a row sent to `destination` carries. An agent destination without its own
+/// channel is addressed as channel type `agent` with the agent group id as platform id.
+pub fn destination_routing(destination: &Destination) -> Routing {
+    let mut routing = destination.routing();
+    if destination.kind == "agent" {
+        if routing.channel_type.is_none() {
+            routing.channel_type = Some("agent".into());
+        }
+        if routing.platform_id.is_none() {
+            routing.platform_id = destination.agent_group_id.clone();
+        }
+    }
+    routing
+}

@@ -1,0 +1,315 @@
+//! The stdio transport: newline-delimited JSON-RPC 2.0, with a gate in front of rmcp.
+//!
+//! Why not rmcp's own `(stdin, stdout)` transport: every request must get an answer at once,
+//! including ones the server does not serve. Claude Code probes `server/discover` before
+//! `initialize` and waits about 3 s on a server that does not answer (PROTOCOLS.md §0.3); rmcp
+//! would answer that probe with an error that depends on the probe's `_meta`, would answer a
+//! request whose params do not fit its types with an id-less error (leaving the client
+//! waiting), and stops serving if a notification arrives before `initialize`. So each line is
+//! looked at here first:
+//!
+//! - not JSON → JSON-RPC `-32700` (id null); not an object → `-32600`;
+//! - a request for a method this server does not serve (anything but `initialize` and `ping`
+//!   before `initialize`; anything but those and `tools/list`, `tools/call` after it) →
+//!   `-32601` with the request's id, at once;
+//! - a request whose params do not fit → `-32602` with its id;
+//! - a notification before `initialize` → dropped;
+//! - everything else goes to rmcp.
+//!
+//! The server therefore speaks the `initialize` lifecycle (protocol versions up to
+//! 2025-11-25), which is what Claude Code, Codex and OpenCode fall back to or use.
+//! Reads are cancellation-safe (rmcp polls `receive` inside a `select!`): a partial line stays
+//! buffered for the next call. Direct error replies are written by a spawned task, so a
+//! cancelled `receive` can never leave half a line on stdout.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::Mutex;
+
+/// Longest accepted line (a 10 MB text with JSON escapes fits).
+pub const MAX_LINE_BYTES: usize = 32 * 1024 * 1024;
+
+/// Methods served after `initialize`.
+const SERVED: [&str; 4] = ["initialize", "ping", "tools/list", "tools/call"];
+/// Methods served before `initialize`.
+const SERVED_BEFORE_INIT: [&str; 2] = ["initialize", "ping"];
+
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const METHOD_NOT_FOUND: i64 = -32601;
+const INVALID_PARAMS: i64 = -32602;
+
+type SharedWriter<W> = Arc<Mutex<Option<W>>>;
+
+/// Newline-delimited JSON-RPC over a reader and a writer (stdin/stdout), gated as described in
+/// the module docs.
+pub struct LineTransport<R, W> {
+    reader: BufReader<R>,
+    line: Vec<u8>,
+    discarding: bool,
+    writer: SharedWriter<W>,
+    initialized: bool,
+}
+
+enum Read {
+    Line,
+    Oversized,
+    Eof,
+}
+
+impl<R, W> LineTransport<R, W>
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    /// A transport reading requests from `reader` and writing responses to `writer`.
+    pub fn new(reader: R, writer: W) -> Self {
+        Self {
+            reader: BufReader::with_capacity(64 * 1024, reader),
+            line: Vec::new(),
+            discarding: false,
+            writer: Arc::new(Mutex::new(Some(writer))),
+            initialized: false,
+        }
+    }
+
+    /// Reads one line into `self.line`, bounded by [`MAX_LINE_BYTES`]. Cancellation-safe.
+    async fn read_line(&mut self) -> std::io::Result<Read> {
+        loop {
+            let (consumed, done) = {
+                let available = self.reader.fill_buf().await?;
+                if available.is_empty() {
+                    return Ok(Read::Eof);
+                }
+                let newline = available.iter().position(|b| *b == b'\n');
+                let take = newline.map_or(available.len(), |i| i + 1);
+                if self.discarding {
+                    if newline.is_some() {
+                        self.discarding = false;
+                    }
+                    (take, None)
+                } else if self.line.len() + take > MAX_LINE_BYTES {
+                    self.line.clear();
+                    self.discarding = newline.is_none();
+                    (take, Some(Read::Oversized))
+                } else {
+                    self.line.extend_from_slice(&available[..take]);
+                    (take, newline.map(|_| Read::Line))
+                }
+            };
+            self.reader.consume(consumed);
+            if let Some(done) = done {
+                return Ok(done);
+            }
+        }
+    }
+
+    /// Sends a JSON-RPC error without involving rmcp.
+    fn reply_error(&self, id: Value, code: i64, message: String) {
+        tracing::debug!(%id, code, %message, "answering in the transport");
+        let reply = json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": { "code": code, "message": message },
+        });
+        let mut bytes = reply.to_string().into_bytes();
+        bytes.push(b'\n');
+        let writer = self.writer.clone();
+        tokio::spawn(async move {
+            if let Err(err) = write_line(&writer, &bytes).await {
+                tracing::warn!(%err, "could not write an error reply");
+            }
+        });
+    }
+
+    /// Decides what to do with one line: `Some` goes to rmcp.
+    fn gate(&mut self, line: &[u8]) -> Option<ClientJsonRpcMessage> {
+        let line = line
+            .strip_prefix(b"\xEF\xBB\xBF".as_slice())
+            .unwrap_or(line);
+        let value: Value = match serde_json::from_slice(line) {
+            Ok(value) => value,
+            Err(err) => {
+                self.reply_error(Value::Null, PARSE_ERROR, format!("Parse error: {err}"));
+                return None;
+            }
+        };
+        let Value::Object(object) = &value else {
+            self.reply_error(
+                Value::Null,
+                INVALID_REQUEST,
+                "Invalid Request: expected one JSON-RPC object per line".into(),
+            );
+            return None;
+        };
+        let method = object
+            .get("method")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let id = object.get("id").cloned();
+        match (&method, &id) {
+            (Some(method), Some(id)) => {
+                let served: &[&str] = if self.initialized {
+                    &SERVED
+                } else {
+                    &SERVED_BEFORE_INIT
+                };
+                if !served.contains(&method.as_str()) {
+                    let message = if !self.initialized && SERVED.contains(&method.as_str()) {
+                        format!("Method not found: {method} (send initialize first)")
+                    } else {
+                        format!("Method not found: {method}")
+                    };
+                    self.reply_error(id.clone(), METHOD_NOT_FOUND, message);
+                    return None;
+                }
+                if method == "tools/call" {
+                    if let Err(problem) = check_call_params(object.get("params")) {
+                        self.reply_error(
+                            id.clone(),
+                            INVALID_PARAMS,
+                            format!("Invalid params for tools/call: {problem}"),
+                        );
+                        return None;
+                    }
+                }
+            }
+            (Some(method), None) if !self.initialized => {
+                tracing::debug!(%method, "dropping a notification sent before initialize");
+                return None;
+            }
+            (None, _) if !self.initialized => {
+                tracing::debug!("dropping a response sent before initialize");
+                return None;
+            }
+            _ => {}
+        }
+        match serde_json::from_value::<ClientJsonRpcMessage>(value) {
+            Ok(message) => {
+                if method.as_deref() == Some("initialize") {
+                    self.initialized = true;
+                }
+                Some(message)
+            }
+            Err(err) => {
+                match (method, id) {
+                    (Some(method), Some(id)) => self.reply_error(
+                        id,
+                        INVALID_PARAMS,
+                        format!("Invalid params for {method}: {err}"),
+                    ),
+                    _ => tracing::debug!(%err, "dropping a message that does not fit JSON-RPC"),
+                }
+                None
+            }
+        }
+    }
+}
+
+/// `tools/call` params must name the tool and carry the arguments as an object (rmcp would
+/// otherwise take a malformed call for an unknown method).
+fn check_call_params(params: Option<&Value>) -> Result<(), &'static str> {
+    let Some(Value::Object(params)) = params else {
+        return Err("params must be an object with `name` and `arguments`");
+    };
+    match params.get("name") {
+        Some(Value::String(name)) if !name.is_empty() => {}
+        _ => return Err("`name` (the tool to call) is missing or not a string"),
+    }
+    match params.get("arguments") {
+        None | Some(Value::Null | Value::Object(_)) => Ok(()),
+        Some(_) => Err("`arguments` must be an object"),
+    }
+}
+
+async fn write_line<W: AsyncWrite + Unpin>(
+    writer: &Mutex<Option<W>>,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    let mut guard = writer.lock().await;
+    let Some(writer) = guard.as_mut() else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotConnected,
+            "transport closed",
+        ));
+    };
+    writer.write_all(bytes).await?;
+    writer.flush().await
+}
+
+impl<R, W> Transport<RoleServer> for LineTransport<R, W>
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let writer = self.writer.clone();
+        let bytes = serialize(&item);
+        async move { write_line(&writer, &bytes?).await }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        loop {
+            match self.read_line().await {
+                Ok(Read::Eof) => return None,
+                Ok(Read::Oversized) => {
+                    tracing::warn!(limit = MAX_LINE_BYTES, "discarding an oversized message");
+                    self.reply_error(
+                        Value::Null,
+                        INVALID_REQUEST,
+                        format!("Invalid Request: message longer than {MAX_LINE_BYTES} bytes"),
+                    );
+                }
+                Ok(Read::Line) => {
+                    let mut line = std::mem::take(&mut self.line);
+                    while matches!(line.last(), Some(b'\n' | b'\r')) {
+                        line.pop();
+                    }
+                    let gated = if line.iter().all(u8::is_ascii_whitespace) {
+                        None
+                    } else {
+                        self.gate(&line)
+                    };
+                    // Keep the buffer for the next line, unless a huge message grew it.
+                    line.clear();
+                    if line.capacity() > 1024 * 1024 {
+                        line = Vec::new();
+                    }
+                    self.line = line;
+                    if gated.is_some() {
+                        return gated;
+                    }
+                }
+                Err(err) => {
+                    tracing::error!(%err, "reading stdin failed");
+                    return None;
+                }
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        let mut guard = self.writer.lock().await;
+        if let Some(mut writer) = guard.take() {
+            writer.flush().await?;
+        }
+        Ok(())
+    }
+}
+
+fn serialize(item: &ServerJsonRpcMessage) -> std::io::Result<Vec<u8>> {
+    let mut bytes = serde_json::to_vec(item)?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
