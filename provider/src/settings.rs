@@ -68,6 +68,9 @@ pub struct ProviderSettings {
     pub mock_delay: Duration,
     /// Mock provider only: scripted steps (`[{"step":"echo"|"reply"|"fail", ...}]`).
     pub mock_script: Vec<crate::mock::MockStep>,
+    /// Mock provider only: echo replies start with the query's system prompt and a `---` line,
+    /// so a test of the binary can see the system prompt the runner built.
+    pub mock_echo_system_prompt: bool,
 }
 
 impl ProviderSettings {
@@ -96,6 +99,7 @@ impl ProviderSettings {
             mcp_env: BTreeMap::new(),
             mock_delay: Duration::ZERO,
             mock_script: Vec::new(),
+            mock_echo_system_prompt: false,
             workspace,
         }
     }
@@ -106,6 +110,8 @@ impl ProviderSettings {
         env.insert("SESSION_DB".into(), self.session_db.display().to_string());
         env.insert("WORKSPACE_DIR".into(), self.workspace.display().to_string());
         env.insert("TZ".into(), self.timezone.clone());
+        // The CLIs' tool timeouts are set above this; mcp-tools caps ask_user_question with it.
+        env.insert("NANOCLAW_MAX_QUESTION_TIMEOUT".into(), self.tool_timeout.as_secs().to_string());
         if let Some(admin) = &self.admin_user_id {
             env.insert("NANOCLAW_ADMIN_USER_ID".into(), admin.clone());
         }
