@@ -6,6 +6,7 @@
 //! [`AgentProvider::query`], pushes follow-ups with [`AgentQuery::push`], reads
 //! [`ProviderEvent`]s, and calls [`AgentQuery::end`] once every prompt it sent is answered.
 
+pub mod archive;
 pub mod claude;
 pub mod codex;
 pub mod mock;
@@ -159,6 +160,9 @@ pub trait AgentProvider: Send + Sync {
 pub fn create(name: &str, settings: ProviderSettings) -> Result<std::sync::Arc<dyn AgentProvider>, ProviderError> {
     match name {
         "mock" => Ok(std::sync::Arc::new(mock::MockProvider::from_settings(&settings))),
+        "claude" => Ok(std::sync::Arc::new(claude::ClaudeProvider::new(settings)?)),
+        "codex" => Ok(std::sync::Arc::new(codex::CodexProvider::new(settings)?)),
+        "opencode" => Ok(std::sync::Arc::new(opencode::OpenCodeProvider::new(settings)?)),
         other => Err(ProviderError::Spawn(format!(
             "provider {other:?} is not available (expected claude, codex, opencode or mock)"
         ))),

@@ -1,1 +1,134 @@
 //! Claude Code provider: one long-lived `claude -p` stream-json process per session.
+//!
+//! * **Process.** `claude -p --input-format stream-json --output-format stream-json --verbose`
+//!   stays alive across queries and turns ([`command`] has the whole command line and
+//!   environment). A query reuses it when it is alive and was started for the query's
+//!   continuation and system prompt; otherwise it is (re)started with `--resume <continuation>`
+//!   (the system prompt applies on resume too: `--system-prompt-snapshot off`).
+//! * **Prompts.** Every prompt (the first and each push) is a user line on stdin, stamped with a
+//!   uuid of ours; images and PDFs go as native content blocks ([`media`]). A push written while
+//!   a tool runs is folded into the running turn, one written while text streams runs as its own
+//!   turn; results list the uuids they consumed, which gives `covers` ([`translate`]).
+//! * **Events.** `system/init` → `Init` (first and on change), `result` → `Result` or, with
+//!   `is_error`, `Error { ends_turn: true }`; `system/api_retry` → `Error { ends_turn: false }`;
+//!   compaction notices → `Progress`; everything → `Activity`.
+//! * **Ending early.** `Abort`, a dropped query or an error result interrupt the CLI with
+//!   `control_request` `interrupt` + `cancel_queued`, so nothing of the query runs after it ends.
+//! * **Failures.** A process exit mid-turn → `Error { Process, retryable }` and a respawn on the
+//!   next query; no output for `settings.watchdog` during a turn → the group is killed,
+//!   `Error { Watchdog }`; a missing session on `--resume` → a new session for the same prompts,
+//!   with a `Progress` notice and a new `Init`.
+
+mod command;
+mod driver;
+mod media;
+mod protocol;
+mod translate;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+pub use command::{DISALLOWED_TOOLS, NATIVE_COMMANDS};
+
+use crate::process::resolve_cli;
+use crate::{AgentProvider, AgentQuery, ProviderError, ProviderSettings, QueryInput};
+use driver::Shared;
+
+/// The setting (env variable) that names the `claude` binary.
+pub const CLI_PATH_SETTING: &str = "CLAUDE_PATH";
+
+/// The Claude Code provider.
+#[derive(Debug, Clone)]
+pub struct ClaudeProvider {
+    shared: Arc<Shared>,
+}
+
+impl ClaudeProvider {
+    /// A provider for `settings`: finds the CLI (a missing one is [`ProviderError::Spawn`]
+    /// naming [`CLI_PATH_SETTING`]; each query looks it up again) and creates the private HOME.
+    /// No process starts before the first query.
+    pub fn new(settings: ProviderSettings) -> Result<Self, ProviderError> {
+        let cli = Self::cli(&settings)?;
+        std::fs::create_dir_all(&settings.home_dir).map_err(|err| {
+            ProviderError::Other(format!(
+                "cannot create the claude HOME {}: {err}",
+                settings.home_dir.display()
+            ))
+        })?;
+        tracing::debug!(cli = %cli.display(), "claude provider ready");
+        Ok(Self {
+            shared: Arc::new(Shared {
+                settings,
+                slot: Arc::new(tokio::sync::Mutex::new(None)),
+                stop: CancellationToken::new(),
+            }),
+        })
+    }
+
+    /// The settings this provider runs with.
+    pub fn settings(&self) -> &ProviderSettings {
+        &self.shared.settings
+    }
+
+    /// The pid (and process group id) of the running `claude`, if one runs. Waits for a query
+    /// that holds the process to finish.
+    pub async fn pid(&self) -> Option<u32> {
+        self.shared
+            .slot
+            .lock()
+            .await
+            .as_ref()
+            .map(driver::Live::pid)
+    }
+
+    fn cli(settings: &ProviderSettings) -> Result<PathBuf, ProviderError> {
+        resolve_cli(
+            "claude",
+            settings.cli_path.as_deref(),
+            CLI_PATH_SETTING,
+            None,
+        )
+    }
+}
+
+impl AgentProvider for ClaudeProvider {
+    fn name(&self) -> &'static str {
+        "claude"
+    }
+
+    fn query(&self, input: QueryInput) -> Result<AgentQuery, ProviderError> {
+        if self.shared.stop.is_cancelled() {
+            return Err(ProviderError::Closed);
+        }
+        let program = Self::cli(&self.shared.settings)?;
+        let (query, handle) = AgentQuery::channel();
+        tokio::spawn(driver::run_query(
+            Arc::clone(&self.shared),
+            program,
+            input,
+            handle,
+        ));
+        Ok(query)
+    }
+
+    fn native_commands(&self) -> &'static [&'static str] {
+        NATIVE_COMMANDS
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.shared.stop.cancel();
+            // A running query sees the cancellation, stops its process and releases the slot.
+            let mut slot = self.shared.slot.lock().await;
+            if let Some(live) = slot.take() {
+                live.terminate().await;
+            }
+        })
+    }
+}

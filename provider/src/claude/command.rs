@@ -1,0 +1,527 @@
+//! The `claude` command line, environment and the files it reads (PROTOCOLS.md §1.1, §1.4–§1.9).
+//!
+//! Files live in `<private HOME>/.nanoclaw/` and are rewritten at every spawn:
+//! * `mcp.json`: the MCP servers (`nanoclaw` = mcp-tools, plus the config's extra servers);
+//! * `system-prompt.md`: the query's system prompt, read through `--append-system-prompt-file`
+//!   (no argv size limit);
+//! * `anthropic-api-key` (mode 0600): the API key, read by the `apiKeyHelper` of `--settings`.
+//!   The key thus never sits in the CLI's environment, which every `Bash` command the agent runs
+//!   inherits (`CLAUDE_CODE_SUBPROCESS_ENV_SCRUB` would scrub it too, but needs bubblewrap).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use crate::process::CliCommand;
+use crate::ProviderSettings;
+
+/// Built-in tools that do not fit a headless container session, checked against the `tools` of
+/// a captured `system/init` (Claude Code 2.1.330):
+/// * `AskUserQuestion`: nobody answers it in `-p` mode; the agent asks through
+///   `mcp__nanoclaw__ask_user_question`, which reaches the chat;
+/// * `CronCreate`/`CronDelete`/`CronList`, `ScheduleWakeup`: schedules that fire inside the CLI
+///   process, lost with it and invisible to the host (use `mcp__nanoclaw__schedule_task`);
+/// * `Monitor`, `Workflow`: background work that starts turns of its own later, when no query
+///   is listening;
+/// * `EnterPlanMode`/`ExitPlanMode`: plan approval needs a person at the terminal;
+/// * `EnterWorktree`/`ExitWorktree`: the agent directory is the workspace, not a git checkout;
+/// * `SendMessage`/`ListAgents`: messages to other Claude sessions, easily mistaken for
+///   `mcp__nanoclaw__send_message`, the only way to reach the user.
+pub const DISALLOWED_TOOLS: &[&str] = &[
+    "AskUserQuestion",
+    "CronCreate",
+    "CronDelete",
+    "CronList",
+    "ScheduleWakeup",
+    "Monitor",
+    "Workflow",
+    "EnterPlanMode",
+    "ExitPlanMode",
+    "EnterWorktree",
+    "ExitWorktree",
+    "SendMessage",
+    "ListAgents",
+];
+
+/// Slash commands Claude handles itself in `-p` stream-json mode (checked against the
+/// `commands` of the `initialize` control response and by running each): `/compact` compacts
+/// the conversation (its result text is empty), `/context` and `/cost` (also `/usage`) answer
+/// with a report as the result text, without a model call.
+pub const NATIVE_COMMANDS: &[&str] = &["/compact", "/context", "/cost", "/usage"];
+
+/// The MCP server name of mcp-tools.
+pub(crate) const NANOCLAW_SERVER: &str = "nanoclaw";
+
+/// How much longer than the longest blocking MCP tool (ask_user_question) Claude waits for an MCP
+/// tool call before giving up on it.
+pub(crate) const TOOL_TIMEOUT_MARGIN: Duration = Duration::from_secs(60);
+
+/// The files a spawn reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LaunchFiles {
+    /// The MCP config.
+    pub mcp_config: PathBuf,
+    /// The system prompt, when the query has one.
+    pub system_prompt: Option<PathBuf>,
+    /// The API key, when the settings have one.
+    pub api_key: Option<PathBuf>,
+}
+
+/// What one spawn differs in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Launch {
+    /// The session to resume.
+    pub resume: Option<String>,
+    /// The system prompt to append to Claude's own.
+    pub system_prompt: Option<String>,
+}
+
+/// The folder of the provider's own files inside the private HOME.
+pub(crate) fn files_dir(settings: &ProviderSettings) -> PathBuf {
+    settings.home_dir.join(".nanoclaw")
+}
+
+/// Writes the files of a spawn (creating HOME, the agent directory and the files folder).
+pub(crate) fn write_files(
+    settings: &ProviderSettings,
+    launch: &Launch,
+) -> std::io::Result<LaunchFiles> {
+    let dir = files_dir(settings);
+    std::fs::create_dir_all(&dir)?;
+    std::fs::create_dir_all(&settings.agent_dir)?;
+    let mcp_config = dir.join("mcp.json");
+    write_private(
+        &mcp_config,
+        mcp_config_json(settings).to_string().as_bytes(),
+    )?;
+    let system_prompt = match &launch.system_prompt {
+        Some(text) => {
+            let path = dir.join("system-prompt.md");
+            write_private(&path, text.as_bytes())?;
+            Some(path)
+        }
+        None => None,
+    };
+    let api_key = match settings.api_key.as_deref().filter(|key| !key.is_empty()) {
+        Some(key) => {
+            let path = dir.join("anthropic-api-key");
+            write_private(&path, key.trim().as_bytes())?;
+            Some(path)
+        }
+        None => None,
+    };
+    Ok(LaunchFiles {
+        mcp_config,
+        system_prompt,
+        api_key,
+    })
+}
+
+/// Replaces `path` with `data`, readable by the owner only (the MCP config may carry the extra
+/// servers' credentials).
+fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    file.write_all(data)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// The `--mcp-config` JSON: mcp-tools as `nanoclaw`, then the extra servers. The per-server
+/// `timeout` (ms) of `nanoclaw` sits above the longest blocking tool, like `MCP_TOOL_TIMEOUT`.
+pub(crate) fn mcp_config_json(settings: &ProviderSettings) -> Value {
+    let mut servers = Map::new();
+    servers.insert(
+        NANOCLAW_SERVER.into(),
+        json!({
+            "type": "stdio",
+            "command": settings.mcp_tools_path.display().to_string(),
+            "args": [],
+            "env": settings.mcp_tools_env(),
+            "timeout": tool_timeout_ms(settings),
+        }),
+    );
+    for (name, server) in &settings.extra_mcp_servers {
+        if name == NANOCLAW_SERVER {
+            tracing::warn!("an extra MCP server may not be named {NANOCLAW_SERVER}; ignored");
+            continue;
+        }
+        servers.insert(
+            name.clone(),
+            json!({"type": "stdio", "command": server.command, "args": server.args, "env": server.env}),
+        );
+    }
+    json!({ "mcpServers": servers })
+}
+
+/// Milliseconds Claude waits for one MCP tool call.
+pub(crate) fn tool_timeout_ms(settings: &ProviderSettings) -> u128 {
+    (settings.tool_timeout + TOOL_TIMEOUT_MARGIN).as_millis()
+}
+
+/// The `--settings` JSON.
+pub(crate) fn settings_json(files: &LaunchFiles) -> Value {
+    let mut settings = Map::new();
+    if let Some(key) = &files.api_key {
+        settings.insert(
+            "apiKeyHelper".into(),
+            json!(format!("cat {}", shell_quote(&key.display().to_string()))),
+        );
+    }
+    if let Some(hooks) = hooks() {
+        settings.insert("hooks".into(), hooks);
+    }
+    Value::Object(settings)
+}
+
+/// Hook point for issue 5: the `PreCompact` hook that archives the transcript to
+/// `/workspace/agent/conversations/` goes here, as
+/// `{"PreCompact":[{"hooks":[{"type":"command","command":"…"}]}]}`. Nothing yet.
+fn hooks() -> Option<Value> {
+    None
+}
+
+/// `'text'` for `sh`, with embedded single quotes escaped.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// The command line. Every variadic option (`--mcp-config`, `--allowedTools`,
+/// `--disallowedTools`, `--add-dir`) gets one value and no positional argument ever follows,
+/// so none can swallow another argument (PROTOCOLS.md §1.9); prompts go through stdin.
+pub(crate) fn args(
+    settings: &ProviderSettings,
+    launch: &Launch,
+    files: &LaunchFiles,
+) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "-p",
+        "--input-format",
+        "stream-json",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        // Liveness for the watchdog while a long answer streams.
+        "--include-partial-messages",
+        "--permission-mode",
+        "bypassPermissions",
+        "--strict-mcp-config",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    args.push("--mcp-config".into());
+    args.push(files.mcp_config.display().to_string());
+    let mut allowed = vec![format!("mcp__{NANOCLAW_SERVER}__*")];
+    allowed.extend(
+        settings
+            .extra_mcp_servers
+            .keys()
+            .filter(|name| name.as_str() != NANOCLAW_SERVER)
+            .map(|name| format!("mcp__{name}__*")),
+    );
+    args.push("--allowedTools".into());
+    args.push(allowed.join(","));
+    args.push("--disallowedTools".into());
+    args.push(DISALLOWED_TOOLS.join(","));
+    args.push("--settings".into());
+    args.push(settings_json(files).to_string());
+    if let Some(model) = settings.model.as_deref().filter(|m| !m.is_empty()) {
+        args.push("--model".into());
+        args.push(model.to_owned());
+    }
+    if let Some(effort) = settings.effort.as_deref().filter(|e| !e.is_empty()) {
+        args.push("--effort".into());
+        args.push(effort.to_owned());
+    }
+    if let Some(path) = &files.system_prompt {
+        args.push("--append-system-prompt-file".into());
+        args.push(path.display().to_string());
+    }
+    // The default `on` records the first request's system prompt and replays it on every resume,
+    // ignoring a new one (PROTOCOLS.md §1.4): the prompt must apply after a resume too.
+    args.push("--system-prompt-snapshot".into());
+    args.push("off".into());
+    for dir in &settings.extra_dirs {
+        args.push("--add-dir".into());
+        args.push(dir.display().to_string());
+    }
+    if let Some(session) = &launch.resume {
+        args.push("--resume".into());
+        args.push(session.clone());
+    }
+    args
+}
+
+/// The environment: the inherited allow-list (minus scrubbed names), then the provider's own
+/// variables, which win.
+pub(crate) fn env(
+    settings: &ProviderSettings,
+    launch: &Launch,
+    parent: impl IntoIterator<Item = (String, String)>,
+    is_root: bool,
+) -> BTreeMap<String, String> {
+    let mut env = settings.env_policy.inherited(parent);
+    // The key reaches Claude through apiKeyHelper only, never through the environment.
+    env.remove("ANTHROPIC_API_KEY");
+    let mut set = |name: &str, value: String| {
+        env.insert(name.to_owned(), value);
+    };
+    set("HOME", settings.home_dir.display().to_string());
+    set("TZ", settings.timezone.clone());
+    if let Some(url) = settings.base_url.as_deref().filter(|u| !u.is_empty()) {
+        set("ANTHROPIC_BASE_URL", url.trim_end_matches('/').to_owned());
+    }
+    // Traffic off, always (PROTOCOLS.md §1.8): with these, Claude resolves no host but the API's.
+    set("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into());
+    set("DISABLE_AUTOUPDATER", "1".into());
+    set("DISABLE_TELEMETRY", "1".into());
+    set("DISABLE_ERROR_REPORTING", "1".into());
+    // MCP tool schemas go to the model directly instead of behind ToolSearch.
+    set("ENABLE_TOOL_SEARCH", "false".into());
+    set("CLAUDE_CODE_MAX_RETRIES", settings.max_retries.to_string());
+    set("MCP_TOOL_TIMEOUT", tool_timeout_ms(settings).to_string());
+    if is_root {
+        // bypassPermissions refuses to run as root unless the CLI is told it is sandboxed.
+        set("IS_SANDBOX", "1".into());
+    }
+    if launch.system_prompt.is_some() {
+        // The runner's system prompt already holds the CLAUDE.md files; Claude would load the
+        // agent directory's CLAUDE.md a second time.
+        set("CLAUDE_CODE_DISABLE_CLAUDE_MDS", "1".into());
+    }
+    env
+}
+
+/// The whole command for one spawn.
+pub(crate) fn command(
+    settings: &ProviderSettings,
+    program: &Path,
+    launch: &Launch,
+    files: &LaunchFiles,
+    parent: impl IntoIterator<Item = (String, String)>,
+    is_root: bool,
+) -> CliCommand {
+    CliCommand::new(program, &settings.agent_dir)
+        .args(args(settings, launch, files))
+        .envs(env(settings, launch, parent, is_root))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::McpServer;
+    use expect_test::expect;
+
+    fn settings() -> ProviderSettings {
+        let mut settings = ProviderSettings::for_workspace("/workspace", "claude");
+        settings.mcp_tools_path = "/usr/local/bin/mcp-tools".into();
+        settings.timezone = "Europe/Berlin".into();
+        settings.admin_user_id = Some("admin-1".into());
+        settings.model = Some("claude-sonnet-4-5".into());
+        settings.base_url = Some("http://127.0.0.1:18080/".into());
+        settings.api_key = Some("sk-test".into());
+        settings.extra_dirs = vec!["/workspace/extra/docs".into()];
+        settings.extra_mcp_servers.insert(
+            "github".into(),
+            McpServer {
+                command: "/usr/bin/github-mcp".into(),
+                args: vec!["stdio".into()],
+                env: BTreeMap::from([("GITHUB_TOKEN".into(), "ghp_x".into())]),
+            },
+        );
+        settings
+    }
+
+    fn files() -> LaunchFiles {
+        LaunchFiles {
+            mcp_config: "/workspace/.home/claude/.nanoclaw/mcp.json".into(),
+            system_prompt: Some("/workspace/.home/claude/.nanoclaw/system-prompt.md".into()),
+            api_key: Some("/workspace/.home/claude/.nanoclaw/anthropic-api-key".into()),
+        }
+    }
+
+    #[test]
+    fn command_line_and_environment() {
+        let launch = Launch {
+            resume: Some("5a50ee08-9c89-4e12-85b1-1d7ced515542".into()),
+            system_prompt: Some("Be brief.".into()),
+        };
+        let parent = [
+            ("PATH", "/usr/bin:/bin"),
+            ("LANG", "C.UTF-8"),
+            ("GITHUB_TOKEN", "host-secret"),
+            ("ANTHROPIC_API_KEY", "from-the-runner"),
+            ("HOME", "/root"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        let command = command(
+            &settings(),
+            Path::new("/opt/claude"),
+            &launch,
+            &files(),
+            parent,
+            true,
+        );
+        let mut text = format!("cwd: {}\n", command.cwd.display());
+        text.push_str(&format!("{}\n", command.program.display()));
+        for arg in &command.args {
+            text.push_str(&format!("  {arg}\n"));
+        }
+        for (name, value) in &command.env {
+            text.push_str(&format!("{name}={value}\n"));
+        }
+        expect![[r#"
+            cwd: /workspace/agent
+            /opt/claude
+              -p
+              --input-format
+              stream-json
+              --output-format
+              stream-json
+              --verbose
+              --include-partial-messages
+              --permission-mode
+              bypassPermissions
+              --strict-mcp-config
+              --mcp-config
+              /workspace/.home/claude/.nanoclaw/mcp.json
+              --allowedTools
+              mcp__nanoclaw__*,mcp__github__*
+              --disallowedTools
+              AskUserQuestion,CronCreate,CronDelete,CronList,ScheduleWakeup,Monitor,Workflow,EnterPlanMode,ExitPlanMode,EnterWorktree,ExitWorktree,SendMessage,ListAgents
+              --settings
+              {"apiKeyHelper":"cat '/workspace/.home/claude/.nanoclaw/anthropic-api-key'"}
+              --model
+              claude-sonnet-4-5
+              --append-system-prompt-file
+              /workspace/.home/claude/.nanoclaw/system-prompt.md
+              --system-prompt-snapshot
+              off
+              --add-dir
+              /workspace/extra/docs
+              --resume
+              5a50ee08-9c89-4e12-85b1-1d7ced515542
+            ANTHROPIC_BASE_URL=http://127.0.0.1:18080
+            CLAUDE_CODE_DISABLE_CLAUDE_MDS=1
+            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1
+            CLAUDE_CODE_MAX_RETRIES=2
+            DISABLE_AUTOUPDATER=1
+            DISABLE_ERROR_REPORTING=1
+            DISABLE_TELEMETRY=1
+            ENABLE_TOOL_SEARCH=false
+            HOME=/workspace/.home/claude
+            IS_SANDBOX=1
+            LANG=C.UTF-8
+            MCP_TOOL_TIMEOUT=360000
+            PATH=/usr/bin:/bin
+            TZ=Europe/Berlin
+        "#]]
+        .assert_eq(&text);
+    }
+
+    #[test]
+    fn mcp_config() {
+        let config = serde_json::to_string_pretty(&mcp_config_json(&settings())).unwrap();
+        expect![[r#"
+            {
+              "mcpServers": {
+                "github": {
+                  "args": [
+                    "stdio"
+                  ],
+                  "command": "/usr/bin/github-mcp",
+                  "env": {
+                    "GITHUB_TOKEN": "ghp_x"
+                  },
+                  "type": "stdio"
+                },
+                "nanoclaw": {
+                  "args": [],
+                  "command": "/usr/local/bin/mcp-tools",
+                  "env": {
+                    "NANOCLAW_ADMIN_USER_ID": "admin-1",
+                    "NANOCLAW_MAX_QUESTION_TIMEOUT": "300",
+                    "SESSION_DB": "/workspace/session.db",
+                    "TZ": "Europe/Berlin",
+                    "WORKSPACE_DIR": "/workspace"
+                  },
+                  "timeout": 360000,
+                  "type": "stdio"
+                }
+              }
+            }"#]]
+        .assert_eq(&config);
+    }
+
+    #[test]
+    fn minimal_launch_has_no_optional_flags() {
+        let mut settings = ProviderSettings::for_workspace("/w", "claude");
+        settings.max_retries = 0;
+        let files = LaunchFiles {
+            mcp_config: "/w/.home/claude/.nanoclaw/mcp.json".into(),
+            system_prompt: None,
+            api_key: None,
+        };
+        let launch = Launch::default();
+        let args = args(&settings, &launch, &files);
+        for flag in [
+            "--resume",
+            "--model",
+            "--append-system-prompt-file",
+            "--add-dir",
+            "--effort",
+        ] {
+            assert!(!args.iter().any(|a| a == flag), "{flag} in {args:?}");
+        }
+        assert!(args
+            .windows(2)
+            .any(|w| w[0] == "--settings" && w[1] == "{}"));
+        let env = env(&settings, &launch, Vec::new(), false);
+        assert!(!env.contains_key("IS_SANDBOX"));
+        assert!(!env.contains_key("CLAUDE_CODE_DISABLE_CLAUDE_MDS"));
+        assert_eq!(env["CLAUDE_CODE_MAX_RETRIES"], "0");
+    }
+
+    #[test]
+    fn files_are_written_privately() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = ProviderSettings::for_workspace(dir.path(), "claude");
+        settings.api_key = Some("sk-secret\n".into());
+        let launch = Launch {
+            resume: None,
+            system_prompt: Some("prompt".into()),
+        };
+        let files = write_files(&settings, &launch).unwrap();
+        let key = files.api_key.unwrap();
+        assert_eq!(std::fs::read_to_string(&key).unwrap(), "sk-secret");
+        assert_eq!(
+            std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(
+            std::fs::read_to_string(files.system_prompt.unwrap()).unwrap(),
+            "prompt"
+        );
+        assert!(settings.agent_dir.is_dir());
+        let config: Value =
+            serde_json::from_str(&std::fs::read_to_string(files.mcp_config).unwrap()).unwrap();
+        assert!(config["mcpServers"]["nanoclaw"].is_object());
+    }
+
+    #[test]
+    fn shell_quoting() {
+        assert_eq!(shell_quote("/a b/it's"), r"'/a b/it'\''s'");
+    }
+}

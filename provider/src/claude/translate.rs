@@ -1,0 +1,519 @@
+//! Translation of Claude's stream-json output into [`ProviderEvent`]s, without any I/O, so it is
+//! unit-tested against captured CLI output (`provider/tests/fixtures/claude/`).
+//!
+//! # Which prompts a result covers
+//! A `result` line ends a *turn*, and a turn is not one prompt (PROTOCOLS.md §1.4): a prompt
+//! written while a tool runs is folded into the running turn (the model sees it beside the tool
+//! result), while one written while text streams waits and runs as a turn of its own. Every user
+//! message we write carries our own `uuid`, and Claude 2.1.330 lists the uuids of every user
+//! message a turn consumed in the result's `user_message_uuids`. So the rule is:
+//!
+//! > `covers` = the highest prompt id among the uuids that the results so far consumed.
+//!
+//! A result that consumed no new prompt of ours (a turn the CLI started by itself) produces no
+//! `Result` event, since it answers nothing the runner sent. Without `user_message_uuids` (an
+//! older CLI) the `started` states of `command_lifecycle` lines decide; without those too, every
+//! prompt written so far minus the result's `queued_turn_count` counts as consumed.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::Value;
+
+use super::protocol::{LifecycleLine, MessageLine, OutLine, ResultLine, SystemLine};
+use crate::{ErrorClass, PromptId, ProviderEvent};
+
+/// Text of the CLI when `--resume` names a session it does not have.
+const SESSION_NOT_FOUND: &[&str] = &[
+    "No conversation found with session ID",
+    "--resume requires a valid session ID",
+];
+
+/// What the driver must do besides forwarding events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Signal {
+    /// A `result` line ended a turn.
+    TurnEnded,
+    /// The session given to `--resume` does not exist; start a new one.
+    SessionNotFound(String),
+    /// The CLI answered our control request `request_id`.
+    ControlResponse {
+        /// Our request id.
+        request_id: String,
+    },
+    /// The CLI asked the host something; it must get an answer or it waits forever.
+    ControlRequest {
+        /// Its request id.
+        request_id: String,
+        /// Its subtype, for the log.
+        subtype: String,
+    },
+}
+
+/// The translation of one line.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Translated {
+    /// Events for the runner, in order.
+    pub events: Vec<ProviderEvent>,
+    /// Something the driver acts on.
+    pub signal: Option<Signal>,
+}
+
+impl Translated {
+    fn event(event: ProviderEvent) -> Self {
+        Self {
+            events: vec![event],
+            signal: None,
+        }
+    }
+
+    fn activity() -> Self {
+        Self::event(ProviderEvent::Activity { tool: None })
+    }
+
+    /// True when an event ends the turn with an error.
+    pub(crate) fn ends_with_error(&self) -> bool {
+        self.events.iter().any(|event| {
+            matches!(
+                event,
+                ProviderEvent::Error {
+                    ends_turn: true,
+                    ..
+                }
+            )
+        })
+    }
+}
+
+/// Per-query translation state.
+#[derive(Debug, Default)]
+pub(crate) struct Translator {
+    /// Our uuid of each prompt written in this query.
+    prompts: HashMap<String, PromptId>,
+    /// The highest prompt id written.
+    written: Option<PromptId>,
+    /// The highest prompt id the model has consumed.
+    consumed: Option<PromptId>,
+    /// The highest `covers` reported in a `Result`.
+    reported: Option<PromptId>,
+    /// The session id last reported with `Init` in this query.
+    session: Option<String>,
+    /// Lifecycle state of each of our prompts on the current process.
+    lifecycle: BTreeMap<PromptId, String>,
+    /// Whether the CLI emits `command_lifecycle` lines at all.
+    lifecycle_seen: bool,
+    /// Main-thread tools that started and have no result yet (id → name).
+    tools: HashMap<String, String>,
+}
+
+impl Translator {
+    /// A translator for a new query.
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records that prompt `id` was written with `uuid`.
+    pub(crate) fn register(&mut self, uuid: &str, id: PromptId) {
+        self.prompts.insert(uuid.to_owned(), id);
+        self.written = self.written.max(Some(id));
+        self.lifecycle.insert(id, "written".to_owned());
+    }
+
+    /// Forgets what the previous process did with our prompts (they are about to be written to a
+    /// new one).
+    pub(crate) fn new_process(&mut self) {
+        self.lifecycle = self
+            .prompts
+            .values()
+            .map(|id| (*id, "written".to_owned()))
+            .collect();
+        self.lifecycle_seen = false;
+        self.tools.clear();
+        self.consumed = self.reported;
+    }
+
+    /// True when every prompt written is covered by a reported `Result`.
+    pub(crate) fn all_covered(&self) -> bool {
+        self.written.is_none() || self.reported >= self.written
+    }
+
+    /// True when a prompt of ours may still be queued or running in the CLI.
+    pub(crate) fn outstanding(&self) -> bool {
+        if self.lifecycle_seen {
+            self.lifecycle.values().any(|state| !is_terminal(state))
+        } else {
+            !self.all_covered()
+        }
+    }
+
+    /// True while a main-thread tool runs (an MCP tool may block up to the tool timeout).
+    pub(crate) fn tool_in_flight(&self) -> bool {
+        !self.tools.is_empty()
+    }
+
+    /// Translates one stdout line.
+    pub(crate) fn on_line(&mut self, line: &str) -> Translated {
+        match OutLine::parse(line) {
+            Ok(parsed) => self.on_parsed(parsed),
+            Err(err) => {
+                tracing::warn!(%err, line = %truncate(line, 200), "unparsable line from claude");
+                Translated::activity()
+            }
+        }
+    }
+
+    fn on_parsed(&mut self, line: OutLine) -> Translated {
+        match line {
+            OutLine::System(system) => self.on_system(system),
+            OutLine::Assistant(message) => self.on_assistant(message),
+            OutLine::User(message) => self.on_user(message),
+            OutLine::Result(result) => self.on_result(result),
+            OutLine::StreamEvent(_) => Translated::activity(),
+            OutLine::CommandLifecycle(lifecycle) => self.on_lifecycle(lifecycle),
+            OutLine::ControlResponse(response) => {
+                if response.response.subtype != "success" {
+                    tracing::warn!(
+                        request_id = %response.response.request_id,
+                        error = ?response.response.error,
+                        "claude refused a control request"
+                    );
+                }
+                Translated {
+                    events: Vec::new(),
+                    signal: Some(Signal::ControlResponse {
+                        request_id: response.response.request_id,
+                    }),
+                }
+            }
+            OutLine::ControlRequest(request) => Translated {
+                events: Vec::new(),
+                signal: Some(Signal::ControlRequest {
+                    subtype: request.subtype().to_owned(),
+                    request_id: request.request_id,
+                }),
+            },
+            OutLine::Other(kind) => {
+                tracing::debug!(%kind, "unknown line type from claude");
+                Translated::activity()
+            }
+        }
+    }
+
+    fn on_system(&mut self, system: SystemLine) -> Translated {
+        match system.subtype.as_str() {
+            "init" => {
+                let mut events = Vec::new();
+                if let Some(id) = system.session_id.filter(|id| !id.is_empty()) {
+                    if self.session.as_deref() != Some(id.as_str()) {
+                        self.session = Some(id.clone());
+                        events.push(ProviderEvent::Init { session_id: id });
+                    }
+                }
+                for server in system
+                    .mcp_servers
+                    .iter()
+                    .filter(|s| s.status != "connected")
+                {
+                    tracing::warn!(server = %server.name, status = %server.status, "MCP server not connected");
+                    events.push(ProviderEvent::Progress {
+                        message: format!("MCP server {} is {}", server.name, server.status),
+                    });
+                }
+                Translated {
+                    events,
+                    signal: None,
+                }
+            }
+            "api_retry" => {
+                let category = system
+                    .error
+                    .as_ref()
+                    .and_then(Value::as_str)
+                    .unwrap_or("unknown");
+                let status = system
+                    .error_status
+                    .map_or_else(|| "no response".to_owned(), |s| format!("HTTP {s}"));
+                let message = format!(
+                    "model API error ({status}, {category}); claude retries ({}/{}) in {} ms",
+                    system.attempt.unwrap_or(0),
+                    system.max_retries.unwrap_or(0),
+                    system.retry_delay_ms.unwrap_or(0),
+                );
+                Translated::event(ProviderEvent::Error {
+                    message,
+                    retryable: true,
+                    classification: classify_category(category)
+                        .unwrap_or_else(|| classify_status(system.error_status)),
+                    ends_turn: false,
+                })
+            }
+            "api_error" => {
+                let error = system.error.unwrap_or_default();
+                let status = error
+                    .get("status")
+                    .and_then(Value::as_u64)
+                    .and_then(|s| u16::try_from(s).ok());
+                let message = error
+                    .get("formatted")
+                    .or_else(|| error.get("message"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("model API error")
+                    .to_owned();
+                Translated::event(ProviderEvent::Error {
+                    message,
+                    retryable: true,
+                    classification: classify_status(status),
+                    ends_turn: false,
+                })
+            }
+            "status" => {
+                if let Some(result) = system.compact_result {
+                    let message = match system.compact_error {
+                        Some(error) => format!("compaction {result}: {error}"),
+                        None => format!("compaction {result}"),
+                    };
+                    Translated::event(ProviderEvent::Progress { message })
+                } else if system.status.as_deref() == Some("compacting") {
+                    Translated::event(ProviderEvent::Progress {
+                        message: "compacting the conversation".into(),
+                    })
+                } else {
+                    Translated::activity()
+                }
+            }
+            "compact_boundary" => {
+                let meta = system.compact_metadata.unwrap_or_default();
+                let mut message = format!(
+                    "conversation compacted ({})",
+                    meta.trigger.as_deref().unwrap_or("unknown trigger")
+                );
+                if let Some(pre) = meta.pre_tokens {
+                    message.push_str(&format!(", {pre} tokens before"));
+                }
+                if let Some(post) = meta.post_tokens {
+                    message.push_str(&format!(", {post} after"));
+                }
+                Translated::event(ProviderEvent::Progress { message })
+            }
+            "informational" if system.level.as_deref() == Some("warning") => {
+                Translated::event(ProviderEvent::Progress {
+                    message: system.content.unwrap_or_default(),
+                })
+            }
+            "model_fallback" | "model_refusal_fallback" | "model_refusal_no_fallback" => {
+                Translated::event(ProviderEvent::Progress {
+                    message: format!("claude reported {}", system.subtype),
+                })
+            }
+            other => {
+                tracing::trace!(subtype = %other, "claude system line");
+                Translated::activity()
+            }
+        }
+    }
+
+    fn on_assistant(&mut self, line: MessageLine) -> Translated {
+        if line.parent_tool_use_id.is_some() {
+            // A subagent's work: liveness only, its tools are not the session's current tool.
+            return Translated::activity();
+        }
+        let mut events = Vec::new();
+        for block in line.message.blocks() {
+            if block.kind == "tool_use" {
+                let name = block.name.unwrap_or_default();
+                if let Some(id) = block.id {
+                    self.tools.insert(id, name.clone());
+                }
+                events.push(ProviderEvent::Activity { tool: Some(name) });
+            }
+        }
+        if events.is_empty() {
+            events.push(ProviderEvent::Activity { tool: None });
+        }
+        Translated {
+            events,
+            signal: None,
+        }
+    }
+
+    fn on_user(&mut self, line: MessageLine) -> Translated {
+        if line.parent_tool_use_id.is_none() {
+            for block in line.message.blocks() {
+                if let Some(id) = block.tool_use_id {
+                    self.tools.remove(&id);
+                }
+            }
+        }
+        Translated::activity()
+    }
+
+    fn on_lifecycle(&mut self, line: LifecycleLine) -> Translated {
+        let Some(&id) = self.prompts.get(&line.command_uuid) else {
+            return Translated::activity();
+        };
+        self.lifecycle_seen = true;
+        let before = self.lifecycle.insert(id, line.state.clone());
+        let seen_by_model = matches!(before.as_deref(), Some("started" | "completed"));
+        if line.is_terminal() && line.state != "completed" && !seen_by_model {
+            // A later result must not cover a prompt the model never saw: end the turn so the
+            // runner runs it again. (After our own interrupt the driver ignores this.)
+            return Translated::event(ProviderEvent::Error {
+                message: format!(
+                    "claude dropped prompt {id} ({}) before the model saw it",
+                    line.state
+                ),
+                retryable: true,
+                classification: ErrorClass::Other,
+                ends_turn: true,
+            });
+        }
+        Translated::activity()
+    }
+
+    fn on_result(&mut self, result: ResultLine) -> Translated {
+        self.tools.clear();
+        let errors = result.errors.join("; ");
+        if let Some(pattern) = SESSION_NOT_FOUND
+            .iter()
+            .find(|p| errors.contains(*p) || result.result.as_deref().unwrap_or("").contains(*p))
+        {
+            tracing::debug!(pattern, "resume failed");
+            return Translated {
+                events: Vec::new(),
+                signal: Some(Signal::SessionNotFound(if errors.is_empty() {
+                    result.result.unwrap_or_default()
+                } else {
+                    errors
+                })),
+            };
+        }
+        self.consume(&result);
+        let mut translated = Translated {
+            events: Vec::new(),
+            signal: Some(Signal::TurnEnded),
+        };
+        if result.is_error {
+            let interrupted = result
+                .terminal_reason
+                .as_deref()
+                .filter(|reason| reason.starts_with("aborted"));
+            let message = match (result.result.as_deref(), errors.is_empty(), interrupted) {
+                (Some(text), _, _) if !text.is_empty() => text.to_owned(),
+                (_, _, Some(reason)) => format!("claude interrupted the turn ({reason})"),
+                (_, false, _) => errors,
+                _ => format!(
+                    "claude ended the turn with {} ({})",
+                    result.subtype,
+                    result
+                        .terminal_reason
+                        .as_deref()
+                        .unwrap_or("no reason given")
+                ),
+            };
+            let classification = match result.api_error_status {
+                Some(status) => classify_status(Some(status)),
+                None => classify_text(&message),
+            };
+            translated.events.push(ProviderEvent::Error {
+                message,
+                retryable: false,
+                classification,
+                ends_turn: true,
+            });
+            return translated;
+        }
+        match self.consumed {
+            Some(covers) if self.reported.is_none_or(|reported| covers > reported) => {
+                self.reported = Some(covers);
+                translated.events.push(ProviderEvent::Result {
+                    text: result.result.unwrap_or_default(),
+                    covers,
+                });
+            }
+            _ => {
+                tracing::info!(
+                    text = %truncate(result.result.as_deref().unwrap_or(""), 200),
+                    "claude ended a turn that answered no new prompt"
+                );
+                translated
+                    .events
+                    .push(ProviderEvent::Activity { tool: None });
+            }
+        }
+        translated
+    }
+
+    /// Updates `consumed` from a result (see the module docs for the rule).
+    fn consume(&mut self, result: &ResultLine) {
+        let from_result = result.user_message_uuids.as_ref().map(|uuids| {
+            uuids
+                .iter()
+                .filter_map(|uuid| self.prompts.get(uuid).copied())
+                .max()
+        });
+        let consumed = match from_result {
+            Some(max) => max,
+            None if self.lifecycle_seen => self
+                .lifecycle
+                .iter()
+                .filter(|(_, state)| state.as_str() != "written" && state.as_str() != "queued")
+                .map(|(id, _)| *id)
+                .max(),
+            None => self
+                .written
+                .map(|written| written.saturating_sub(result.queued_turn_count.unwrap_or(0))),
+        };
+        self.consumed = self.consumed.max(consumed);
+    }
+}
+
+fn is_terminal(state: &str) -> bool {
+    matches!(state, "completed" | "cancelled" | "discarded" | "refused")
+}
+
+/// Class of an `api_retry` / assistant `error` category.
+fn classify_category(category: &str) -> Option<ErrorClass> {
+    match category {
+        "authentication_failed"
+        | "oauth_org_not_allowed"
+        | "account_on_hold"
+        | "verification_required"
+        | "cloud_credential_error" => Some(ErrorClass::Auth),
+        "rate_limit" | "billing_error" => Some(ErrorClass::Quota),
+        "server_error" | "overloaded" | "unknown" | "invalid_request" | "model_not_found"
+        | "max_output_tokens" => Some(ErrorClass::Api),
+        _ => None,
+    }
+}
+
+/// Class of an HTTP status from the model API.
+fn classify_status(status: Option<u16>) -> ErrorClass {
+    match status {
+        Some(401 | 403) => ErrorClass::Auth,
+        Some(402 | 429) => ErrorClass::Quota,
+        _ => ErrorClass::Api,
+    }
+}
+
+/// Class of an error result without an HTTP status, from its text.
+fn classify_text(text: &str) -> ErrorClass {
+    let lower = text.to_lowercase();
+    if lower.contains("rate limit") || lower.contains("429") || lower.contains("quota") {
+        ErrorClass::Quota
+    } else if lower.contains("authenticat")
+        || lower.contains("not logged in")
+        || lower.contains("401")
+    {
+        ErrorClass::Auth
+    } else if lower.contains("api error") {
+        ErrorClass::Api
+    } else {
+        ErrorClass::Other
+    }
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}

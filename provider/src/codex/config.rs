@@ -1,0 +1,355 @@
+//! The `codex app-server` command line and environment (PROTOCOLS §2.1, §2.3).
+//!
+//! All configuration goes through `-c key=value` overrides (the value is TOML) and a private
+//! `CODEX_HOME`, so nothing depends on a `config.toml` someone may have left in the home dir and
+//! the whole configuration is visible in one place (and in one snapshot test).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::process::CliCommand;
+use crate::settings::{McpServer, ProviderSettings};
+
+/// Name of the model provider entry we define (`model_providers.nanoclaw`).
+pub const MODEL_PROVIDER: &str = "nanoclaw";
+
+/// The variable that carries the API key to Codex (`env_key` of our model provider). Codex reads
+/// it itself; the shell environment policy keeps it away from the agent's commands.
+pub const API_KEY_VAR: &str = "NANOCLAW_CODEX_API_KEY";
+
+/// Used when no base URL is configured: the public OpenAI API.
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// Added to `settings.tool_timeout` for every MCP server's `tool_timeout_sec`, so Codex never
+/// gives up on a blocking tool (ask_user_question) before the tool's own timeout fires.
+pub const TOOL_TIMEOUT_MARGIN: Duration = Duration::from_secs(60);
+
+/// How long Codex waits for an MCP server to start.
+pub const MCP_STARTUP_TIMEOUT_SECS: u64 = 30;
+
+/// `CODEX_HOME` inside the private home dir. It is Codex's default location under `HOME`, so a
+/// person inspecting the home dir finds sessions where they expect them.
+pub fn codex_home(settings: &ProviderSettings) -> PathBuf {
+    settings.home_dir.join(".codex")
+}
+
+/// Builds the complete `codex app-server` invocation for `program` (already resolved).
+pub fn command(
+    program: &Path,
+    settings: &ProviderSettings,
+    parent_env: impl IntoIterator<Item = (String, String)>,
+) -> CliCommand {
+    CliCommand::new(program, &settings.agent_dir)
+        .args(["app-server".to_owned()])
+        .args(config_args(settings))
+        .envs(environment(settings, parent_env))
+}
+
+/// The `-c` overrides, in a stable order.
+pub fn config_args(settings: &ProviderSettings) -> Vec<String> {
+    let mut overrides: Vec<(String, String)> = Vec::new();
+    let mut set = |key: &str, value: String| overrides.push((key.to_owned(), value));
+
+    set("model_provider", toml_str(MODEL_PROVIDER));
+    if let Some(model) = &settings.model {
+        set("model", toml_str(model));
+    }
+    if let Some(effort) = &settings.effort {
+        set("model_reasoning_effort", toml_str(effort));
+    }
+    let base_url = settings.base_url.as_deref().unwrap_or(DEFAULT_BASE_URL);
+    let mut provider = vec![
+        ("name", toml_str("NanoClaw")),
+        ("base_url", toml_str(base_url)),
+        // "chat" is rejected at config load by this Codex version (PROTOCOLS §2.1).
+        ("wire_api", toml_str("responses")),
+    ];
+    if settings.api_key.is_some() {
+        provider.push(("env_key", toml_str(API_KEY_VAR)));
+    }
+    // Both retry kinds multiply (PROTOCOLS §2.5): with N each a 500 costs (N+1)^2 requests, a
+    // few seconds for the default N = 2, instead of Codex's 30 requests over 25 s.
+    provider.push(("request_max_retries", settings.max_retries.to_string()));
+    provider.push(("stream_max_retries", settings.max_retries.to_string()));
+    set(
+        &format!("model_providers.{MODEL_PROVIDER}"),
+        inline_table(&provider),
+    );
+
+    // The runner is the only user: nobody is there to approve anything, and the container is the
+    // sandbox.
+    set("approval_policy", toml_str("never"));
+    set("sandbox_mode", toml_str("danger-full-access"));
+    // Traffic off: plugins make Codex resolve chatgpt.com and github.com on every start
+    // (PROTOCOLS §2.8); analytics and the update check would phone home too.
+    set("features.plugins", "false".into());
+    set("analytics.enabled", "false".into());
+    set("check_for_update_on_startup", "false".into());
+
+    // Extra directories the agent may use. With danger-full-access Codex reads and writes
+    // everywhere anyway; the writable roots matter if the sandbox mode is ever tightened, and
+    // app-server has no `--add-dir`.
+    if !settings.extra_dirs.is_empty() {
+        let roots: Vec<String> = settings
+            .extra_dirs
+            .iter()
+            .map(|d| toml_str(&d.display().to_string()))
+            .collect();
+        set(
+            "sandbox_workspace_write.writable_roots",
+            format!("[{}]", roots.join(", ")),
+        );
+    }
+
+    // The agent's shell gets the CLI's environment minus our API key and anything that looks like
+    // a secret. Codex's default excludes (*KEY*, *SECRET*, *TOKEN*) are OFF unless
+    // ignore_default_excludes=false, so the key would otherwise reach `env` in the shell.
+    set("shell_environment_policy.inherit", toml_str("all"));
+    set(
+        "shell_environment_policy.ignore_default_excludes",
+        "false".into(),
+    );
+    let mut excludes = vec![API_KEY_VAR.to_owned()];
+    excludes.extend(settings.env_policy.scrub_patterns.iter().cloned());
+    let excludes: Vec<String> = excludes.iter().map(|p| toml_str(p)).collect();
+    set(
+        "shell_environment_policy.exclude",
+        format!("[{}]", excludes.join(", ")),
+    );
+
+    let tool_timeout = (settings.tool_timeout + TOOL_TIMEOUT_MARGIN).as_secs();
+    let nanoclaw = McpServer {
+        command: settings.mcp_tools_path.display().to_string(),
+        args: Vec::new(),
+        env: settings.mcp_tools_env(),
+    };
+    set("mcp_servers.nanoclaw", mcp_server(&nanoclaw, tool_timeout));
+    for (name, server) in &settings.extra_mcp_servers {
+        let key = config_key(name);
+        if key == "nanoclaw" {
+            tracing::warn!(
+                "extra MCP server named nanoclaw ignored: the name is reserved for mcp-tools"
+            );
+            continue;
+        }
+        set(
+            &format!("mcp_servers.{key}"),
+            mcp_server(server, tool_timeout),
+        );
+    }
+
+    overrides
+        .into_iter()
+        .flat_map(|(key, value)| ["-c".to_owned(), format!("{key}={value}")])
+        .collect()
+}
+
+/// The CLI's environment: the allow-listed part of the runner's environment, then our own
+/// variables, which win.
+pub fn environment(
+    settings: &ProviderSettings,
+    parent_env: impl IntoIterator<Item = (String, String)>,
+) -> BTreeMap<String, String> {
+    let mut env = settings.env_policy.inherited(parent_env);
+    env.insert("HOME".into(), settings.home_dir.display().to_string());
+    env.insert(
+        "CODEX_HOME".into(),
+        codex_home(settings).display().to_string(),
+    );
+    env.insert("TZ".into(), settings.timezone.clone());
+    if let Some(key) = &settings.api_key {
+        env.insert(API_KEY_VAR.into(), key.clone());
+    }
+    env
+}
+
+/// The native Codex binary behind the npm launcher, if `program` is that launcher.
+///
+/// `.cli/node_modules/.bin/codex` is `@openai/codex/bin/codex.js`, a node script that execs
+/// `@openai/codex-<platform>/vendor/<triple>/bin/codex`. Running the native binary directly
+/// saves a node start (and a dependency on node at run time); signals and the process group
+/// behave the same since the launcher execs.
+pub fn native_binary(program: &Path) -> Option<PathBuf> {
+    let real = std::fs::canonicalize(program).ok()?;
+    if real.extension().and_then(|e| e.to_str()) != Some("js") {
+        return None;
+    }
+    let (platform, triple) = match std::env::consts::ARCH {
+        "x86_64" => ("codex-linux-x64", "x86_64-unknown-linux-musl"),
+        "aarch64" => ("codex-linux-arm64", "aarch64-unknown-linux-musl"),
+        _ => return None,
+    };
+    // real = <node_modules>/@openai/codex/bin/codex.js
+    let package = real.parent()?.parent()?;
+    let candidates = [
+        package
+            .parent()?
+            .join(platform)
+            .join("vendor")
+            .join(triple)
+            .join("bin/codex"),
+        package
+            .join("node_modules/@openai")
+            .join(platform)
+            .join("vendor")
+            .join(triple)
+            .join("bin/codex"),
+        package.join("vendor").join(triple).join("bin/codex"),
+    ];
+    candidates.into_iter().find(|c| c.is_file())
+}
+
+fn mcp_server(server: &McpServer, tool_timeout_secs: u64) -> String {
+    let args: Vec<String> = server.args.iter().map(|a| toml_str(a)).collect();
+    let env: Vec<(String, String)> = server
+        .env
+        .iter()
+        .map(|(k, v)| (toml_str(k), toml_str(v)))
+        .collect();
+    let env = format!(
+        "{{{}}}",
+        env.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    inline_table(&[
+        ("command", toml_str(&server.command)),
+        ("args", format!("[{}]", args.join(", "))),
+        ("env", env),
+        ("startup_timeout_sec", MCP_STARTUP_TIMEOUT_SECS.to_string()),
+        ("tool_timeout_sec", tool_timeout_secs.to_string()),
+    ])
+}
+
+fn inline_table(entries: &[(&str, String)]) -> String {
+    let body: Vec<String> = entries.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{{{}}}", body.join(", "))
+}
+
+/// A TOML basic string. JSON string escapes (`\" \\ \n \t \uXXXX`...) are all valid in TOML.
+fn toml_str(value: &str) -> String {
+    serde_json::Value::String(value.to_owned()).to_string()
+}
+
+/// A dotted-path segment Codex's `-c` parser accepts (it splits the key on dots).
+fn config_key(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use expect_test::expect;
+
+    fn settings() -> ProviderSettings {
+        let mut s = ProviderSettings::for_workspace("/workspace", "codex");
+        s.mcp_tools_path = "/usr/local/bin/mcp-tools".into();
+        s.model = Some("fake-model".into());
+        s.base_url = Some("http://127.0.0.1:18080/v1".into());
+        s.api_key = Some("sk-test".into());
+        s.timezone = "America/Los_Angeles".into();
+        s.admin_user_id = Some("admin-1".into());
+        s.extra_dirs = vec!["/workspace/extra/docs".into()];
+        s.extra_mcp_servers.insert(
+            "web tools".into(),
+            McpServer {
+                command: "/opt/web".into(),
+                args: vec!["--x".into()],
+                env: BTreeMap::from([("A".into(), "1\"2".into())]),
+            },
+        );
+        s
+    }
+
+    #[test]
+    fn command_line() {
+        let args = config_args(&settings());
+        let text: Vec<String> = args.chunks(2).map(|pair| pair.join(" ")).collect();
+        expect![[r#"
+            -c model_provider="nanoclaw"
+            -c model="fake-model"
+            -c model_providers.nanoclaw={name="NanoClaw", base_url="http://127.0.0.1:18080/v1", wire_api="responses", env_key="NANOCLAW_CODEX_API_KEY", request_max_retries=2, stream_max_retries=2}
+            -c approval_policy="never"
+            -c sandbox_mode="danger-full-access"
+            -c features.plugins=false
+            -c analytics.enabled=false
+            -c check_for_update_on_startup=false
+            -c sandbox_workspace_write.writable_roots=["/workspace/extra/docs"]
+            -c shell_environment_policy.inherit="all"
+            -c shell_environment_policy.ignore_default_excludes=false
+            -c shell_environment_policy.exclude=["NANOCLAW_CODEX_API_KEY", "*_TOKEN", "*_SECRET", "*_SECRET_*", "*_PASSWORD", "DATABASE_URL", "*_DATABASE_URL", "*_PRIVATE_KEY"]
+            -c mcp_servers.nanoclaw={command="/usr/local/bin/mcp-tools", args=[], env={"NANOCLAW_ADMIN_USER_ID"="admin-1", "SESSION_DB"="/workspace/session.db", "TZ"="America/Los_Angeles", "WORKSPACE_DIR"="/workspace"}, startup_timeout_sec=30, tool_timeout_sec=360}
+            -c mcp_servers.web_tools={command="/opt/web", args=["--x"], env={"A"="1\"2"}, startup_timeout_sec=30, tool_timeout_sec=360}"#]]
+        .assert_eq(&text.join("\n"));
+    }
+
+    #[test]
+    fn environment_is_scrubbed_and_private() {
+        let env = environment(
+            &settings(),
+            [
+                ("PATH".to_owned(), "/bin".to_owned()),
+                ("HOME".to_owned(), "/root".to_owned()),
+                ("OPENAI_API_KEY".to_owned(), "sk-host".to_owned()),
+                ("GITHUB_TOKEN".to_owned(), "ghp".to_owned()),
+            ],
+        );
+        expect![[r#"
+            {
+                "CODEX_HOME": "/workspace/.home/codex/.codex",
+                "HOME": "/workspace/.home/codex",
+                "NANOCLAW_CODEX_API_KEY": "sk-test",
+                "PATH": "/bin",
+                "TZ": "America/Los_Angeles",
+            }
+        "#]]
+        .assert_debug_eq(&env);
+    }
+
+    #[test]
+    fn no_key_means_no_env_key() {
+        let mut s = settings();
+        s.api_key = None;
+        s.base_url = None;
+        let args = config_args(&s).join(" ");
+        assert!(
+            args.contains("base_url=\"https://api.openai.com/v1\""),
+            "{args}"
+        );
+        assert!(!args.contains("env_key"), "{args}");
+        assert!(!environment(&s, []).contains_key(API_KEY_VAR));
+    }
+
+    #[test]
+    fn native_binary_behind_the_npm_launcher() {
+        let dir = tempfile::tempdir().unwrap();
+        let nm = dir.path().join("node_modules");
+        let launcher = nm.join("@openai/codex/bin/codex.js");
+        let native = nm.join("@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex");
+        std::fs::create_dir_all(launcher.parent().unwrap()).unwrap();
+        std::fs::create_dir_all(native.parent().unwrap()).unwrap();
+        std::fs::write(&launcher, "#!/usr/bin/env node\n").unwrap();
+        std::fs::write(&native, "").unwrap();
+        std::fs::create_dir_all(nm.join(".bin")).unwrap();
+        let bin = nm.join(".bin/codex");
+        std::os::unix::fs::symlink("../@openai/codex/bin/codex.js", &bin).unwrap();
+        if std::env::consts::ARCH == "x86_64" {
+            assert_eq!(
+                native_binary(&bin).unwrap(),
+                std::fs::canonicalize(&native).unwrap()
+            );
+        }
+        assert_eq!(native_binary(&native), None);
+    }
+}

@@ -1,0 +1,433 @@
+//! One `codex app-server` process and its JSON-RPC connection over stdio.
+//!
+//! A reader task parses every stdout line: responses go to the waiting request, server requests
+//! are answered at once by policy ([`answer_server_request`]: a server request is never left
+//! unanswered, even between queries), and notifications are queued for the query task. A writer
+//! task owns stdin. The connection outlives queries; a query takes the notification receiver
+//! for its duration.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+
+use super::protocol::{answer_server_request, Message, RequestId, RpcErrorBody};
+use crate::process::{CliCommand, CliProcess};
+use crate::ProviderError;
+
+/// How long a control request (`initialize`, `thread/*`, `turn/*`) may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Grace between TERM and KILL when stopping the process group.
+pub const TERMINATE_GRACE: Duration = Duration::from_secs(3);
+
+/// Something app-server said that a query must handle.
+#[derive(Debug, Clone)]
+pub enum Incoming {
+    /// A notification.
+    Notification {
+        /// Method.
+        method: String,
+        /// Params.
+        params: Value,
+    },
+    /// A server request, already answered.
+    ServerRequest {
+        /// Method.
+        method: String,
+    },
+    /// stdout closed: the process is gone.
+    Exited,
+}
+
+/// Why a request did not succeed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RpcError {
+    /// App-server answered with a JSON-RPC error.
+    Server(RpcErrorBody),
+    /// The connection closed (the process exited).
+    Closed,
+    /// No answer within [`REQUEST_TIMEOUT`].
+    Timeout,
+}
+
+impl std::fmt::Display for RpcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RpcError::Server(body) => write!(f, "{} (code {})", body.message, body.code),
+            RpcError::Closed => f.write_str("the codex app-server process exited"),
+            RpcError::Timeout => write!(
+                f,
+                "codex app-server did not answer within {}s",
+                REQUEST_TIMEOUT.as_secs()
+            ),
+        }
+    }
+}
+
+type Pending = Arc<Mutex<HashMap<RequestId, oneshot::Sender<Result<Value, RpcError>>>>>;
+
+/// A JSON-lines record of everything said on a connection (and the runner's controls), for
+/// debugging and for capturing test fixtures: `{"in": <server line>}`, `{"out": <client line>}`,
+/// `{"control": ...}`, `{"exit": true}`.
+#[derive(Debug, Clone)]
+pub struct Transcript(Arc<Mutex<std::fs::File>>);
+
+impl Transcript {
+    /// Appends to `path`.
+    pub fn open(path: &std::path::Path) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(Self(Arc::new(Mutex::new(file))))
+    }
+
+    /// Writes one record.
+    pub fn record(&self, entry: Value) {
+        use std::io::Write;
+        let mut file = lock(&self.0);
+        if let Err(err) = writeln!(file, "{entry}") {
+            tracing::debug!(%err, "codex transcript write failed");
+        }
+    }
+
+    fn line(&self, direction: &str, line: &str) {
+        let value = serde_json::from_str(line).unwrap_or_else(|_| Value::String(line.to_owned()));
+        self.record(json!({ direction: value }));
+    }
+}
+
+/// A running app-server.
+#[derive(Debug)]
+pub struct AppServer {
+    process: tokio::sync::Mutex<CliProcess>,
+    pid: u32,
+    writer: mpsc::UnboundedSender<String>,
+    pending: Pending,
+    next_id: AtomicI64,
+    alive: Arc<AtomicBool>,
+    last_output: Arc<Mutex<Instant>>,
+    /// The notification queue; a query holds the lock for its whole run, which also keeps two
+    /// queries from interleaving on one connection.
+    pub incoming: tokio::sync::Mutex<mpsc::UnboundedReceiver<Incoming>>,
+    /// Threads loaded in this process, with the developer instructions they carry.
+    pub threads: Mutex<HashMap<String, Option<String>>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl AppServer {
+    /// Spawns the process and performs the `initialize` handshake.
+    pub async fn start(
+        command: &CliCommand,
+        transcript: Option<Transcript>,
+    ) -> Result<Arc<Self>, ProviderError> {
+        let mut process = CliProcess::spawn(command)?;
+        let pid = process.pid();
+        let stdin = process
+            .stdin
+            .take()
+            .ok_or_else(|| ProviderError::Spawn("codex app-server: no stdin".into()))?;
+        let stdout = process
+            .stdout
+            .take()
+            .ok_or_else(|| ProviderError::Spawn("codex app-server: no stdout".into()))?;
+        let stderr = process.stderr.take();
+        tracing::info!(pid, program = %command.program.display(), "codex app-server started");
+
+        let (writer, mut lines) = mpsc::unbounded_channel::<String>();
+        let (incoming_tx, incoming_rx) = mpsc::unbounded_channel();
+        let pending: Pending = Arc::default();
+        let alive = Arc::new(AtomicBool::new(true));
+        let last_output = Arc::new(Mutex::new(Instant::now()));
+
+        let transcript_out = transcript.clone();
+        tokio::spawn(async move {
+            let mut stdin = stdin;
+            while let Some(line) = lines.recv().await {
+                tracing::trace!(pid, %line, "codex <<");
+                if let Some(t) = &transcript_out {
+                    t.line("out", &line);
+                }
+                let written = async {
+                    stdin.write_all(line.as_bytes()).await?;
+                    stdin.write_all(b"\n").await?;
+                    stdin.flush().await
+                };
+                if let Err(err) = written.await {
+                    tracing::debug!(pid, %err, "codex app-server stdin closed");
+                    break;
+                }
+            }
+        });
+
+        if let Some(stderr) = stderr {
+            let last_output = last_output.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    *lock(&last_output) = Instant::now();
+                    tracing::debug!(pid, "codex stderr: {line}");
+                }
+            });
+        }
+
+        {
+            let writer = writer.clone();
+            let pending = pending.clone();
+            let alive = alive.clone();
+            let last_output = last_output.clone();
+            tokio::spawn(async move {
+                let mut reader = BufReader::new(stdout).lines();
+                loop {
+                    match reader.next_line().await {
+                        Ok(Some(line)) => {
+                            *lock(&last_output) = Instant::now();
+                            if let Some(t) = &transcript {
+                                t.line("in", &line);
+                            }
+                            dispatch(pid, &line, &writer, &pending, &incoming_tx);
+                        }
+                        Ok(None) => break,
+                        Err(err) => {
+                            tracing::warn!(pid, %err, "reading codex app-server stdout failed");
+                            break;
+                        }
+                    }
+                }
+                alive.store(false, Ordering::SeqCst);
+                for (_, waiter) in lock(&pending).drain() {
+                    let _ = waiter.send(Err(RpcError::Closed));
+                }
+                if let Some(t) = &transcript {
+                    t.record(json!({ "exit": true }));
+                }
+                let _ = incoming_tx.send(Incoming::Exited);
+                tracing::info!(pid, "codex app-server stdout closed");
+            });
+        }
+
+        let server = Arc::new(Self {
+            process: tokio::sync::Mutex::new(process),
+            pid,
+            writer,
+            pending,
+            next_id: AtomicI64::new(1),
+            alive,
+            last_output,
+            incoming: tokio::sync::Mutex::new(incoming_rx),
+            threads: Mutex::new(HashMap::new()),
+        });
+        match server
+            .request("initialize", super::protocol::initialize_params())
+            .await
+        {
+            Ok(info) => tracing::debug!(pid, %info, "codex app-server initialized"),
+            Err(err) => {
+                server.terminate().await;
+                return Err(ProviderError::Spawn(format!(
+                    "codex app-server did not initialize: {err}"
+                )));
+            }
+        }
+        server.notify("initialized", None);
+        Ok(server)
+    }
+
+    /// The process id (also its process group id).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// False once stdout closed.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+
+    /// Time since the process last wrote anything (stdout or stderr).
+    pub fn silence(&self) -> Duration {
+        lock(&self.last_output).elapsed()
+    }
+
+    /// Sends a request and waits for its answer (at most [`REQUEST_TIMEOUT`]).
+    pub async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        let id = RequestId::Int(self.next_id.fetch_add(1, Ordering::SeqCst));
+        let (tx, rx) = oneshot::channel();
+        lock(&self.pending).insert(id.clone(), tx);
+        if !self.is_alive() {
+            lock(&self.pending).remove(&id);
+            return Err(RpcError::Closed);
+        }
+        let line = json!({ "id": id, "method": method, "params": params }).to_string();
+        if self.writer.send(line).is_err() {
+            lock(&self.pending).remove(&id);
+            return Err(RpcError::Closed);
+        }
+        match tokio::time::timeout(REQUEST_TIMEOUT, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(RpcError::Closed),
+            Err(_) => {
+                lock(&self.pending).remove(&id);
+                Err(RpcError::Timeout)
+            }
+        }
+    }
+
+    /// Sends a notification.
+    pub fn notify(&self, method: &str, params: Option<Value>) {
+        let mut message = json!({ "method": method });
+        if let Some(params) = params {
+            message["params"] = params;
+        }
+        let _ = self.writer.send(message.to_string());
+    }
+
+    /// The exit status, if the leader has exited (waits briefly: stdout closes just before).
+    pub async fn exit_status(&self) -> Option<std::process::ExitStatus> {
+        let mut process = self.process.lock().await;
+        for _ in 0..10 {
+            if let Some(status) = process.try_wait() {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+
+    /// Stops the whole process group (TERM, grace, KILL) and reaps the leader. Codex starts each
+    /// MCP server in a process group of its own, so the group kill does not reach them: they are
+    /// collected first and killed after the group if they outlived it (a TERMed Codex stops
+    /// them itself; a KILLed one leaves them to notice stdin EOF, which may take seconds).
+    pub async fn terminate(&self) {
+        let mut process = self.process.lock().await;
+        let escaped = descendants(self.pid);
+        let status = process.terminate(TERMINATE_GRACE).await;
+        self.alive.store(false, Ordering::SeqCst);
+        for (pid, started) in escaped {
+            if start_time(pid) == Some(started) {
+                tracing::debug!(pid, "killing a leftover codex child");
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        tracing::info!(pid = self.pid, ?status, "codex app-server stopped");
+    }
+}
+
+/// (pid, parent pid, start time) of every process, from `/proc`.
+fn processes() -> Vec<(i32, i32, u64)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| {
+            let (ppid, started) = stat_fields(pid)?;
+            Some((pid, ppid, started))
+        })
+        .collect()
+}
+
+/// Parent pid and start time (clock ticks since boot) from `/proc/<pid>/stat`.
+fn stat_fields(pid: i32) -> Option<(i32, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces and parentheses: split after the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // fields[0] = state (field 3), [1] = ppid (4), [19] = starttime (22).
+    let ppid = fields.get(1)?.parse().ok()?;
+    let started = fields.get(19)?.parse().ok()?;
+    Some((ppid, started))
+}
+
+fn start_time(pid: i32) -> Option<u64> {
+    stat_fields(pid).map(|(_, started)| started)
+}
+
+/// Every descendant of `root` with its start time (to avoid killing a recycled pid later).
+fn descendants(root: u32) -> Vec<(i32, u64)> {
+    let all = processes();
+    let mut found = Vec::new();
+    let mut frontier = vec![root as i32];
+    while let Some(parent) = frontier.pop() {
+        for (pid, ppid, started) in &all {
+            if *ppid == parent && !found.iter().any(|(p, _)| p == pid) {
+                found.push((*pid, *started));
+                frontier.push(*pid);
+            }
+        }
+    }
+    found
+}
+
+/// Routes one stdout line.
+fn dispatch(
+    pid: u32,
+    line: &str,
+    writer: &mpsc::UnboundedSender<String>,
+    pending: &Pending,
+    incoming: &mpsc::UnboundedSender<Incoming>,
+) {
+    tracing::trace!(pid, %line, "codex >>");
+    let message: Message = match serde_json::from_str(line) {
+        Ok(message) => message,
+        Err(err) => {
+            tracing::warn!(pid, %err, line = %truncate(line, 300), "codex app-server wrote a line that is not JSON-RPC");
+            return;
+        }
+    };
+    match (message.id, message.method) {
+        (Some(id), Some(method)) => {
+            let params = message.params.unwrap_or(Value::Null);
+            let reply = match answer_server_request(&method, &params) {
+                Ok(result) => {
+                    tracing::info!(pid, %method, %result, "answered codex server request");
+                    json!({ "id": id, "result": result })
+                }
+                Err((code, text)) => {
+                    tracing::warn!(pid, %method, "refused codex server request");
+                    json!({ "id": id, "error": { "code": code, "message": text } })
+                }
+            };
+            let _ = writer.send(reply.to_string());
+            let _ = incoming.send(Incoming::ServerRequest { method });
+        }
+        (Some(id), None) => {
+            let result = match message.error {
+                Some(error) => Err(RpcError::Server(error)),
+                None => Ok(message.result.unwrap_or(Value::Null)),
+            };
+            match lock(pending).remove(&id) {
+                Some(waiter) => {
+                    let _ = waiter.send(result);
+                }
+                None => tracing::debug!(pid, ?id, "codex response nobody waits for"),
+            }
+        }
+        (None, Some(method)) => {
+            let params = message.params.unwrap_or(Value::Null);
+            let _ = incoming.send(Incoming::Notification { method, params });
+        }
+        (None, None) => {
+            tracing::warn!(pid, line = %truncate(line, 300), "codex line without id or method")
+        }
+    }
+}
+
+fn truncate(text: &str, max: usize) -> &str {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => &text[..at],
+        None => text,
+    }
+}

@@ -1,0 +1,650 @@
+//! The query state machine: what to send to app-server and which events to emit, given the
+//! runner's controls and app-server's notifications. It does no I/O (the driver in `mod.rs`
+//! does), so the translation is unit-tested against captured app-server output.
+//!
+//! Prompt bookkeeping: prompt 0 is the query's first prompt, pushes are 1, 2, ... A prompt is
+//! *covered* once a turn that contained it completed: the input of `turn/start` when the turn
+//! completes normally, a steered input once Codex echoed it as a `userMessage` item of that turn.
+//! `Result.covers` is the highest covered id, so it never claims a prompt the model has not seen.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::protocol::{
+    input_text, user_input, AgentMessageDelta, ErrorNotification, ItemNotification,
+    MessageNotification, TurnError, TurnNotification,
+};
+use crate::{Control, ErrorClass, Prompt, PromptId, ProviderEvent};
+
+/// How long a push waits for a running tool before interrupting anyway. Interrupting while a
+/// tool runs loses its result from the model's view (Codex records "aborted by user") even if the
+/// tool finished its work, e.g. a `send_message` that was written: the model could send it again.
+pub const PUSH_TOOL_GRACE: Duration = Duration::from_secs(10);
+
+/// At most one `Activity { tool: None }` per this interval (deltas arrive per token).
+pub const ACTIVITY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What the driver must do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Send an event to the runner.
+    Emit(ProviderEvent),
+    /// Send `turn/start` with this input, then call [`QueryState::on_turn_started`] or
+    /// [`QueryState::on_request_failed`].
+    StartTurn {
+        /// The `input` array.
+        input: Vec<Value>,
+    },
+    /// Send `turn/steer`; on an error response call [`QueryState::on_steer_failed`].
+    Steer {
+        /// The active turn (`expectedTurnId`).
+        turn_id: String,
+        /// The pushed prompt.
+        id: PromptId,
+        /// The `input` array.
+        input: Vec<Value>,
+    },
+    /// Send `turn/interrupt`.
+    Interrupt {
+        /// The turn to interrupt.
+        turn_id: String,
+    },
+    /// The query is over: drop the event sender.
+    Close,
+}
+
+/// Why we interrupted the active turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InterruptReason {
+    /// Abort-and-restart for a follow-up.
+    Push,
+    /// The runner aborted (or dropped) the query.
+    Abort,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Interrupt {
+    None,
+    /// Wanted, not sent yet (turn id unknown, or a tool is running) since this instant.
+    Wanted(InterruptReason, Instant),
+    Sent(InterruptReason),
+}
+
+#[derive(Debug)]
+struct ActiveTurn {
+    /// Known once `turn/start` answered.
+    id: Option<String>,
+    /// The prompts of `turn/start`.
+    started_with: Vec<(PromptId, Prompt)>,
+    /// Pushes sent with `turn/steer`: (id, prompt, expected userMessage text, echoed yet).
+    steered: Vec<(PromptId, Prompt, String, bool)>,
+    interrupt: Interrupt,
+    /// Running tool items: item id → tool name.
+    tools: BTreeMap<String, String>,
+    /// Agent message text streamed so far, per item.
+    deltas: HashMap<String, String>,
+    /// The last completed agent message of the turn.
+    last_message: Option<String>,
+    /// The final error announced by an `error` notification (willRetry = false).
+    error: Option<TurnError>,
+}
+
+impl ActiveTurn {
+    fn new(started_with: Vec<(PromptId, Prompt)>) -> Self {
+        Self {
+            id: None,
+            started_with,
+            steered: Vec::new(),
+            interrupt: Interrupt::None,
+            tools: BTreeMap::new(),
+            deltas: HashMap::new(),
+            last_message: None,
+            error: None,
+        }
+    }
+
+    fn owns(&self, turn_id: Option<&str>) -> bool {
+        match (turn_id, self.id.as_deref()) {
+            (Some(theirs), Some(ours)) => theirs == ours,
+            // Events without a turn id belong to whatever runs; before turn/start answered,
+            // nothing else can be running on this thread.
+            _ => true,
+        }
+    }
+}
+
+/// The state of one query (see the module docs).
+#[derive(Debug)]
+pub struct QueryState {
+    steer: bool,
+    /// Prompts waiting for the next `turn/start`, by id.
+    queue: Vec<(PromptId, Prompt)>,
+    active: Option<ActiveTurn>,
+    /// The runner said `End`.
+    ended: bool,
+    /// The Aborted error was emitted; waiting for the turn to wind down.
+    aborted: bool,
+    closed: bool,
+    covered: Option<PromptId>,
+    last_activity: Option<Instant>,
+}
+
+impl QueryState {
+    /// A query whose first prompt is `first`; `steer` selects native `turn/steer` for pushes.
+    pub fn new(first: Prompt, steer: bool) -> Self {
+        Self {
+            steer,
+            queue: vec![(0, first)],
+            active: None,
+            ended: false,
+            aborted: false,
+            closed: false,
+            covered: None,
+            last_activity: None,
+        }
+    }
+
+    /// The first actions: start the first turn.
+    pub fn begin(&mut self) -> Vec<Action> {
+        let mut actions = Vec::new();
+        self.next_turn(&mut actions);
+        actions
+    }
+
+    /// True once [`Action::Close`] was produced.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// True while a turn runs (the watchdog applies).
+    pub fn turn_active(&self) -> bool {
+        self.active.is_some()
+    }
+
+    /// True while a tool runs in the active turn (the watchdog allows for the tool timeout).
+    pub fn tool_running(&self) -> bool {
+        self.active
+            .as_ref()
+            .is_some_and(|turn| !turn.tools.is_empty())
+    }
+
+    /// True after an abort, until the turn has ended.
+    pub fn aborting(&self) -> bool {
+        self.aborted && !self.closed
+    }
+
+    /// A control from the runner; `None` = the runner dropped the query (abort).
+    pub fn on_control(&mut self, control: Option<Control>, now: Instant) -> Vec<Action> {
+        let mut actions = Vec::new();
+        if self.closed || self.aborted {
+            return actions;
+        }
+        match control {
+            Some(Control::Push { id, prompt }) => self.on_push(id, prompt, now, &mut actions),
+            Some(Control::End) => {
+                self.ended = true;
+                if self.active.is_none() && self.queue.is_empty() {
+                    self.close(&mut actions);
+                }
+            }
+            Some(Control::Abort) | None => self.on_abort(now, &mut actions),
+        }
+        actions
+    }
+
+    fn on_push(&mut self, id: PromptId, prompt: Prompt, now: Instant, actions: &mut Vec<Action>) {
+        let Some(turn) = self.active.as_mut() else {
+            self.queue.push((id, prompt));
+            self.next_turn(actions);
+            return;
+        };
+        if self.steer && turn.interrupt == Interrupt::None {
+            if let Some(turn_id) = turn.id.clone() {
+                let input = user_input([&prompt]);
+                let text = input_text(&input);
+                turn.steered.push((id, prompt, text, false));
+                actions.push(Action::Steer { turn_id, id, input });
+                return;
+            }
+        }
+        self.queue.push((id, prompt));
+        if turn.interrupt == Interrupt::None {
+            turn.interrupt = Interrupt::Wanted(InterruptReason::Push, now);
+        }
+        self.maybe_interrupt(now, actions);
+    }
+
+    fn on_abort(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        self.aborted = true;
+        actions.push(Action::Emit(ProviderEvent::Error {
+            message: "the turn was aborted".into(),
+            retryable: false,
+            classification: ErrorClass::Aborted,
+            ends_turn: true,
+        }));
+        match self.active.as_mut() {
+            None => self.close(actions),
+            Some(turn) => {
+                match turn.interrupt {
+                    // Already interrupting: the completion closes the query.
+                    Interrupt::Sent(_) => turn.interrupt = Interrupt::Sent(InterruptReason::Abort),
+                    _ => turn.interrupt = Interrupt::Wanted(InterruptReason::Abort, now),
+                }
+                self.maybe_interrupt(now, actions);
+            }
+        }
+    }
+
+    /// Sends a wanted interrupt when it can go: the turn id is known, and for a push no tool is
+    /// running (or the grace period is over).
+    fn maybe_interrupt(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        let Some(turn) = self.active.as_mut() else {
+            return;
+        };
+        let Interrupt::Wanted(reason, since) = turn.interrupt else {
+            return;
+        };
+        let Some(turn_id) = turn.id.clone() else {
+            return;
+        };
+        let tool_busy =
+            !turn.tools.is_empty() && now.saturating_duration_since(since) < PUSH_TOOL_GRACE;
+        if reason == InterruptReason::Push && tool_busy {
+            return;
+        }
+        turn.interrupt = Interrupt::Sent(reason);
+        actions.push(Action::Interrupt { turn_id });
+    }
+
+    /// Periodic check (deferred interrupts).
+    pub fn on_tick(&mut self, now: Instant) -> Vec<Action> {
+        let mut actions = Vec::new();
+        self.maybe_interrupt(now, &mut actions);
+        actions
+    }
+
+    /// `turn/start` answered with this turn id.
+    pub fn on_turn_started(&mut self, turn_id: String, now: Instant) -> Vec<Action> {
+        let mut actions = Vec::new();
+        if let Some(turn) = self.active.as_mut() {
+            turn.id = Some(turn_id);
+        }
+        self.maybe_interrupt(now, &mut actions);
+        actions
+    }
+
+    /// A request of this query failed (`turn/start` refused, or the connection broke): the turn
+    /// cannot run.
+    pub fn on_request_failed(
+        &mut self,
+        message: String,
+        classification: ErrorClass,
+        retryable: bool,
+    ) -> Vec<Action> {
+        let mut actions = Vec::new();
+        if !self.closed {
+            if !self.aborted {
+                actions.push(Action::Emit(ProviderEvent::Error {
+                    message,
+                    retryable,
+                    classification,
+                    ends_turn: true,
+                }));
+            }
+            self.close(&mut actions);
+        }
+        actions
+    }
+
+    /// `turn/steer` was refused (the turn ended meanwhile): the push goes to the next turn unless
+    /// the turn already echoed it.
+    pub fn on_steer_failed(&mut self, id: PromptId) -> Vec<Action> {
+        let Some(turn) = self.active.as_mut() else {
+            return Vec::new();
+        };
+        if let Some(pos) = turn
+            .steered
+            .iter()
+            .position(|(sid, _, _, echoed)| *sid == id && !echoed)
+        {
+            let (sid, prompt, _, _) = turn.steered.remove(pos);
+            // The turn is ending; its completion starts the next one with this prompt.
+            self.enqueue(vec![(sid, prompt)]);
+        }
+        Vec::new()
+    }
+
+    /// The app-server process exited.
+    pub fn on_exit(&mut self, detail: &str) -> Vec<Action> {
+        if self.active.is_none() && self.queue.is_empty() {
+            // Between turns nothing is lost: end the query quietly; the next one respawns.
+            let mut actions = Vec::new();
+            self.close(&mut actions);
+            return actions;
+        }
+        let message = format!("the codex app-server process exited{detail}");
+        self.on_request_failed(message, ErrorClass::Process, true)
+    }
+
+    /// A server→client request (already answered by the connection).
+    pub fn on_server_request(&mut self, method: &str, now: Instant) -> Vec<Action> {
+        let mut actions = Vec::new();
+        tracing::debug!(method, "codex server request answered");
+        self.activity(now, &mut actions);
+        actions
+    }
+
+    /// A notification from app-server.
+    pub fn on_notification(&mut self, method: &str, params: &Value, now: Instant) -> Vec<Action> {
+        let mut actions = Vec::new();
+        if self.closed {
+            return actions;
+        }
+        match method {
+            "turn/completed" => {
+                if let Some(n) = parse::<TurnNotification>(method, params) {
+                    self.on_turn_completed(n, &mut actions);
+                }
+            }
+            "item/started" => {
+                if let Some(n) = parse::<ItemNotification>(method, params) {
+                    self.on_item(n, true, now, &mut actions);
+                }
+            }
+            "item/completed" => {
+                if let Some(n) = parse::<ItemNotification>(method, params) {
+                    self.on_item(n, false, now, &mut actions);
+                }
+            }
+            "item/agentMessage/delta" => {
+                if let Some(delta) = parse::<AgentMessageDelta>(method, params) {
+                    if let Some(turn) = self
+                        .active
+                        .as_mut()
+                        .filter(|t| t.owns(delta.turn_id.as_deref()))
+                    {
+                        turn.deltas
+                            .entry(delta.item_id)
+                            .or_default()
+                            .push_str(&delta.delta);
+                    }
+                }
+                self.activity(now, &mut actions);
+            }
+            "error" => {
+                if let Some(n) = parse::<ErrorNotification>(method, params) {
+                    self.on_error(n, &mut actions);
+                }
+            }
+            // "Model metadata for `fake-model` not found" and friends: worth a log line, never an
+            // error.
+            "warning" | "configWarning" | "deprecationNotice" | "guardianWarning" => {
+                if let Some(n) = parse::<MessageNotification>(method, params) {
+                    actions.push(progress(format!("codex {method}: {}", n.message)));
+                }
+            }
+            "thread/compacted" => {
+                actions.push(progress("codex compacted the conversation context".into()))
+            }
+            "model/rerouted" => {
+                actions.push(progress(format!("codex rerouted the model: {params}")))
+            }
+            "mcpServer/startupStatus/updated" => {
+                let status = params.get("status").and_then(Value::as_str).unwrap_or("");
+                if status == "failed" || params.get("error").is_some_and(|e| !e.is_null()) {
+                    let name = params.get("name").and_then(Value::as_str).unwrap_or("?");
+                    let error = params
+                        .get("error")
+                        .map(Value::to_string)
+                        .unwrap_or_default();
+                    actions.push(progress(format!(
+                        "MCP server {name} failed to start: {error}"
+                    )));
+                }
+            }
+            "turn/started"
+            | "thread/started"
+            | "thread/status/changed"
+            | "thread/tokenUsage/updated"
+            | "account/rateLimits/updated"
+            | "thread/readState/changed"
+            | "remoteControl/status/changed"
+            | "serverRequest/resolved"
+            | "thread/goal/cleared" => self.activity(now, &mut actions),
+            other => {
+                tracing::debug!(method = other, "codex notification not translated");
+                self.activity(now, &mut actions);
+            }
+        }
+        actions
+    }
+
+    fn on_item(
+        &mut self,
+        n: ItemNotification,
+        started: bool,
+        now: Instant,
+        actions: &mut Vec<Action>,
+    ) {
+        let Some(turn) = self
+            .active
+            .as_mut()
+            .filter(|t| t.owns(n.turn_id.as_deref()))
+        else {
+            return;
+        };
+        let item = n.item;
+        if let Some(tool) = item.tool_name() {
+            if started {
+                turn.tools.insert(item.id.clone(), tool.clone());
+                actions.push(Action::Emit(ProviderEvent::Activity { tool: Some(tool) }));
+                self.last_activity = Some(now);
+            } else {
+                turn.tools.remove(&item.id);
+                self.activity(now, actions);
+                // A push waiting for this tool may go now.
+                self.maybe_interrupt(now, actions);
+            }
+            return;
+        }
+        match item.kind.as_str() {
+            "userMessage" => {
+                let text = item.user_text();
+                if let Some(entry) = turn
+                    .steered
+                    .iter_mut()
+                    .find(|(_, _, expected, echoed)| !echoed && *expected == text)
+                {
+                    entry.3 = true;
+                }
+            }
+            "agentMessage" if !started => {
+                let text = item
+                    .text
+                    .clone()
+                    .or_else(|| turn.deltas.get(&item.id).cloned())
+                    .unwrap_or_default();
+                turn.last_message = Some(text);
+            }
+            _ => {}
+        }
+        self.activity(now, actions);
+    }
+
+    fn on_error(&mut self, n: ErrorNotification, actions: &mut Vec<Action>) {
+        let Some(turn) = self
+            .active
+            .as_mut()
+            .filter(|t| t.owns(n.turn_id.as_deref()))
+        else {
+            return;
+        };
+        if n.will_retry {
+            // Codex retries by itself (bounded by request/stream_max_retries): informational.
+            actions.push(Action::Emit(ProviderEvent::Error {
+                message: n.error.describe(),
+                retryable: true,
+                classification: n.error.classify(),
+                ends_turn: false,
+            }));
+        } else {
+            // turn/completed (failed) follows and carries the same error; report it once, there.
+            turn.error = Some(n.error);
+        }
+    }
+
+    fn on_turn_completed(&mut self, n: TurnNotification, actions: &mut Vec<Action>) {
+        let Some(turn) = self.active.as_ref() else {
+            return;
+        };
+        if !turn.owns(Some(&n.turn.id)) {
+            tracing::debug!(turn = %n.turn.id, "completion of another turn ignored");
+            return;
+        }
+        let Some(turn) = self.active.take() else {
+            return;
+        };
+        match n.turn.status.as_str() {
+            "completed" => {
+                let text = turn
+                    .last_message
+                    .clone()
+                    .or_else(|| final_message(&n.turn.items))
+                    .unwrap_or_default();
+                let mut covered: Vec<PromptId> =
+                    turn.started_with.iter().map(|(id, _)| *id).collect();
+                let mut requeue = Vec::new();
+                for (id, prompt, _, echoed) in turn.steered {
+                    if echoed {
+                        covered.push(id);
+                    } else {
+                        requeue.push((id, prompt));
+                    }
+                }
+                self.enqueue(requeue);
+                let covers = covered.into_iter().chain(self.covered).max().unwrap_or(0);
+                self.covered = Some(covers);
+                if !self.aborted {
+                    actions.push(Action::Emit(ProviderEvent::Result { text, covers }));
+                }
+                self.after_turn(actions);
+            }
+            "interrupted" => match turn.interrupt {
+                Interrupt::Sent(InterruptReason::Push) if !self.aborted => {
+                    // Everything the interrupted turn held runs again, with the pushes, as one turn.
+                    let mut again = turn.started_with;
+                    again.extend(
+                        turn.steered
+                            .into_iter()
+                            .map(|(id, prompt, _, _)| (id, prompt)),
+                    );
+                    self.enqueue(again);
+                    self.after_turn(actions);
+                }
+                _ if self.aborted => self.close(actions),
+                _ => {
+                    actions.push(Action::Emit(ProviderEvent::Error {
+                        message: "codex interrupted the turn".into(),
+                        retryable: true,
+                        classification: ErrorClass::Other,
+                        ends_turn: true,
+                    }));
+                    self.close(actions);
+                }
+            },
+            status => {
+                if !self.aborted {
+                    let error = n.turn.error.or(turn.error).unwrap_or_else(|| TurnError {
+                        message: format!("the turn ended with status {status:?}"),
+                        ..Default::default()
+                    });
+                    actions.push(Action::Emit(ProviderEvent::Error {
+                        message: error.describe(),
+                        retryable: false,
+                        classification: error.classify(),
+                        ends_turn: true,
+                    }));
+                }
+                self.close(actions);
+            }
+        }
+    }
+
+    /// After a turn ended normally: the next turn, or the end of the query.
+    fn after_turn(&mut self, actions: &mut Vec<Action>) {
+        if self.aborted {
+            self.close(actions);
+        } else if !self.queue.is_empty() {
+            self.next_turn(actions);
+        } else if self.ended {
+            self.close(actions);
+        }
+    }
+
+    fn next_turn(&mut self, actions: &mut Vec<Action>) {
+        if self.active.is_some() || self.queue.is_empty() {
+            return;
+        }
+        let prompts = std::mem::take(&mut self.queue);
+        let input = user_input(prompts.iter().map(|(_, p)| p));
+        self.active = Some(ActiveTurn::new(prompts));
+        actions.push(Action::StartTurn { input });
+    }
+
+    fn enqueue(&mut self, prompts: Vec<(PromptId, Prompt)>) {
+        self.queue.extend(prompts);
+        self.queue.sort_by_key(|(id, _)| *id);
+        self.queue.dedup_by_key(|(id, _)| *id);
+    }
+
+    fn close(&mut self, actions: &mut Vec<Action>) {
+        if !self.closed {
+            self.closed = true;
+            self.active = None;
+            actions.push(Action::Close);
+        }
+    }
+
+    fn activity(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        if self.active.is_none() {
+            return;
+        }
+        if self
+            .last_activity
+            .is_some_and(|last| now.saturating_duration_since(last) < ACTIVITY_INTERVAL)
+        {
+            return;
+        }
+        self.last_activity = Some(now);
+        actions.push(Action::Emit(ProviderEvent::Activity { tool: None }));
+    }
+}
+
+fn progress(message: String) -> Action {
+    Action::Emit(ProviderEvent::Progress { message })
+}
+
+fn parse<T: serde::de::DeserializeOwned>(method: &str, params: &Value) -> Option<T> {
+    match serde_json::from_value(params.clone()) {
+        Ok(value) => Some(value),
+        Err(err) => {
+            tracing::warn!(method, %err, "unexpected codex notification shape; ignored");
+            None
+        }
+    }
+}
+
+/// The last agent message among a turn's summary items.
+fn final_message(items: &[Value]) -> Option<String> {
+    items
+        .iter()
+        .rev()
+        .find(|item| item.get("type").and_then(Value::as_str) == Some("agentMessage"))
+        .and_then(|item| item.get("text").and_then(Value::as_str))
+        .map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,398 @@
+//! The `opencode serve` command line, its environment and the inline configuration
+//! (`OPENCODE_CONFIG_CONTENT`, PROTOCOLS §3.1), plus the files the provider keeps in the private
+//! home.
+//!
+//! Everything OpenCode is told lives here, so one snapshot test shows the whole setup.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use crate::process::CliCommand;
+use crate::settings::{McpServer, ProviderSettings};
+
+/// Name of the model provider entry we define (`provider.nanoclaw`); models are
+/// `nanoclaw/<model>`.
+pub const MODEL_PROVIDER: &str = "nanoclaw";
+
+/// Name of the mcp-tools server; OpenCode shows its tools to the model as `nanoclaw_<tool>`.
+pub const MCP_SERVER: &str = "nanoclaw";
+
+/// Used when no base URL is configured: the public OpenAI API (Chat Completions).
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// Used when no model is configured. OpenCode needs a model id for a custom provider.
+pub const DEFAULT_MODEL: &str = "gpt-4.1";
+
+/// HTTP basic-auth user of the server (OpenCode's default, set explicitly).
+pub const SERVER_USER: &str = "opencode";
+
+/// Added to `settings.tool_timeout` for OpenCode's MCP request timeout (its default is the MCP
+/// SDK's 60 s), so OpenCode never gives up on a blocking tool (ask_user_question) before the
+/// tool's own timeout fires.
+pub const TOOL_TIMEOUT_MARGIN: Duration = Duration::from_secs(60);
+
+/// Where the provider keeps its own files inside the private home.
+pub fn state_dir(settings: &ProviderSettings) -> PathBuf {
+    settings.home_dir.join(".nanoclaw")
+}
+
+/// The file holding the API key. OpenCode reads it through a `{file:…}` reference in the
+/// config, so the key is not in any environment variable the agent's shell inherits.
+pub fn api_key_file(settings: &ProviderSettings) -> PathBuf {
+    state_dir(settings).join("openai-api-key")
+}
+
+/// OpenCode's global config dir under the private home.
+pub fn global_config_dir(settings: &ProviderSettings) -> PathBuf {
+    settings.home_dir.join(".config").join("opencode")
+}
+
+/// MCP request timeout given to OpenCode, in milliseconds.
+pub fn mcp_timeout_ms(settings: &ProviderSettings) -> u64 {
+    u64::try_from((settings.tool_timeout + TOOL_TIMEOUT_MARGIN).as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The model id inside our provider entry.
+pub fn model(settings: &ProviderSettings) -> &str {
+    settings.model.as_deref().unwrap_or(DEFAULT_MODEL)
+}
+
+/// The inline configuration (`OPENCODE_CONFIG_CONTENT`). `key_file` is the file holding the
+/// API key, when there is one.
+pub fn config(settings: &ProviderSettings, key_file: Option<&Path>) -> Value {
+    let model = model(settings);
+    let qualified = format!("{MODEL_PROVIDER}/{model}");
+    let mut options = Map::new();
+    options.insert(
+        "baseURL".into(),
+        json!(settings.base_url.as_deref().unwrap_or(DEFAULT_BASE_URL)),
+    );
+    if let Some(key_file) = key_file {
+        options.insert(
+            "apiKey".into(),
+            json!(format!("{{file:{}}}", key_file.display())),
+        );
+    }
+    let timeout = mcp_timeout_ms(settings);
+    let mut mcp = Map::new();
+    for (name, server) in &settings.extra_mcp_servers {
+        if name == MCP_SERVER {
+            tracing::warn!(
+                server = %name,
+                "an extra MCP server uses the reserved name; it is replaced by mcp-tools"
+            );
+            continue;
+        }
+        mcp.insert(name.clone(), mcp_server(server, timeout));
+    }
+    let nanoclaw = McpServer {
+        command: settings.mcp_tools_path.display().to_string(),
+        args: Vec::new(),
+        env: settings.mcp_tools_env(),
+    };
+    mcp.insert(MCP_SERVER.into(), mcp_server(&nanoclaw, timeout));
+
+    // Everything is allowed: nobody is there to answer a permission prompt, and the container
+    // is the sandbox. The extra directories are listed as well, so they stay reachable if the
+    // catch-all is ever narrowed. The built-in `question` tool would wait for an answer through
+    // OpenCode's own API, which nobody watches: mcp-tools' ask_user_question is the way. (The
+    // tool is only offered to the "cli"/"app"/"desktop" clients, see OPENCODE_CLIENT below;
+    // the deny rule is a second guard.)
+    let mut external = Map::new();
+    for dir in &settings.extra_dirs {
+        external.insert(format!("{}/*", dir.display()), json!("allow"));
+    }
+    let mut permission = Map::new();
+    permission.insert("*".into(), json!("allow"));
+    if !external.is_empty() {
+        permission.insert("external_directory".into(), Value::Object(external));
+    }
+    permission.insert("question".into(), json!("deny"));
+
+    json!({
+        "model": qualified,
+        "small_model": qualified,
+        "autoupdate": false,
+        "share": "disabled",
+        "provider": {
+            MODEL_PROVIDER: {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": "NanoClaw",
+                "options": Value::Object(options),
+                "models": { model: { "name": model, "tool_call": true } },
+            }
+        },
+        "mcp": Value::Object(mcp),
+        "permission": Value::Object(permission),
+        "experimental": { "mcp_timeout": timeout },
+    })
+}
+
+/// One `local` MCP server entry. `timeout` (ms) is OpenCode's request timeout for that server,
+/// tool calls included (verified: a 2 s timeout cut a 3.5 s tool call).
+fn mcp_server(server: &McpServer, timeout_ms: u64) -> Value {
+    let mut command = vec![server.command.clone()];
+    command.extend(server.args.iter().cloned());
+    json!({
+        "type": "local",
+        "command": command,
+        "environment": server.env,
+        "enabled": true,
+        "timeout": timeout_ms,
+    })
+}
+
+/// The environment of `opencode serve`: the inherited allow-list (scrubbed), then the
+/// provider's own variables. `disable_claude_md` stops OpenCode from loading CLAUDE.md files
+/// itself (the runner's system prompt already carries them).
+pub fn environment(
+    settings: &ProviderSettings,
+    parent_env: impl IntoIterator<Item = (String, String)>,
+    config: &Value,
+    password: &str,
+    disable_claude_md: bool,
+) -> BTreeMap<String, String> {
+    let mut env = settings.env_policy.inherited(parent_env);
+    let mut set = |name: &str, value: String| {
+        env.insert(name.to_owned(), value);
+    };
+    set("HOME", settings.home_dir.display().to_string());
+    set("TZ", settings.timezone.clone());
+    set("OPENCODE_CONFIG_CONTENT", config.to_string());
+    // Required on every route once set; random per spawn (see `Server::start`). It also marks
+    // every process the server starts (they inherit it), which is how `stop` finds the agent's
+    // shells that OpenCode puts in their own process groups.
+    set("OPENCODE_SERVER_PASSWORD", password.to_owned());
+    set("OPENCODE_SERVER_USERNAME", SERVER_USER.to_owned());
+    // Not an interactive client: OpenCode then leaves out its built-in `question` tool (offered
+    // only to the "cli", "app" and "desktop" clients) and the plan tool. Also shows in the
+    // model requests' User-Agent.
+    set("OPENCODE_CLIENT", "nanoclaw".into());
+    // Traffic off (PROTOCOLS §3.3): no models.dev catalog, no update check, no sharing, no
+    // language-server downloads. The background npm install is skipped by the files
+    // `prepare_home` writes.
+    set("OPENCODE_DISABLE_MODELS_FETCH", "1".into());
+    set("OPENCODE_DISABLE_AUTOUPDATE", "1".into());
+    set("OPENCODE_DISABLE_SHARE", "1".into());
+    set("OPENCODE_DISABLE_LSP_DOWNLOAD", "1".into());
+    if disable_claude_md {
+        set("OPENCODE_DISABLE_CLAUDE_CODE", "1".into());
+    }
+    env
+}
+
+/// The whole `opencode serve` invocation. `--port 0` lets OpenCode pick a free port (it tries
+/// 4096 first, then a random one) and the provider reads the real one from the "listening on"
+/// line, so two runners never race for a port.
+pub fn command(program: &Path, settings: &ProviderSettings, env: BTreeMap<String, String>) -> CliCommand {
+    CliCommand::new(program, &settings.agent_dir)
+        .args(["serve", "--hostname", "127.0.0.1", "--port", "0"])
+        .envs(env)
+}
+
+/// Creates the private home and the provider's files in it: the API key file (mode 0600) and
+/// the markers that make OpenCode skip its background `npm install` of `@opencode-ai/plugin`
+/// into the global config dir (it installs only when `node_modules` is missing or the lock file
+/// lacks a dependency; that install would contact the npm registry on every start). Returns the
+/// key file when there is a key.
+pub fn prepare_home(settings: &ProviderSettings) -> std::io::Result<Option<PathBuf>> {
+    std::fs::create_dir_all(&settings.home_dir)?;
+    std::fs::create_dir_all(&settings.agent_dir)?;
+    let state = state_dir(settings);
+    std::fs::create_dir_all(&state)?;
+    let config_dir = global_config_dir(settings);
+    std::fs::create_dir_all(config_dir.join("node_modules"))?;
+    let lock = config_dir.join("package-lock.json");
+    if !lock.exists() {
+        std::fs::write(
+            &lock,
+            r#"{"lockfileVersion":3,"packages":{"":{"dependencies":{"@opencode-ai/plugin":"*"}}}}"#,
+        )?;
+    }
+    let key_file = api_key_file(settings);
+    match &settings.api_key {
+        Some(key) => {
+            write_private(&key_file, key)?;
+            Ok(Some(key_file))
+        }
+        None => {
+            if key_file.exists() {
+                std::fs::remove_file(&key_file)?;
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// Writes `text` to `path`, readable by the owner only.
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    // An existing file keeps its old mode through `open`.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(text.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use expect_test::expect;
+
+    fn settings() -> ProviderSettings {
+        let mut settings = ProviderSettings::for_workspace("/workspace", "opencode");
+        settings.mcp_tools_path = PathBuf::from("/usr/local/bin/mcp-tools");
+        settings.base_url = Some("http://127.0.0.1:18080/v1".into());
+        settings.api_key = Some("sk-test".into());
+        settings.timezone = "Europe/Berlin".into();
+        settings.admin_user_id = Some("admin-1".into());
+        settings.extra_dirs = vec![PathBuf::from("/workspace/extra/docs")];
+        settings.extra_mcp_servers.insert(
+            "search".into(),
+            McpServer {
+                command: "/usr/bin/search-mcp".into(),
+                args: vec!["--stdio".into()],
+                env: BTreeMap::from([("SEARCH_KEY".into(), "k".into())]),
+            },
+        );
+        settings
+    }
+
+    #[test]
+    fn inline_config() {
+        let settings = settings();
+        let config = config(&settings, Some(Path::new("/workspace/.home/opencode/.nanoclaw/openai-api-key")));
+        expect![[r#"
+            {
+              "experimental": {
+                "mcp_timeout": 360000
+              },
+              "mcp": {
+                "nanoclaw": {
+                  "command": [
+                    "/usr/local/bin/mcp-tools"
+                  ],
+                  "enabled": true,
+                  "environment": {
+                    "NANOCLAW_ADMIN_USER_ID": "admin-1",
+                    "SESSION_DB": "/workspace/session.db",
+                    "TZ": "Europe/Berlin",
+                    "WORKSPACE_DIR": "/workspace"
+                  },
+                  "timeout": 360000,
+                  "type": "local"
+                },
+                "search": {
+                  "command": [
+                    "/usr/bin/search-mcp",
+                    "--stdio"
+                  ],
+                  "enabled": true,
+                  "environment": {
+                    "SEARCH_KEY": "k"
+                  },
+                  "timeout": 360000,
+                  "type": "local"
+                }
+              },
+              "model": "nanoclaw/gpt-4.1",
+              "permission": {
+                "*": "allow",
+                "external_directory": {
+                  "/workspace/extra/docs/*": "allow"
+                },
+                "question": "deny"
+              },
+              "provider": {
+                "nanoclaw": {
+                  "models": {
+                    "gpt-4.1": {
+                      "name": "gpt-4.1",
+                      "tool_call": true
+                    }
+                  },
+                  "name": "NanoClaw",
+                  "npm": "@ai-sdk/openai-compatible",
+                  "options": {
+                    "apiKey": "{file:/workspace/.home/opencode/.nanoclaw/openai-api-key}",
+                    "baseURL": "http://127.0.0.1:18080/v1"
+                  }
+                }
+              },
+              "share": "disabled",
+              "small_model": "nanoclaw/gpt-4.1",
+              "autoupdate": false
+            }"#]]
+        .assert_eq(&serde_json::to_string_pretty(&config).unwrap());
+    }
+
+    #[test]
+    fn environment_is_scrubbed_and_keyless() {
+        let settings = settings();
+        let config = config(&settings, None);
+        let parent = [
+            ("PATH".to_owned(), "/usr/bin".to_owned()),
+            ("GITHUB_TOKEN".to_owned(), "secret".to_owned()),
+            ("OPENAI_API_KEY".to_owned(), "sk-parent".to_owned()),
+            ("HOME".to_owned(), "/root".to_owned()),
+        ];
+        let env = environment(&settings, parent, &config, "pw", true);
+        let names: Vec<&str> = env.keys().map(String::as_str).collect();
+        expect![[r#"
+            [
+                "HOME",
+                "OPENCODE_CLIENT",
+                "OPENCODE_CONFIG_CONTENT",
+                "OPENCODE_DISABLE_AUTOUPDATE",
+                "OPENCODE_DISABLE_CLAUDE_CODE",
+                "OPENCODE_DISABLE_LSP_DOWNLOAD",
+                "OPENCODE_DISABLE_MODELS_FETCH",
+                "OPENCODE_DISABLE_SHARE",
+                "OPENCODE_SERVER_PASSWORD",
+                "OPENCODE_SERVER_USERNAME",
+                "PATH",
+                "TZ",
+            ]
+        "#]]
+        .assert_debug_eq(&names);
+        assert_eq!(env["HOME"], "/workspace/.home/opencode");
+        assert!(!env.values().any(|v| v.contains("sk-test") || v.contains("secret")));
+    }
+
+    #[test]
+    fn command_line() {
+        let settings = settings();
+        let command = command(Path::new("/bin/opencode"), &settings, BTreeMap::new());
+        assert_eq!(
+            command.args,
+            ["serve", "--hostname", "127.0.0.1", "--port", "0"]
+        );
+        assert_eq!(command.cwd, PathBuf::from("/workspace/agent"));
+    }
+
+    #[test]
+    fn home_gets_key_file_and_npm_markers() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = ProviderSettings::for_workspace(dir.path(), "opencode");
+        settings.api_key = Some("sk-file".into());
+        let key_file = prepare_home(&settings).unwrap().unwrap();
+        assert_eq!(std::fs::read_to_string(&key_file).unwrap(), "sk-file");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&key_file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(global_config_dir(&settings).join("node_modules").is_dir());
+        assert!(global_config_dir(&settings).join("package-lock.json").is_file());
+        settings.api_key = None;
+        assert!(prepare_home(&settings).unwrap().is_none());
+        assert!(!key_file.exists());
+    }
+}

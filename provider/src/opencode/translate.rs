@@ -1,0 +1,483 @@
+//! Translation of one query's OpenCode events into [`ProviderEvent`]s.
+//!
+//! [`Turn`] is a pure state machine: the driver tells it which user messages it posted (with
+//! the message ids it chose and the highest prompt id each carries) and feeds it the SSE events
+//! of the session; it answers with provider events and with what the driver must do. It never
+//! counts `session.idle` events (an abort produces two) and never relies on event timing: a
+//! turn's result is tied to the user message it answers through the assistant message's
+//! `parentID`.
+//!
+//! * Result: at `session.idle`, each assistant message of ours that completed without error
+//!   and whose finish ends OpenCode's run loop (`stop`, `length`, ... but not
+//!   `tool-calls`/`unknown`) and was not reported yet. Its text parts are the result text;
+//!   `covers` is the highest prompt carried by a posted message up to its `parentID` (a
+//!   follow-up queued into a running loop moves `parentID` forward, so the final answer covers
+//!   it too). Results wait for the idle because OpenCode serializes an event's payload when it
+//!   sends it: a `message.updated` may already show the step finished before its text parts
+//!   arrive (seen with a fast model).
+//! * Error: `session.error` (or an error on one of our assistant messages), classified by HTTP
+//!   status; `MessageAbortedError` while the driver aborts on purpose is ignored.
+//! * Retries: `session.status` `retry` becomes an informational error; past `max_retries` the
+//!   turn fails and the driver aborts OpenCode's remaining retries (they are hard-coded to 5
+//!   with growing backoff, PROTOCOLS §3.6).
+
+use std::collections::{BTreeMap, HashSet};
+
+use crate::{ErrorClass, PromptId, ProviderEvent};
+
+use super::events::{ErrorInfo, Event, MessageInfo, MessageWithParts, Part};
+
+/// What the driver has to do after an event, besides forwarding provider events.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// Forward this to the runner.
+    Event(ProviderEvent),
+    /// The session's run loop stopped (`session.idle`).
+    Idle,
+    /// The turn failed on our side (too many retries): abort OpenCode's run loop.
+    AbortSession,
+    /// OpenCode waits for a person (`permission.asked` / `question.asked`): answer it.
+    Asked {
+        /// `permission.asked` or `question.asked`.
+        kind: String,
+        /// The request id.
+        request_id: String,
+    },
+}
+
+/// A user message the driver posted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Posted {
+    message_id: String,
+    prompt: PromptId,
+}
+
+/// One query's view of an OpenCode session.
+#[derive(Debug)]
+pub struct Turn {
+    session_id: String,
+    max_retries: u32,
+    posted: Vec<Posted>,
+    /// Assistant messages answering one of our messages, by id.
+    assistants: BTreeMap<String, MessageInfo>,
+    /// Text parts of those messages, in creation order: message id -> [(part id, text)].
+    texts: BTreeMap<String, Vec<(String, String)>>,
+    /// Parts already reported as activity.
+    seen_parts: HashSet<String>,
+    /// The message of every part seen: part id -> message id.
+    part_owners: BTreeMap<String, String>,
+    /// Tool parts that are pending or running: part id -> tool name.
+    tools: BTreeMap<String, String>,
+    /// Assistant messages already turned into a result.
+    reported: HashSet<String>,
+    covered: Option<PromptId>,
+    /// The driver aborts OpenCode's loop on purpose (to restart it with a follow-up).
+    aborting: bool,
+    /// After such an abort, until OpenCode answers the restart: a late `MessageAbortedError`
+    /// still belongs to our abort.
+    abort_grace: bool,
+    /// Assistant messages that were running when we aborted.
+    aborted: HashSet<String>,
+    failed: bool,
+    last_retry: u32,
+}
+
+impl Turn {
+    /// A turn on `session_id`; OpenCode's retries beyond `max_retries` fail the turn.
+    pub fn new(session_id: impl Into<String>, max_retries: u32) -> Self {
+        Self {
+            session_id: session_id.into(),
+            max_retries,
+            posted: Vec::new(),
+            assistants: BTreeMap::new(),
+            texts: BTreeMap::new(),
+            seen_parts: HashSet::new(),
+            part_owners: BTreeMap::new(),
+            tools: BTreeMap::new(),
+            reported: HashSet::new(),
+            covered: None,
+            aborting: false,
+            abort_grace: false,
+            aborted: HashSet::new(),
+            failed: false,
+            last_retry: 0,
+        }
+    }
+
+    /// The session.
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// Records a user message about to be posted; call it BEFORE the request, since events
+    /// about the message may arrive before the response.
+    pub fn posted(&mut self, message_id: impl Into<String>, prompt: PromptId) {
+        self.posted.push(Posted {
+            message_id: message_id.into(),
+            prompt,
+        });
+        self.last_retry = 0;
+    }
+
+    /// Forgets a message whose post failed.
+    pub fn unpost(&mut self, message_id: &str) {
+        self.posted.retain(|p| p.message_id != message_id);
+    }
+
+    /// While true, `MessageAbortedError` is expected (the driver aborts to restart) and ignored;
+    /// after it is set back to false, until OpenCode starts answering the next posted message.
+    pub fn set_aborting(&mut self, aborting: bool) {
+        self.aborting = aborting;
+        if aborting {
+            self.abort_grace = true;
+            self.tools.clear();
+            let running = self
+                .assistants
+                .values()
+                .filter(|info| !info.is_completed())
+                .map(|info| info.id.clone());
+            self.aborted.extend(running);
+        }
+    }
+
+    /// True while the driver aborts on purpose.
+    pub fn aborting(&self) -> bool {
+        self.aborting
+    }
+
+    /// The highest prompt a result covered so far.
+    pub fn covered(&self) -> Option<PromptId> {
+        self.covered
+    }
+
+    /// The highest prompt posted so far.
+    pub fn last_posted(&self) -> Option<PromptId> {
+        self.posted.iter().map(|p| p.prompt).max()
+    }
+
+    /// True when every posted prompt is covered by a result.
+    pub fn all_covered(&self) -> bool {
+        match (self.last_posted(), self.covered) {
+            (None, _) => true,
+            (Some(last), Some(covered)) => covered >= last,
+            (Some(_), None) => false,
+        }
+    }
+
+    /// True while a tool call of ours is pending or running.
+    pub fn tool_running(&self) -> bool {
+        !self.tools.is_empty()
+    }
+
+    /// True once the turn ended with an error.
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+
+    /// Marks the turn failed (the driver reported the error itself).
+    pub fn fail(&mut self) {
+        self.failed = true;
+    }
+
+    /// Handles one event.
+    pub fn handle(&mut self, event: &Event) -> Vec<Output> {
+        if event.session_id() != Some(self.session_id.as_str()) {
+            return Vec::new();
+        }
+        match event {
+            Event::MessageUpdated(info) => self.message(info),
+            Event::PartUpdated(part) => self.part(part),
+            Event::Status { status, .. } if status.kind == "retry" => {
+                self.retry(status.attempt.unwrap_or(0), status.message.as_deref())
+            }
+            Event::Idle { .. } => {
+                let mut out = self.results();
+                out.push(Output::Idle);
+                out
+            }
+            Event::SessionError { error, .. } => self.error(error),
+            Event::Compacted { .. } => vec![Output::Event(ProviderEvent::Progress {
+                message: "OpenCode compacted the conversation to fit the context window".into(),
+            })],
+            Event::Asked {
+                kind, request_id, ..
+            } => {
+                let mut out = vec![Output::Event(ProviderEvent::Progress {
+                    message: format!("OpenCode asked for a decision ({kind}); answering it"),
+                })];
+                if let Some(request_id) = request_id {
+                    out.push(Output::Asked {
+                        kind: kind.clone(),
+                        request_id: request_id.clone(),
+                    });
+                }
+                out
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Feeds the authoritative message list (`GET /session/{id}/message`), for when events may
+    /// have been missed; already reported results are not repeated.
+    pub fn reconcile(&mut self, messages: &[MessageWithParts]) -> Vec<Output> {
+        let mut out = Vec::new();
+        for message in messages {
+            if message.info.session_id != self.session_id {
+                continue;
+            }
+            let known = self.is_ours(&message.info);
+            if !known {
+                continue;
+            }
+            self.assistants
+                .insert(message.info.id.clone(), message.info.clone());
+            for part in &message.parts {
+                self.track_part(part);
+            }
+            out.extend(self.message(&message.info));
+        }
+        out.extend(self.results());
+        out
+    }
+
+    fn is_ours(&self, info: &MessageInfo) -> bool {
+        info.is_assistant()
+            && info
+                .parent_id
+                .as_deref()
+                .is_some_and(|parent| self.posted.iter().any(|p| p.message_id == parent))
+    }
+
+    fn message(&mut self, info: &MessageInfo) -> Vec<Output> {
+        if !self.is_ours(info) {
+            return Vec::new();
+        }
+        self.assistants.insert(info.id.clone(), info.clone());
+        let latest = self.posted.last().map(|p| p.message_id.as_str());
+        if !self.aborting && info.parent_id.as_deref() == latest && !self.aborted.contains(&info.id) {
+            self.abort_grace = false;
+        }
+        if !info.is_completed() {
+            return Vec::new();
+        }
+        // A finished step's tools are over, whatever their last update said.
+        let id = info.id.clone();
+        let finished: Vec<String> = self
+            .tools
+            .keys()
+            .filter(|part| self.part_owner(part) == Some(&id))
+            .cloned()
+            .collect();
+        for part in finished {
+            self.tools.remove(&part);
+        }
+        if let Some(error) = &info.error {
+            if error.is_abort() && self.aborted.contains(&info.id) {
+                return Vec::new();
+            }
+            return self.error(error);
+        }
+        Vec::new()
+    }
+
+    /// Results for every finished answer not reported yet, oldest first. Called when the run
+    /// loop is idle: only then are all its part events delivered (OpenCode serializes an
+    /// event's payload when it sends it, so a `message.updated` can show a step as finished
+    /// before the events of its text parts arrive).
+    fn results(&mut self) -> Vec<Output> {
+        if self.failed {
+            return Vec::new();
+        }
+        let ready: Vec<MessageInfo> = self
+            .assistants
+            .values()
+            .filter(|info| {
+                info.is_completed()
+                    && info.error.is_none()
+                    && info.ends_loop()
+                    && !self.reported.contains(&info.id)
+            })
+            .cloned()
+            .collect();
+        let mut out = Vec::new();
+        for info in ready {
+            self.reported.insert(info.id.clone());
+            let parent = info.parent_id.clone().unwrap_or_default();
+            let covers = self
+                .posted
+                .iter()
+                .filter(|p| p.message_id <= parent)
+                .map(|p| p.prompt)
+                .max();
+            let Some(covers) = covers else { continue };
+            if self.covered.is_some_and(|covered| covered >= covers) {
+                tracing::debug!(covers, message = %info.id, "OpenCode answered prompts already covered");
+                continue;
+            }
+            self.covered = Some(covers);
+            let text = self
+                .texts
+                .get(&info.id)
+                .map(|parts| {
+                    parts
+                        .iter()
+                        .map(|(_, text)| text.trim())
+                        .filter(|text| !text.is_empty())
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+                .unwrap_or_default();
+            out.push(Output::Event(ProviderEvent::Result { text, covers }));
+        }
+        out
+    }
+
+    /// Which message a part belongs to.
+    fn part_owner(&self, part_id: &str) -> Option<&String> {
+        self.part_owners.get(part_id)
+    }
+
+    fn part(&mut self, part: &Part) -> Vec<Output> {
+        if !self.assistants.contains_key(&part.message_id) {
+            return Vec::new();
+        }
+        let new = self.track_part(part);
+        if !new || self.failed {
+            return Vec::new();
+        }
+        match part.kind.as_str() {
+            "tool" => vec![Output::Event(ProviderEvent::Activity {
+                tool: part.tool.clone(),
+            })],
+            "text" | "reasoning" | "step-start" => {
+                vec![Output::Event(ProviderEvent::Activity { tool: None })]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Updates texts and tools from a part; true when the part is new.
+    fn track_part(&mut self, part: &Part) -> bool {
+        let new = self.seen_parts.insert(part.id.clone());
+        self.part_owners
+            .insert(part.id.clone(), part.message_id.clone());
+        match part.kind.as_str() {
+            "text" if part.synthetic != Some(true) && part.ignored != Some(true) => {
+                let text = part.text.clone().unwrap_or_default();
+                let parts = self.texts.entry(part.message_id.clone()).or_default();
+                match parts.iter_mut().find(|(id, _)| *id == part.id) {
+                    Some(entry) => entry.1 = text,
+                    None => parts.push((part.id.clone(), text)),
+                }
+            }
+            "tool" => {
+                let status = part.state.as_ref().map(|s| s.status.as_str()).unwrap_or("");
+                match status {
+                    "pending" | "running" if !self.aborting => {
+                        self.tools
+                            .insert(part.id.clone(), part.tool.clone().unwrap_or_default());
+                    }
+                    _ => {
+                        if status == "error" {
+                            tracing::debug!(
+                                tool = part.tool.as_deref().unwrap_or(""),
+                                error = part.state.as_ref().and_then(|s| s.error.as_deref()).unwrap_or(""),
+                                "OpenCode tool call failed (the model sees the error)"
+                            );
+                        }
+                        self.tools.remove(&part.id);
+                    }
+                }
+            }
+            _ => {}
+        }
+        new
+    }
+
+    fn retry(&mut self, attempt: u32, message: Option<&str>) -> Vec<Output> {
+        if self.failed || self.aborting || attempt <= self.last_retry {
+            return Vec::new();
+        }
+        self.last_retry = attempt;
+        let message = message.unwrap_or("model API error");
+        let classification = classify_text(message);
+        if attempt > self.max_retries {
+            self.failed = true;
+            return vec![
+                Output::Event(ProviderEvent::Error {
+                    message: format!(
+                        "model API error after {} retries: {message}",
+                        attempt.saturating_sub(1)
+                    ),
+                    retryable: false,
+                    classification,
+                    ends_turn: true,
+                }),
+                Output::AbortSession,
+            ];
+        }
+        vec![Output::Event(ProviderEvent::Error {
+            message: format!("OpenCode retries the model API (retry {attempt}): {message}"),
+            retryable: true,
+            classification,
+            ends_turn: false,
+        })]
+    }
+
+    fn error(&mut self, error: &ErrorInfo) -> Vec<Output> {
+        if self.failed {
+            return Vec::new();
+        }
+        if error.is_abort() && (self.aborting || self.abort_grace) {
+            return Vec::new();
+        }
+        self.failed = true;
+        let (classification, retryable) = classify(error);
+        let message = match error.data.status_code {
+            Some(status) => format!("{} {status}: {}", error.name, error.text()),
+            None if error.is_abort() => "the OpenCode turn was aborted".to_owned(),
+            None => format!("{}: {}", error.name, error.text()),
+        };
+        vec![Output::Event(ProviderEvent::Error {
+            message,
+            retryable,
+            classification,
+            ends_turn: true,
+        })]
+    }
+}
+
+/// Classifies a terminal OpenCode error. Model API errors arrive after OpenCode's own retries,
+/// so running the prompt again right away would not help: not retryable.
+pub fn classify(error: &ErrorInfo) -> (ErrorClass, bool) {
+    match error.name.as_str() {
+        "APIError" => match error.data.status_code {
+            Some(429) => (ErrorClass::Quota, false),
+            Some(401 | 403) => (ErrorClass::Auth, false),
+            Some(_) => (ErrorClass::Api, false),
+            None => (classify_text(&error.text()), false),
+        },
+        "ProviderAuthError" => (ErrorClass::Auth, false),
+        // Not ours (the driver ignores its own aborts): something else stopped the turn.
+        "MessageAbortedError" => (ErrorClass::Other, true),
+        _ => (ErrorClass::Other, false),
+    }
+}
+
+/// Classifies a retry notice, which carries only the error text (no status code).
+pub fn classify_text(message: &str) -> ErrorClass {
+    let lower = message.to_ascii_lowercase();
+    if ["429", "rate limit", "rate_limit", "too many requests", "quota"]
+        .iter()
+        .any(|needle| lower.contains(needle))
+    {
+        ErrorClass::Quota
+    } else if ["401", "403", "unauthorized", "forbidden", "authentication", "invalid api key"]
+        .iter()
+        .any(|needle| lower.contains(needle))
+    {
+        ErrorClass::Auth
+    } else {
+        ErrorClass::Api
+    }
+}
