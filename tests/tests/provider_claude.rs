@@ -1,0 +1,1111 @@
+//! The Claude Code provider driven directly (no runner) against the REAL pinned `claude` CLI,
+//! the scripted fake model server and the real `mcp-tools`.
+//!
+//! * The CLI: `$CLAUDE_PATH` or `<repo>/.cli/node_modules/.bin/claude` (`scripts/install-clis.sh`).
+//!   A missing CLI FAILS the tests; `NANOCLAW_SKIP_CLI_TESTS=1` skips them instead.
+//! * mcp-tools: `$MCP_TOOLS_PATH` or `<target>/debug/mcp-tools`, built on demand.
+//! * Isolation: when `unshare -n` works (root here), each test re-executes itself inside a
+//!   loopback-only network namespace (`NANOCLAW_NETNS=0` disables that), so nothing can leave
+//!   the machine; the CLI runs with the traffic-off environment in any case.
+//! * The stream-json fixtures of the unit tests are captured separately
+//!   (`provider/tests/fixtures/claude/capture.py`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use e2e::fake_model::{FakeModel, LoggedRequest, Step};
+use provider::claude::ClaudeProvider;
+use provider::{
+    AgentProvider, AgentQuery, ErrorClass, MediaFile, Prompt, ProviderError, ProviderEvent,
+    ProviderSettings, QueryInput,
+};
+use serde_json::{json, Value};
+
+const KEY: &str = "sk-claude-provider-test-key";
+/// Set in the test process's environment: neither the CLI nor its shell may see it.
+const MARKER_VAR: &str = "NANOCLAW_MARKER_SECRET";
+const MARKER_VALUE: &str = "marker-secret-0452";
+const SYSTEM_PROMPT: &str = "You are the NanoClaw test agent. SYSTEM-MARKER-1.";
+const EVENT_TIMEOUT: Duration = Duration::from_secs(40);
+
+// ---------------------------------------------------------------------------------------------
+// Harness
+// ---------------------------------------------------------------------------------------------
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// The claude CLI, or `None` when CLI tests are skipped. Panics with instructions when missing.
+fn claude_cli() -> Option<PathBuf> {
+    if std::env::var("NANOCLAW_SKIP_CLI_TESTS").as_deref() == Ok("1") {
+        eprintln!("NANOCLAW_SKIP_CLI_TESTS=1: skipping a claude CLI test");
+        return None;
+    }
+    let path = std::env::var_os("CLAUDE_PATH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".cli/node_modules/.bin/claude"));
+    assert!(
+        path.exists(),
+        "the claude CLI is missing at {}: run scripts/install-clis.sh (or set CLAUDE_PATH; \
+         NANOCLAW_SKIP_CLI_TESTS=1 skips these tests)",
+        path.display()
+    );
+    Some(path)
+}
+
+/// The mcp-tools binary, built once if needed.
+fn mcp_tools() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(path) = std::env::var_os("MCP_TOOLS_PATH") {
+            return PathBuf::from(path);
+        }
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| repo_root().join("target"));
+        let path = target.join("debug/mcp-tools");
+        if !path.exists() {
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let status = Command::new(cargo)
+                .args(["build", "-p", "mcp-tools"])
+                .current_dir(repo_root())
+                .status()
+                .expect("run cargo build -p mcp-tools");
+            assert!(status.success(), "cargo build -p mcp-tools failed");
+        }
+        assert!(path.exists(), "mcp-tools not found at {}", path.display());
+        path
+    })
+    .clone()
+}
+
+fn netns_available() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| {
+        Command::new("unshare")
+            .args(["-n", "sh", "-c", "ip link set lo up"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+/// True when the caller should run the test body in this process. Otherwise re-runs `test`
+/// alone in a child process (inside a loopback-only network namespace when possible) with the
+/// marker secret in its environment, asserts it passed, and returns false.
+fn in_child(test: &str) -> bool {
+    if std::env::var_os("NANOCLAW_IN_CHILD").is_some() {
+        return true;
+    }
+    let netns = std::env::var("NANOCLAW_NETNS").as_deref() != Ok("0") && netns_available();
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = if netns {
+        let mut cmd = Command::new("unshare");
+        cmd.args(["-n", "sh", "-c", "ip link set lo up && exec \"$@\"", "sh"])
+            .arg(exe);
+        cmd
+    } else {
+        Command::new(exe)
+    };
+    let started = Instant::now();
+    let out = cmd
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env("NANOCLAW_IN_CHILD", "1")
+        .env(MARKER_VAR, MARKER_VALUE)
+        .stdin(Stdio::null())
+        .output()
+        .expect("re-run the test in a child process");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("----- {test} (loopback-only netns: {netns}) -----\n{stdout}{stderr}");
+    eprintln!("----- {test}: {:.2?} -----", started.elapsed());
+    assert!(out.status.success(), "{test} failed in the child process");
+    assert!(
+        stdout.contains(&format!("test {test} ... ok")),
+        "{test} did not run in the child process"
+    );
+    false
+}
+
+/// Skips (CLI tests disabled) or re-executes in a child; `Some(cli)` = run the body here.
+fn start(test: &str) -> Option<PathBuf> {
+    let cli = claude_cli()?;
+    in_child(test).then_some(cli)
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    fake: FakeModel,
+    settings: ProviderSettings,
+    db: schema::db::SessionDb,
+}
+
+fn setup(cli: PathBuf) -> Setup {
+    let dir = tempfile::Builder::new()
+        .prefix("nanoclaw-claude-")
+        .tempdir()
+        .unwrap();
+    let fake = FakeModel::start().unwrap();
+    let mut settings = ProviderSettings::for_workspace(dir.path(), "claude");
+    std::fs::create_dir_all(&settings.agent_dir).unwrap();
+    let db = schema::db::SessionDb::open(&settings.session_db).unwrap();
+    settings.cli_path = Some(cli);
+    settings.mcp_tools_path = mcp_tools();
+    settings.model = Some("claude-test-model".into());
+    settings.base_url = Some(fake.url());
+    settings.api_key = Some(KEY.into());
+    settings.max_retries = 1;
+    settings.watchdog = Duration::from_secs(60);
+    Setup {
+        dir,
+        fake,
+        settings,
+        db,
+    }
+}
+
+impl Setup {
+    fn provider(&self) -> ClaudeProvider {
+        ClaudeProvider::new(self.settings.clone()).unwrap()
+    }
+
+    fn print_log(&self) {
+        for r in self.fake.requests() {
+            eprintln!("    {}", r.summary());
+        }
+    }
+}
+
+fn input(text: &str, continuation: Option<&str>) -> QueryInput {
+    QueryInput {
+        prompt: Prompt::text(text),
+        continuation: continuation.map(str::to_owned),
+        system_prompt: Some(SYSTEM_PROMPT.into()),
+    }
+}
+
+/// Events until the stream closes.
+async fn drain(query: &mut AgentQuery) -> Vec<ProviderEvent> {
+    let mut events = Vec::new();
+    loop {
+        match tokio::time::timeout(EVENT_TIMEOUT, query.next_event()).await {
+            Ok(Some(event)) => {
+                eprintln!("  event: {event:?}");
+                events.push(event);
+            }
+            Ok(None) => return events,
+            Err(_) => panic!("no event for {EVENT_TIMEOUT:?}; so far: {events:#?}"),
+        }
+    }
+}
+
+/// Events until (and including) the first one matching `stop`.
+async fn until(
+    query: &mut AgentQuery,
+    stop: impl Fn(&ProviderEvent) -> bool,
+) -> Vec<ProviderEvent> {
+    let mut events = Vec::new();
+    loop {
+        match tokio::time::timeout(EVENT_TIMEOUT, query.next_event()).await {
+            Ok(Some(event)) => {
+                eprintln!("  event: {event:?}");
+                let done = stop(&event);
+                events.push(event);
+                if done {
+                    return events;
+                }
+            }
+            Ok(None) => panic!("the stream closed early: {events:#?}"),
+            Err(_) => panic!("no event for {EVENT_TIMEOUT:?}; so far: {events:#?}"),
+        }
+    }
+}
+
+fn is_result(event: &ProviderEvent) -> bool {
+    matches!(event, ProviderEvent::Result { .. })
+}
+
+fn ends_turn(event: &ProviderEvent) -> bool {
+    is_result(event)
+        || matches!(
+            event,
+            ProviderEvent::Error {
+                ends_turn: true,
+                ..
+            }
+        )
+}
+
+fn session_id(events: &[ProviderEvent]) -> String {
+    events
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            ProviderEvent::Init { session_id } => Some(session_id.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no Init in {events:#?}"))
+}
+
+fn results(events: &[ProviderEvent]) -> Vec<(String, u64)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ProviderEvent::Result { text, covers } => Some((text.clone(), *covers)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn final_errors(events: &[ProviderEvent]) -> Vec<(ErrorClass, bool, String)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ProviderEvent::Error {
+                classification,
+                retryable,
+                ends_turn: true,
+                message,
+            } => Some((*classification, *retryable, message.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// One query answered (or failed); returns the events up to the stream's close.
+async fn ask_with(provider: &ClaudeProvider, input: QueryInput) -> Vec<ProviderEvent> {
+    let mut query = provider.query(input).unwrap();
+    let mut events = until(&mut query, ends_turn).await;
+    query.end();
+    events.extend(drain(&mut query).await);
+    events
+}
+
+async fn ask(
+    provider: &ClaudeProvider,
+    text: &str,
+    continuation: Option<&str>,
+) -> Vec<ProviderEvent> {
+    ask_with(provider, input(text, continuation)).await
+}
+
+/// The user texts of a request that are ours: every text block of a user message except
+/// Claude's own `<system-reminder>` blocks (which it puts into the first user message).
+fn user_texts(request: &LoggedRequest) -> Vec<String> {
+    let mut texts = Vec::new();
+    for message in request.body["messages"].as_array().into_iter().flatten() {
+        if message["role"] != "user" {
+            continue;
+        }
+        let blocks = match &message["content"] {
+            Value::String(text) => vec![text.clone()],
+            Value::Array(blocks) => blocks
+                .iter()
+                .filter(|b| b["type"] == "text")
+                .filter_map(|b| b["text"].as_str().map(str::to_owned))
+                .collect(),
+            _ => Vec::new(),
+        };
+        texts.extend(
+            blocks
+                .into_iter()
+                .filter(|t| !t.starts_with("<system-reminder>")),
+        );
+    }
+    texts
+}
+
+/// Live (non-zombie) processes: (pid, ppid, command line).
+fn live_processes() -> Vec<(u32, u32, String)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.first() == Some(&"Z") {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        out.push((pid, fields[1].parse().unwrap_or(0), cmdline));
+    }
+    out
+}
+
+/// The live descendants of `root` (pid and command line).
+fn descendants(root: u32) -> Vec<(u32, String)> {
+    let all = live_processes();
+    let mut found: Vec<(u32, String)> = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for (pid, ppid, cmd) in &all {
+            if *ppid == parent && !found.iter().any(|(p, _)| p == pid) {
+                found.push((*pid, cmd.clone()));
+                frontier.push(*pid);
+            }
+        }
+    }
+    found
+}
+
+fn alive(pid: u32) -> bool {
+    live_processes().iter().any(|(p, ..)| *p == pid)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------------------
+
+/// A text reply; what the model was sent (key, model, system prompt, tools) follows from the
+/// generated command line; a second query reuses the same process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_reply_with_the_generated_command() {
+    let Some(cli) = start("text_reply_with_the_generated_command") else {
+        return;
+    };
+    let s = setup(cli);
+    s.fake.push_all([
+        Step::text("hello from the fake model").chunks(3),
+        Step::text("second reply"),
+    ]);
+    let provider = s.provider();
+    let events = ask(&provider, "<message id=\"1\">hi</message>", None).await;
+    s.print_log();
+    let init = events
+        .iter()
+        .position(|e| matches!(e, ProviderEvent::Init { .. }));
+    let result = events.iter().position(is_result);
+    assert!(
+        init.is_some() && init < result,
+        "Init before the result: {events:#?}"
+    );
+    assert_eq!(
+        results(&events),
+        vec![("hello from the fake model".to_owned(), 0)]
+    );
+    assert!(final_errors(&events).is_empty(), "{events:#?}");
+    let session = session_id(&events);
+    let pid = provider
+        .pid()
+        .await
+        .expect("claude stays alive between queries");
+
+    let requests = s.fake.model_requests();
+    assert_eq!(requests.len(), 1);
+    let request = &requests[0];
+    assert_eq!(request.path, "/v1/messages");
+    assert_eq!(request.header("x-api-key"), Some(KEY));
+    assert_eq!(request.model(), Some("claude-test-model"));
+    assert!(
+        request.system_text().contains("SYSTEM-MARKER-1"),
+        "system prompt missing: {}",
+        request.system_text()
+    );
+    assert_eq!(
+        user_texts(request),
+        vec!["<message id=\"1\">hi</message>".to_owned()]
+    );
+    let tools = request.tool_names();
+    assert!(
+        request.offers_mcp_tool("send_message"),
+        "MCP tools sent directly: {tools:?}"
+    );
+    for banned in provider::claude::DISALLOWED_TOOLS {
+        assert!(
+            !tools.iter().any(|t| t == banned),
+            "{banned} offered: {tools:?}"
+        );
+    }
+    assert!(tools.iter().any(|t| t == "Bash"), "{tools:?}");
+
+    // The next query on the same session: same process, same session, history kept.
+    let events = ask(
+        &provider,
+        "<message id=\"3\">again</message>",
+        Some(&session),
+    )
+    .await;
+    assert_eq!(results(&events), vec![("second reply".to_owned(), 0)]);
+    assert_eq!(session_id(&events), session);
+    assert_eq!(
+        provider.pid().await,
+        Some(pid),
+        "no respawn between queries"
+    );
+    let request = s.fake.model_requests().pop().unwrap();
+    assert_eq!(
+        user_texts(&request),
+        vec![
+            "<message id=\"1\">hi</message>".to_owned(),
+            "<message id=\"3\">again</message>".to_owned()
+        ]
+    );
+    // The session lives in the private HOME.
+    assert!(s.settings.home_dir.join(".claude/projects").is_dir());
+    provider.shutdown().await;
+}
+
+/// The model calls send_message: mcp-tools (spawned by Claude with the generated config)
+/// writes the row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_message_through_mcp_tools_writes_a_row() {
+    let Some(cli) = start("send_message_through_mcp_tools_writes_a_row") else {
+        return;
+    };
+    let s = setup(cli);
+    s.fake.push_all([
+        Step::tool_call(
+            "send_message",
+            json!({"text": "sent by the tool", "channel": "slack", "platformId": "C1"}),
+        ),
+        Step::text("done"),
+    ]);
+    let provider = s.provider();
+    let events = ask(&provider, "please send", None).await;
+    s.print_log();
+    assert_eq!(results(&events), vec![("done".to_owned(), 0)]);
+    assert!(
+        events.iter().any(|e| matches!(e, ProviderEvent::Activity { tool: Some(t) } if t == "mcp__nanoclaw__send_message")),
+        "{events:#?}"
+    );
+    let rows = s.db.all_messages_out().unwrap();
+    assert!(
+        rows.iter()
+            .any(|row| row.content.contains("sent by the tool")),
+        "no messages_out row from send_message: {rows:#?}"
+    );
+    let requests = s.fake.model_requests();
+    assert_eq!(requests.len(), 2);
+    assert!(
+        requests[1].tail_is_tool_result(),
+        "{}",
+        requests[1].summary()
+    );
+    assert!(
+        requests[1]
+            .tool_results()
+            .iter()
+            .all(|r| !r.contains("rror")),
+        "{:?}",
+        requests[1].tool_results()
+    );
+    provider.shutdown().await;
+}
+
+/// A push written while a tool runs is folded into the running turn: the model's next request
+/// carries it, and ONE result covers both prompts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_during_a_tool_joins_the_running_turn() {
+    let Some(cli) = start("push_during_a_tool_joins_the_running_turn") else {
+        return;
+    };
+    let s = setup(cli);
+    s.fake.push_all([
+        Step::raw_tool_call("Bash", json!({"command": "sleep 2", "description": "wait"})),
+        Step::text("answered both"),
+    ]);
+    let provider = s.provider();
+    let mut query = provider.query(input("first message", None)).unwrap();
+    let mut events = until(
+        &mut query,
+        |e| matches!(e, ProviderEvent::Activity { tool: Some(t) } if t == "Bash"),
+    )
+    .await;
+    assert_eq!(query.push(Prompt::text("second message")).unwrap(), 1);
+    events.extend(until(&mut query, ends_turn).await);
+    query.end();
+    events.extend(drain(&mut query).await);
+    s.print_log();
+    assert_eq!(results(&events), vec![("answered both".to_owned(), 1)]);
+    let requests = s.fake.model_requests();
+    assert_eq!(requests.len(), 2);
+    assert!(
+        requests[1].system_text().contains("second message"),
+        "the follow-up reaches the model mid-turn: {}",
+        requests[1].system_text()
+    );
+    provider.shutdown().await;
+}
+
+/// A push written while the answer streams waits for a turn of its own: two results, covering
+/// prompt 0 and then prompt 1, and never one for a prompt the model has not seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_during_text_gets_a_turn_of_its_own() {
+    let Some(cli) = start("push_during_text_gets_a_turn_of_its_own") else {
+        return;
+    };
+    let s = setup(cli);
+    s.fake.push_all([
+        Step::text("one two three four").chunks(4).delay_ms(400),
+        Step::text("second answer"),
+    ]);
+    let provider = s.provider();
+    let mut query = provider.query(input("first message", None)).unwrap();
+    s.fake
+        .wait_for_requests_async(1, Duration::from_secs(20))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    query.push(Prompt::text("second message")).unwrap();
+    let mut events = until(&mut query, is_result).await;
+    assert_eq!(
+        results(&events),
+        vec![("one two three four".to_owned(), 0)],
+        "the first result covers only the first prompt"
+    );
+    events.extend(until(&mut query, is_result).await);
+    query.end();
+    events.extend(drain(&mut query).await);
+    s.print_log();
+    assert_eq!(
+        results(&events),
+        vec![
+            ("one two three four".to_owned(), 0),
+            ("second answer".to_owned(), 1)
+        ]
+    );
+    let last = s.fake.model_requests().pop().unwrap();
+    assert_eq!(last.last_user_text().as_deref(), Some("second message"));
+    provider.shutdown().await;
+}
+
+/// A new provider (runner restart) resumes the stored session: the model gets the earlier
+/// history and the CURRENT system prompt; a system prompt change restarts the live process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_after_restart_keeps_history_and_applies_the_system_prompt() {
+    let Some(cli) = start("resume_after_restart_keeps_history_and_applies_the_system_prompt")
+    else {
+        return;
+    };
+    let s = setup(cli);
+    s.fake.push_all([
+        Step::text("noted"),
+        Step::text("resumed"),
+        Step::text("with the new prompt"),
+    ]);
+    let first = s.provider();
+    let events = ask(&first, "remember the word PAPAYA", None).await;
+    let session = session_id(&events);
+    first.shutdown().await;
+
+    let second = s.provider();
+    let mut resumed = input("what was the word?", Some(&session));
+    resumed.system_prompt = Some("SYSTEM-MARKER-2 after the restart".into());
+    let events = ask_with(&second, resumed).await;
+    s.print_log();
+    assert_eq!(results(&events), vec![("resumed".to_owned(), 0)]);
+    assert_eq!(session_id(&events), session, "the same session continues");
+    let request = s.fake.model_requests().pop().unwrap();
+    let texts = user_texts(&request);
+    assert!(
+        texts.iter().any(|t| t.contains("remember the word PAPAYA")),
+        "history replayed: {texts:?}"
+    );
+    assert!(
+        request.system_text().contains("SYSTEM-MARKER-2"),
+        "the new system prompt applies after --resume: {}",
+        request.system_text()
+    );
+    assert!(!request.system_text().contains("SYSTEM-MARKER-1"));
+
+    // A different system prompt while the process lives: restart with --resume.
+    let pid = second.pid().await.unwrap();
+    let mut changed = input("and now?", Some(&session));
+    changed.system_prompt = Some("SYSTEM-MARKER-3 changed".into());
+    let events = ask_with(&second, changed).await;
+    assert_eq!(
+        results(&events),
+        vec![("with the new prompt".to_owned(), 0)]
+    );
+    assert_ne!(
+        second.pid().await,
+        Some(pid),
+        "restarted for the new prompt"
+    );
+    let request = s.fake.model_requests().pop().unwrap();
+    assert!(request.system_text().contains("SYSTEM-MARKER-3"));
+    assert!(user_texts(&request)
+        .iter()
+        .any(|t| t.contains("what was the word?")));
+    second.shutdown().await;
+}
+
+/// A stored continuation naming a session that does not exist: the provider says so, starts a
+/// new session, answers the same prompt and reports the new id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_continuation_starts_a_new_session() {
+    let Some(cli) = start("stale_continuation_starts_a_new_session") else {
+        return;
+    };
+    let s = setup(cli);
+    s.fake.push(Step::text("fresh start"));
+    let provider = s.provider();
+    let stale = "11111111-2222-4333-8444-555555555555";
+    let events = ask(&provider, "hello again", Some(stale)).await;
+    s.print_log();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, ProviderEvent::Progress { message }
+            if message.contains(stale) && message.contains("not found"))),
+        "{events:#?}"
+    );
+    let session = session_id(&events);
+    assert_ne!(session, stale);
+    assert_eq!(results(&events), vec![("fresh start".to_owned(), 0)]);
+    assert!(final_errors(&events).is_empty(), "{events:#?}");
+    let request = s.fake.model_requests().pop().unwrap();
+    assert_eq!(user_texts(&request), vec!["hello again".to_owned()]);
+    provider.shutdown().await;
+}
+
+/// 500s and 429s: the CLI retries a bounded number of times (each retry is a non-final error),
+/// then the turn ends with a classified, non-retryable error; the process stays usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_errors_are_bounded_and_classified() {
+    let Some(cli) = start("api_errors_are_bounded_and_classified") else {
+        return;
+    };
+    let s = setup(cli);
+    s.fake.push_all([
+        Step::error(500, "fake 500").retry_after_ms(50),
+        Step::error(500, "fake 500").retry_after_ms(50),
+        Step::error(429, "fake 429").retry_after_secs(1),
+        Step::error(429, "fake 429").retry_after_secs(1),
+        Step::text("recovered"),
+    ]);
+    let provider = s.provider();
+    let started = Instant::now();
+    let events = ask(&provider, "first", None).await;
+    let session = session_id(&events);
+    let retries: Vec<_> = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                ProviderEvent::Error {
+                    ends_turn: false,
+                    retryable: true,
+                    classification: ErrorClass::Api,
+                    ..
+                }
+            )
+        })
+        .collect();
+    assert_eq!(retries.len(), 1, "one retry (max_retries = 1): {events:#?}");
+    let errors = final_errors(&events);
+    assert_eq!(errors.len(), 1, "{events:#?}");
+    assert_eq!(errors[0].0, ErrorClass::Api);
+    assert!(!errors[0].1, "not retryable after the CLI's own retries");
+    assert!(errors[0].2.contains("500"), "{}", errors[0].2);
+    assert!(results(&events).is_empty());
+
+    let events = ask(&provider, "second", Some(&session)).await;
+    let errors = final_errors(&events);
+    assert_eq!(errors.len(), 1, "{events:#?}");
+    assert_eq!(errors[0].0, ErrorClass::Quota, "{errors:?}");
+    assert!(events.iter().any(|e| matches!(
+        e,
+        ProviderEvent::Error {
+            ends_turn: false,
+            classification: ErrorClass::Quota,
+            ..
+        }
+    )));
+
+    let events = ask(&provider, "third", Some(&session)).await;
+    s.print_log();
+    assert_eq!(results(&events), vec![("recovered".to_owned(), 0)]);
+    assert_eq!(s.fake.model_requests().len(), 5);
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "bounded: {:?}",
+        started.elapsed()
+    );
+    provider.shutdown().await;
+}
+
+/// The CLI is killed mid-turn: a retryable process error; the next query respawns it and
+/// resumes the same session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_cli_is_reported_and_the_next_query_resumes() {
+    let Some(cli) = start("killed_cli_is_reported_and_the_next_query_resumes") else {
+        return;
+    };
+    let s = setup(cli);
+    s.fake.push_all([Step::text("first answer"), Step::hang()]);
+    let provider = s.provider();
+    let events = ask(&provider, "before the crash", None).await;
+    let session = session_id(&events);
+    let pid = provider.pid().await.unwrap();
+    let mut query = provider
+        .query(input("during the crash", Some(&session)))
+        .unwrap();
+    s.fake
+        .wait_for_requests_async(2, Duration::from_secs(20))
+        .await
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let events = drain(&mut query).await;
+    let errors = final_errors(&events);
+    assert_eq!(errors.len(), 1, "{events:#?}");
+    assert_eq!(errors[0].0, ErrorClass::Process);
+    assert!(errors[0].1, "a crash is retryable");
+    s.fake.release_hangs();
+    s.fake.push(Step::text("after the crash"));
+    let events = ask(&provider, "after the crash", Some(&session)).await;
+    s.print_log();
+    assert_eq!(results(&events), vec![("after the crash".to_owned(), 0)]);
+    assert_eq!(session_id(&events), session, "resumed the same session");
+    assert_ne!(provider.pid().await, Some(pid));
+    provider.shutdown().await;
+}
+
+/// No output for the watchdog period during a turn: the process group is killed, a retryable
+/// watchdog error; the next query works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_kills_a_silent_turn() {
+    let Some(cli) = start("watchdog_kills_a_silent_turn") else {
+        return;
+    };
+    let mut s = setup(cli);
+    s.settings.watchdog = Duration::from_secs(3);
+    s.fake
+        .push_all([Step::hang_before_response(), Step::text("alive again")]);
+    let provider = s.provider();
+    let started = Instant::now();
+    let mut query = provider.query(input("hang please", None)).unwrap();
+    let events = drain(&mut query).await;
+    let errors = final_errors(&events);
+    assert_eq!(errors.len(), 1, "{events:#?}");
+    assert_eq!(errors[0].0, ErrorClass::Watchdog);
+    assert!(errors[0].1);
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(provider.pid().await, None, "the hung process is gone");
+    s.fake.release_hangs();
+    let events = ask(&provider, "hello?", Some(&session_id(&events))).await;
+    s.print_log();
+    assert_eq!(results(&events), vec![("alive again".to_owned(), 0)]);
+    provider.shutdown().await;
+}
+
+/// Abort interrupts the turn (and cancels a queued push) but keeps the process for the next
+/// query, which the model sees after the interruption note.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_interrupts_the_turn_and_keeps_the_process() {
+    let Some(cli) = start("abort_interrupts_the_turn_and_keeps_the_process") else {
+        return;
+    };
+    let s = setup(cli);
+    s.fake.push_all([
+        Step::text("a b c d e f g h").chunks(8).delay_ms(500),
+        Step::text("after the abort"),
+    ]);
+    let provider = s.provider();
+    let mut query = provider.query(input("long answer please", None)).unwrap();
+    let mut events = until(&mut query, |e| matches!(e, ProviderEvent::Init { .. })).await;
+    s.fake
+        .wait_for_requests_async(1, Duration::from_secs(20))
+        .await
+        .unwrap();
+    query.push(Prompt::text("queued behind")).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let aborted = Instant::now();
+    query.abort();
+    events.extend(drain(&mut query).await);
+    assert!(
+        aborted.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        aborted.elapsed()
+    );
+    let errors = final_errors(&events);
+    assert_eq!(errors.len(), 1, "{events:#?}");
+    assert_eq!(errors[0].0, ErrorClass::Aborted);
+    assert!(results(&events).is_empty(), "{events:#?}");
+    let pid = provider.pid().await.expect("the process survives an abort");
+    let session = session_id(&events);
+    let events = ask(&provider, "next question", Some(&session)).await;
+    s.print_log();
+    assert_eq!(results(&events), vec![("after the abort".to_owned(), 0)]);
+    assert_eq!(provider.pid().await, Some(pid));
+    let requests = s.fake.model_requests();
+    assert_eq!(requests.len(), 2, "the queued push never ran");
+    let texts = user_texts(&requests[1]).join("\n");
+    assert!(texts.contains("next question"), "{texts}");
+    assert!(!texts.contains("queued behind"), "{texts}");
+    provider.shutdown().await;
+}
+
+/// The agent's shell runs `env`: neither the API key nor a host secret is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_never_sees_the_api_key_or_host_secrets() {
+    let Some(cli) = start("shell_never_sees_the_api_key_or_host_secrets") else {
+        return;
+    };
+    let mut s = setup(cli);
+    assert_eq!(std::env::var(MARKER_VAR).as_deref(), Ok(MARKER_VALUE));
+    // Even an explicit passthrough does not beat the scrub patterns.
+    s.settings.env_policy.passthrough.push(MARKER_VAR.into());
+    s.fake.push_all([
+        Step::raw_tool_call("Bash", json!({"command": "env", "description": "list"})),
+        Step::text("listed"),
+    ]);
+    let provider = s.provider();
+    let events = ask(&provider, "run env", None).await;
+    s.print_log();
+    assert_eq!(results(&events), vec![("listed".to_owned(), 0)]);
+    let request = s.fake.model_requests().pop().unwrap();
+    let output = request.tool_results().join("\n");
+    assert!(output.contains("HOME="), "the shell ran env: {output}");
+    assert!(output.contains("TZ=UTC"), "TZ reaches the shell: {output}");
+    assert!(
+        !output.contains(KEY),
+        "the API key reached the shell: {output}"
+    );
+    assert!(
+        !output.contains(MARKER_VALUE),
+        "a host secret reached the shell: {output}"
+    );
+    assert_eq!(
+        request.header("x-api-key"),
+        Some(KEY),
+        "the model still gets the key"
+    );
+    provider.shutdown().await;
+}
+
+/// Images and PDFs reach the model as native content blocks next to the text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn media_reach_the_model_natively() {
+    let Some(cli) = start("media_reach_the_model_natively") else {
+        return;
+    };
+    let s = setup(cli);
+    // A 1×1 PNG.
+    let png: [u8; 69] = [
+        0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44,
+        0x52, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x02, 0x00, 0x00, 0x00, 0x90,
+        0x77, 0x53, 0xde, 0x00, 0x00, 0x00, 0x0c, 0x49, 0x44, 0x41, 0x54, 0x08, 0xd7, 0x63, 0xf8,
+        0xcf, 0xc0, 0x00, 0x00, 0x03, 0x01, 0x01, 0x00, 0x18, 0xdd, 0x8d, 0xb0, 0x00, 0x00, 0x00,
+        0x00, 0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+    ];
+    let image = s.dir.path().join("pixel.png");
+    std::fs::write(&image, png).unwrap();
+    let pdf = s.dir.path().join("doc.pdf");
+    std::fs::write(&pdf, b"%PDF-1.4\n%%EOF\n").unwrap();
+    s.fake.push(Step::text("nice picture"));
+    let provider = s.provider();
+    let events = ask_with(
+        &provider,
+        QueryInput {
+            prompt: Prompt {
+                text: "look [file available at: /workspace/downloads/1/pixel.png]".into(),
+                media: vec![
+                    MediaFile {
+                        path: image,
+                        mime_type: "image/png".into(),
+                    },
+                    MediaFile {
+                        path: pdf,
+                        mime_type: "application/pdf".into(),
+                    },
+                ],
+            },
+            continuation: None,
+            system_prompt: None,
+        },
+    )
+    .await;
+    s.print_log();
+    assert_eq!(results(&events), vec![("nice picture".to_owned(), 0)]);
+    let request = s.fake.model_requests().pop().unwrap();
+    let blocks: Vec<Value> = request.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .collect();
+    let image_block = blocks
+        .iter()
+        .find(|b| b["type"] == "image")
+        .unwrap_or_else(|| panic!("no image block: {blocks:#?}"));
+    assert_eq!(image_block["source"]["media_type"], "image/png");
+    assert_eq!(image_block["source"]["data"], "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVQI12P4z8AAAAMBAQAY3Y2wAAAAAElFTkSuQmCC");
+    assert!(blocks
+        .iter()
+        .any(|b| b["type"] == "document" && b["source"]["media_type"] == "application/pdf"));
+    assert!(blocks
+        .iter()
+        .any(|b| b["type"] == "text" && b["text"].as_str().unwrap_or("").starts_with("look")));
+    provider.shutdown().await;
+}
+
+/// A native slash command goes raw: `/compact` compacts (progress notices, an empty result),
+/// `/cost` answers without a model call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_commands_run_in_the_cli() {
+    let Some(cli) = start("native_commands_run_in_the_cli") else {
+        return;
+    };
+    let s = setup(cli);
+    s.fake.push_all([
+        Step::text("first answer"),
+        Step::text("<summary>what happened so far</summary>"),
+    ]);
+    let provider = s.provider();
+    assert!(provider.native_commands().contains(&"/compact"));
+    let events = ask(&provider, "hello", None).await;
+    let session = session_id(&events);
+    let events = ask(&provider, "/compact", Some(&session)).await;
+    assert_eq!(results(&events), vec![(String::new(), 0)], "{events:#?}");
+    assert!(
+        events.iter().any(
+            |e| matches!(e, ProviderEvent::Progress { message } if message.contains("compacted"))
+        ),
+        "{events:#?}"
+    );
+    let requests = s.fake.model_requests().len();
+    let events = ask(&provider, "/cost", Some(&session)).await;
+    s.print_log();
+    let results = results(&events);
+    assert_eq!(results.len(), 1, "{events:#?}");
+    assert!(results[0].0.contains("cost"), "{results:?}");
+    assert_eq!(
+        s.fake.model_requests().len(),
+        requests,
+        "no model call for /cost"
+    );
+    provider.shutdown().await;
+}
+
+/// ask_user_question blocks in mcp-tools until the answer row arrives; Claude waits (its tool
+/// timeout is set above the tool's) and the answer reaches the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn question_round_trip_through_mcp_tools() {
+    let Some(cli) = start("question_round_trip_through_mcp_tools") else {
+        return;
+    };
+    let s = setup(cli);
+    s.fake.push_all([
+        Step::tool_call(
+            "ask_user_question",
+            json!({"question": "Deploy now?", "options": ["Yes", "No"]}),
+        ),
+        Step::text("deploying"),
+    ]);
+    let provider = s.provider();
+    let mut query = provider.query(input("ask me", None)).unwrap();
+    until(&mut query, |e| matches!(e, ProviderEvent::Activity { tool: Some(t) } if t.ends_with("ask_user_question"))).await;
+    let question_id = {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let rows = s.db.all_messages_out().unwrap();
+            let found = rows.iter().find_map(|row| {
+                let content: Value = serde_json::from_str(&row.content).ok()?;
+                content.get("questionId")?.as_str().map(str::to_owned)
+            });
+            if let Some(id) = found {
+                break id;
+            }
+            assert!(Instant::now() < deadline, "no question row: {rows:#?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    // The turn stays open while the question waits.
+    let quiet = tokio::time::timeout(Duration::from_secs(3), query.next_event()).await;
+    assert!(
+        !matches!(
+            quiet,
+            Ok(Some(ProviderEvent::Result { .. }) | Some(ProviderEvent::Error { .. }) | None)
+        ),
+        "the turn ended while the question was open: {quiet:?}"
+    );
+    let answer =
+        json!({"type": "question_response", "questionId": question_id, "selectedOption": "Yes"});
+    s.db.insert_in(&schema::rows::NewMessageIn::new(
+        "system",
+        answer.to_string(),
+    ))
+    .unwrap();
+    let mut events = until(&mut query, ends_turn).await;
+    query.end();
+    events.extend(drain(&mut query).await);
+    s.print_log();
+    assert_eq!(results(&events), vec![("deploying".to_owned(), 0)]);
+    let request = s.fake.model_requests().pop().unwrap();
+    let output = request.tool_results().join("\n");
+    assert!(
+        output.contains("Yes"),
+        "the answer reached the model: {output}"
+    );
+    provider.shutdown().await;
+}
+
+/// shutdown stops claude and everything it started (mcp-tools).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_claude_and_its_mcp_servers() {
+    let Some(cli) = start("shutdown_stops_claude_and_its_mcp_servers") else {
+        return;
+    };
+    let s = setup(cli);
+    s.fake.push(Step::text("bye"));
+    let provider = s.provider();
+    ask(&provider, "hi", None).await;
+    let pid = provider.pid().await.unwrap();
+    let children = descendants(pid);
+    eprintln!("claude {pid}: descendants {children:?}");
+    let mcp: Vec<u32> = children
+        .iter()
+        .filter(|(_, cmd)| cmd.contains("mcp-tools"))
+        .map(|(p, _)| *p)
+        .collect();
+    assert_eq!(mcp.len(), 1, "one mcp-tools under claude: {children:?}");
+    provider.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!alive(pid), "claude left running");
+    for p in &mcp {
+        assert!(!alive(*p), "mcp-tools {p} left running");
+    }
+    assert!(matches!(
+        provider.query(input("after", None)),
+        Err(ProviderError::Closed)
+    ));
+    drop(s.dir);
+}
+
+#[test]
+fn missing_cli_is_a_spawn_error_naming_claude_path() {
+    let mut settings = ProviderSettings::for_workspace("/nonexistent-workspace", "claude");
+    settings.cli_path = Some("/nonexistent/claude".into());
+    match ClaudeProvider::new(settings) {
+        Err(ProviderError::Spawn(message)) => {
+            assert!(message.contains("CLAUDE_PATH"), "{message}")
+        }
+        other => panic!("expected a spawn error, got {other:?}"),
+    }
+}
