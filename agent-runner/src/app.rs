@@ -22,6 +22,9 @@ pub enum Command {
     Run,
     /// Print the effective configuration with each value's source (secrets masked).
     Config,
+    /// Claude's PreCompact hook: archive the transcript named by the hook JSON on stdin to
+    /// the conversations folder. Always exits 0; problems are logged on stderr.
+    ArchiveHook(crate::archive_hook::ArchiveHookArgs),
 }
 
 /// Parsed command line.
@@ -52,6 +55,12 @@ pub fn init_logging() {
 
 /// Runs a subcommand.
 pub async fn main(cli: Args) -> Result<()> {
+    if let Command::ArchiveHook(args) = &cli.command {
+        // Never fails: a failing hook could hold up Claude's compaction.
+        let workspace = cli.workspace.clone().unwrap_or_else(|| PathBuf::from("/workspace"));
+        crate::archive_hook::main(args, load_config(&cli), &workspace);
+        return Ok(());
+    }
     let config = load_config(&cli)?;
     match cli.command {
         Command::Config => {
@@ -59,6 +68,7 @@ pub async fn main(cli: Args) -> Result<()> {
             Ok(())
         }
         Command::Run => run(config).await,
+        Command::ArchiveHook(_) => Ok(()),
     }
 }
 
@@ -122,7 +132,7 @@ async fn run(config: Config) -> Result<()> {
             .clamp(Duration::from_millis(10), Duration::from_millis(500)),
         heartbeat: config.secs("heartbeatSecs").clamp(Duration::from_secs(1), Duration::from_secs(10)),
         query_retries: u32::try_from(config.number("queryRetries")).unwrap_or(2),
-        system_prompt: None,
+        prompt_sources: Some(crate::system_prompt::PromptSources::from_config(&config)),
     };
     let runner = Runner::new(db, provider, options)?;
     runner.run(shutdown_signal()).await?;
@@ -208,6 +218,7 @@ pub fn provider_settings(config: &Config, db_path: &Path, name: &str) -> Result<
     settings.max_retries = u32::try_from(config.number("cliMaxRetries")).unwrap_or(2);
     settings.codex_steer = config.flag("codexSteer");
     settings.mock_delay = config.millis("mockDelayMs");
+    settings.mock_echo_system_prompt = config.flag("mockEchoSystemPrompt");
     if let Some(script) = config.object("mockScript") {
         settings.mock_script = serde_json::from_value(script).context("mockScript: expected [{\"step\": ...}]")?;
     }

@@ -90,6 +90,7 @@ const FIELDS: &[Field] = &[
     field("codexSteer", "NANOCLAW_CODEX_STEER", Kind::Bool, "false", "Codex follow-ups via turn/steer"),
     field("mockDelayMs", "NANOCLAW_MOCK_DELAY_MS", Kind::Number, "0", "mock provider: think time per prompt"),
     field("mockScript", "NANOCLAW_MOCK_SCRIPT", Kind::Json, "", "mock provider: steps [{\"step\":\"echo\"|\"reply\"|\"fail\",..}]"),
+    field("mockEchoSystemPrompt", "NANOCLAW_MOCK_ECHO_SYSTEM", Kind::Bool, "false", "mock provider: echo the system prompt, a --- line, then the prompt"),
 ];
 
 /// Where a value came from.

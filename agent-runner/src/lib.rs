@@ -2,6 +2,7 @@
 //! dispatch. The `agent-runner` binary is a thin wrapper; tests drive the loop in-process.
 
 pub mod app;
+pub mod archive_hook;
 pub mod config;
 pub mod format;
 pub mod lock;
@@ -9,3 +10,4 @@ pub mod media;
 pub mod reply;
 pub mod runner;
 pub mod script;
+pub mod system_prompt;

@@ -25,6 +25,7 @@ use crate::format::{self, FormatContext, PromptRow};
 use crate::media::{resolve_attachments, MediaLimits};
 use crate::reply;
 use crate::script::{run_script, ScriptLimits, ScriptOutcome};
+use crate::system_prompt::{build_system_prompt, PromptSources};
 
 /// The runner's notion of "now", injectable so timer tests can run on paused tokio time.
 pub type Clock = Arc<dyn Fn() -> chrono::DateTime<Utc> + Send + Sync>;
@@ -61,8 +62,9 @@ pub struct RunnerOptions {
     pub heartbeat: Duration,
     /// Re-runs of a query after a retryable error.
     pub query_retries: u32,
-    /// The system prompt given to each query.
-    pub system_prompt: Option<String>,
+    /// Where each query's system prompt comes from; it is rebuilt when a query starts (files
+    /// re-read, destinations from the DB). `None`: queries get no system prompt.
+    pub prompt_sources: Option<PromptSources>,
     /// The agent's working directory (pre-agent scripts run there).
     pub agent_dir: PathBuf,
     /// Environment of pre-agent scripts.
@@ -92,7 +94,7 @@ impl RunnerOptions {
             active_poll: Duration::from_millis(500),
             heartbeat: Duration::from_secs(5),
             query_retries: 2,
-            system_prompt: None,
+            prompt_sources: Some(PromptSources::for_workspace(&workspace)),
             agent_dir: workspace.join("agent"),
             script_env: BTreeMap::new(),
             script_limits: ScriptLimits::default(),
@@ -223,7 +225,7 @@ impl Runner {
                 Ok(_) => {}
                 Err(err) => tracing::error!(error = %format!("{err:#}"), "poll failed; retrying"),
             }
-            let wait = self.idle_wait().await;
+            let wait = self.idle_wait(now).await;
             tokio::select! {
                 _ = stop.cancelled() => return Ok(()),
                 _ = self.watcher.wait(wait) => {}
@@ -231,10 +233,13 @@ impl Runner {
         }
     }
 
-    /// How long to sleep when idle: the idle poll, or less when a task falls due sooner.
-    async fn idle_wait(&self) -> Duration {
+    /// How long to sleep when idle: the idle poll, or less when a row falls due sooner. Only due
+    /// times after the poll at `polled` count: rows already due then were seen by that poll and
+    /// wait for something other than time (a triggering row, a question to close), so they must
+    /// neither make the loop spin nor hide a later task's due time.
+    async fn idle_wait(&self, polled: chrono::DateTime<Utc>) -> Duration {
         let idle = self.options.idle_poll;
-        match self.call(|db| db.next_due()).await {
+        match self.call(move |db| db.next_due_after(polled)).await {
             Ok(Some(due)) => {
                 let until = (due - (self.options.clock)()).to_std().unwrap_or(Duration::ZERO);
                 idle.min(until.max(Duration::from_millis(5)))
@@ -492,11 +497,8 @@ impl Runner {
         let provider = self.provider.name();
         let continuation = self.call(move |db| db.continuation(provider)).await?;
         let start_seq = self.call(|db| db.max_seq()).await?;
-        let input = QueryInput {
-            prompt: first.prompt.clone(),
-            continuation,
-            system_prompt: self.options.system_prompt.clone(),
-        };
+        let system_prompt = self.system_prompt().await;
+        let input = QueryInput { prompt: first.prompt.clone(), continuation, system_prompt };
         let mut query = match self.provider.query(input) {
             Ok(query) => query,
             Err(err) => {
@@ -674,6 +676,20 @@ impl Runner {
         let written = self.call(move |db| db.complete_at(&ids, &replies, now)).await?;
         tracing::debug!(replies = count, seqs = ?written.iter().map(|w| w.seq).collect::<Vec<_>>(), "turn answered");
         Ok(())
+    }
+
+    /// The current system prompt: files re-read and destinations read now, so changes made
+    /// mid-session reach the next query.
+    async fn system_prompt(&self) -> Option<String> {
+        let sources = self.options.prompt_sources.clone()?;
+        let destinations = self.call(|db| db.destinations()).await.unwrap_or_else(|err| {
+            tracing::warn!("{err:#}: the system prompt lists no destinations");
+            Vec::new()
+        });
+        tokio::task::spawn_blocking(move || build_system_prompt(&sources, &destinations))
+            .await
+            .map_err(|err| tracing::error!(%err, "building the system prompt failed"))
+            .ok()
     }
 
     /// Runs a blocking DB call off the async workers.

@@ -179,7 +179,12 @@ impl Transcript {
     /// The text the title and the file name come from: the title, else the first chat message
     /// of the first user entry (see [`prompt_text`]).
     pub fn headline(&self) -> Option<String> {
-        if let Some(title) = self.title.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+        if let Some(title) = self
+            .title
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+        {
             return Some(title.to_owned());
         }
         self.entries
@@ -215,11 +220,17 @@ impl RenderOptions {
     }
 
     fn local(&self, at: DateTime<Utc>) -> String {
-        self.tz.from_utc_datetime(&at.naive_utc()).format("%Y-%m-%d %H:%M").to_string()
+        self.tz
+            .from_utc_datetime(&at.naive_utc())
+            .format("%Y-%m-%d %H:%M")
+            .to_string()
     }
 
     fn date(&self) -> String {
-        self.tz.from_utc_datetime(&self.archived_at.naive_utc()).format("%Y-%m-%d").to_string()
+        self.tz
+            .from_utc_datetime(&self.archived_at.naive_utc())
+            .format("%Y-%m-%d")
+            .to_string()
     }
 
     fn speaker(&self, entry: &Entry) -> String {
@@ -263,7 +274,12 @@ pub fn render_markdown(transcript: &Transcript, opts: &RenderOptions) -> String 
     let _ = writeln!(out, "# {title}\n");
     let _ = writeln!(out, "- Provider: {}", transcript.provider);
     let _ = writeln!(out, "- Session: {}", transcript.session_id);
-    let _ = writeln!(out, "- Archived: {} ({})", opts.local(opts.archived_at), opts.tz.name());
+    let _ = writeln!(
+        out,
+        "- Archived: {} ({})",
+        opts.local(opts.archived_at),
+        opts.tz.name()
+    );
     if let Some(first) = transcript.entries.iter().find_map(|e| e.at) {
         let _ = writeln!(out, "- Started: {}", opts.local(first));
     }
@@ -278,9 +294,14 @@ fn render_entries(entries: &[Entry], opts: &RenderOptions) -> String {
     let mut previous: Option<(Role, String)> = None;
     for entry in entries {
         let speaker = opts.speaker(entry);
-        let same = previous.as_ref().is_some_and(|(r, s)| *r == entry.role && *s == speaker);
+        let same = previous
+            .as_ref()
+            .is_some_and(|(r, s)| *r == entry.role && *s == speaker);
         if !same || entry.compaction {
-            let at = entry.at.map(|at| format!(" — {}", opts.local(at))).unwrap_or_default();
+            let at = entry
+                .at
+                .map(|at| format!(" — {}", opts.local(at)))
+                .unwrap_or_default();
             let _ = write!(out, "\n### {speaker}{at}\n");
         }
         previous = Some((entry.role, speaker));
@@ -315,7 +336,11 @@ fn render_entries(entries: &[Entry], opts: &RenderOptions) -> String {
             }
         }
     }
-    if let Some(id) = entries.last().and_then(|e| e.id.as_deref()).filter(|id| !id.contains("--")) {
+    if let Some(id) = entries
+        .last()
+        .and_then(|e| e.id.as_deref())
+        .filter(|id| !id.contains("--"))
+    {
         let _ = writeln!(out, "\n{THROUGH_MARKER}{} -->", json!({ "entry": id }));
     }
     out
@@ -413,7 +438,10 @@ fn prompt_senders(prompt: &str) -> Option<String> {
     let mut names: Vec<String> = Vec::new();
     let mut rest = prompt;
     while let Some(start) = rest.find("<message ") {
-        let tag_end = rest[start..].find('>').map(|i| start + i).unwrap_or(rest.len());
+        let tag_end = rest[start..]
+            .find('>')
+            .map(|i| start + i)
+            .unwrap_or(rest.len());
         let tag = &rest[start..tag_end];
         if let Some(name) = attribute(tag, "sender") {
             let name = decode_entities(name);
@@ -439,7 +467,9 @@ fn first_element<'a>(text: &'a str, name: &str) -> Option<&'a str> {
     let open = find_start_tag(text, name)?;
     let content_start = open + text[open..].find('>')? + 1;
     let close = format!("</{name}>");
-    let len = text[content_start..].find(&close).unwrap_or(text.len() - content_start);
+    let len = text[content_start..]
+        .find(&close)
+        .unwrap_or(text.len() - content_start);
     Some(&text[content_start..content_start + len])
 }
 
@@ -447,7 +477,10 @@ fn first_element<'a>(text: &'a str, name: &str) -> Option<&'a str> {
 fn first_element_span(text: &str, name: &str) -> Option<std::ops::Range<usize>> {
     let open = find_start_tag(text, name)?;
     let close = format!("</{name}>");
-    let end = text[open..].find(&close).map(|i| open + i + close.len()).unwrap_or(text.len());
+    let end = text[open..]
+        .find(&close)
+        .map(|i| open + i + close.len())
+        .unwrap_or(text.len());
     Some(open..end)
 }
 
@@ -499,22 +532,40 @@ fn decode_entities(text: &str) -> String {
 
 /// Writes the transcript into a NEW file `<dir>/<YYYY-MM-DD in tz>-<slug>.md` (`-2`, `-3`, …
 /// when the name is taken: an existing archive is never replaced) and returns its path. The
-/// folder is created when missing. The file appears atomically with its whole content.
-pub fn write_archive(dir: &Path, transcript: &Transcript, now: DateTime<Utc>, tz: Tz) -> io::Result<PathBuf> {
+/// folder is created when missing. The file appears atomically with its whole content. An
+/// empty transcript still gets a file (header only): callers skip those.
+pub fn write_archive(
+    dir: &Path,
+    transcript: &Transcript,
+    now: DateTime<Utc>,
+    tz: Tz,
+) -> io::Result<PathBuf> {
     write_archive_with(dir, transcript, &RenderOptions::new(tz, now))
 }
 
 /// [`write_archive`] with explicit rendering options.
-pub fn write_archive_with(dir: &Path, transcript: &Transcript, opts: &RenderOptions) -> io::Result<PathBuf> {
+pub fn write_archive_with(
+    dir: &Path,
+    transcript: &Transcript,
+    opts: &RenderOptions,
+) -> io::Result<PathBuf> {
     let text = render_markdown(transcript, opts);
-    let stem = format!("{}-{}", opts.date(), slug(&transcript.headline().unwrap_or_default()));
+    let stem = format!(
+        "{}-{}",
+        opts.date(),
+        slug(&transcript.headline().unwrap_or_default())
+    );
     create_new_file(dir, &stem, text.as_bytes())
 }
 
 /// Archives the entries no earlier archive of this session holds (see the module docs):
 /// appended to today's archive of the session when there is one, else in a new file. Returns
 /// the file written, or `None` when there was nothing new.
-pub fn archive_new_entries(dir: &Path, transcript: &Transcript, opts: &RenderOptions) -> io::Result<Option<PathBuf>> {
+pub fn archive_new_entries(
+    dir: &Path,
+    transcript: &Transcript,
+    opts: &RenderOptions,
+) -> io::Result<Option<PathBuf>> {
     if transcript.entries.is_empty() {
         return Ok(None);
     }
@@ -522,7 +573,11 @@ pub fn archive_new_entries(dir: &Path, transcript: &Transcript, opts: &RenderOpt
     let mut start = 0;
     if let Some(latest) = archives.iter().max_by_key(|a| (a.modified, a.path.clone())) {
         match last_marker(&latest.path)? {
-            Some(id) => match transcript.entries.iter().rposition(|e| e.id.as_deref() == Some(id.as_str())) {
+            Some(id) => match transcript
+                .entries
+                .iter()
+                .rposition(|e| e.id.as_deref() == Some(id.as_str()))
+            {
                 Some(i) => start = i + 1,
                 None => tracing::warn!(
                     archive = %latest.path.display(),
@@ -543,7 +598,12 @@ pub fn archive_new_entries(dir: &Path, transcript: &Transcript, opts: &RenderOpt
     let date = opts.date();
     let today = archives
         .iter()
-        .filter(|a| a.path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&format!("{date}-"))))
+        .filter(|a| {
+            a.path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{date}-")))
+        })
         .max_by_key(|a| (a.modified, a.path.clone()));
     if let Some(today) = today {
         let mut file = std::fs::OpenOptions::new().append(true).open(&today.path)?;
@@ -577,9 +637,14 @@ fn session_archives(dir: &Path, transcript: &Transcript) -> io::Result<Vec<Sessi
         if path.extension().and_then(|e| e.to_str()) != Some("md") {
             continue;
         }
-        let Some((provider, session)) = read_header(&path) else { continue };
+        let Some((provider, session)) = read_header(&path) else {
+            continue;
+        };
         if provider == transcript.provider && session == transcript.session_id {
-            let modified = entry.metadata().and_then(|m| m.modified()).unwrap_or(std::time::UNIX_EPOCH);
+            let modified = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
             found.push(SessionArchive { path, modified });
         }
     }
@@ -590,11 +655,19 @@ fn session_archives(dir: &Path, transcript: &Transcript) -> io::Result<Vec<Sessi
 fn read_header(path: &Path) -> Option<(String, String)> {
     use std::io::Read as _;
     let mut head = Vec::with_capacity(1024);
-    std::fs::File::open(path).ok()?.take(4096).read_to_end(&mut head).ok()?;
+    std::fs::File::open(path)
+        .ok()?
+        .take(4096)
+        .read_to_end(&mut head)
+        .ok()?;
     let head = String::from_utf8_lossy(&head);
     let line = head.lines().next()?;
-    let meta: Value = serde_json::from_str(line.strip_prefix(HEADER_MARKER)?.strip_suffix(" -->")?).ok()?;
-    Some((meta["provider"].as_str()?.to_owned(), meta["session"].as_str()?.to_owned()))
+    let meta: Value =
+        serde_json::from_str(line.strip_prefix(HEADER_MARKER)?.strip_suffix(" -->")?).ok()?;
+    Some((
+        meta["provider"].as_str()?.to_owned(),
+        meta["session"].as_str()?.to_owned(),
+    ))
 }
 
 /// The entry id of the last end marker in an archive.
@@ -617,13 +690,20 @@ fn create_new_file(dir: &Path, stem: &str, content: &[u8]) -> io::Result<PathBuf
     let nanos = Utc::now().timestamp_nanos_opt().unwrap_or_default();
     let tmp = dir.join(format!(".{stem}.{}.{nanos}.tmp", std::process::id()));
     let result = (|| {
-        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
         file.write_all(content)?;
         file.sync_all()?;
         drop(file);
         let mut link_works = true;
         for n in 1..=10_000u32 {
-            let name = if n == 1 { format!("{stem}.md") } else { format!("{stem}-{n}.md") };
+            let name = if n == 1 {
+                format!("{stem}.md")
+            } else {
+                format!("{stem}-{n}.md")
+            };
             let path = dir.join(name);
             if link_works {
                 match std::fs::hard_link(&tmp, &path) {
@@ -635,7 +715,11 @@ fn create_new_file(dir: &Path, stem: &str, content: &[u8]) -> io::Result<PathBuf
                     }
                 }
             }
-            match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
                 Ok(mut file) => {
                     file.write_all(content)?;
                     file.sync_all()?;
@@ -645,7 +729,10 @@ fn create_new_file(dir: &Path, stem: &str, content: &[u8]) -> io::Result<PathBuf
                 Err(err) => return Err(err),
             }
         }
-        Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("every name for {stem} is taken")))
+        Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("every name for {stem} is taken"),
+        ))
     })();
     let _ = std::fs::remove_file(&tmp);
     result
@@ -674,7 +761,13 @@ impl Builder {
         self.push(entry, at, id);
     }
 
-    fn system(&mut self, text: &str, at: Option<DateTime<Utc>>, id: Option<&str>, compaction: bool) {
+    fn system(
+        &mut self,
+        text: &str,
+        at: Option<DateTime<Utc>>,
+        id: Option<&str>,
+        compaction: bool,
+    ) {
         let mut entry = Entry::new(Role::System, text.trim());
         entry.compaction = compaction;
         self.push(entry, at, id);
@@ -696,7 +789,13 @@ impl Builder {
         self.push(Entry::new(Role::Assistant, text), at, id);
     }
 
-    fn tool(&mut self, call_id: Option<&str>, call: ToolCallSummary, at: Option<DateTime<Utc>>, id: Option<&str>) {
+    fn tool(
+        &mut self,
+        call_id: Option<&str>,
+        call: ToolCallSummary,
+        at: Option<DateTime<Utc>>,
+        id: Option<&str>,
+    ) {
         let index = match self.entries.last_mut() {
             Some(last) if last.role == Role::Assistant => {
                 update_id(last, id);
@@ -709,12 +808,20 @@ impl Builder {
         };
         let entry = &mut self.entries[index];
         if let Some(call_id) = call_id {
-            self.calls.insert(call_id.to_owned(), (index, entry.tool_calls.len()));
+            self.calls
+                .insert(call_id.to_owned(), (index, entry.tool_calls.len()));
         }
         entry.tool_calls.push(call);
     }
 
-    fn output(&mut self, call_id: &str, output: &str, is_error: bool, at: Option<DateTime<Utc>>, id: Option<&str>) {
+    fn output(
+        &mut self,
+        call_id: &str,
+        output: &str,
+        is_error: bool,
+        at: Option<DateTime<Utc>>,
+        id: Option<&str>,
+    ) {
         let excerpt = one_line(output, TOOL_EXCERPT_CHARS);
         if let Some(&(e, c)) = self.calls.get(call_id) {
             if let Some(entry) = self.entries.get_mut(e) {
@@ -767,11 +874,17 @@ fn seconds(value: &Value) -> Option<DateTime<Utc>> {
 }
 
 fn rfc3339(value: &Value) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(value.as_str()?).ok().map(|t| t.with_timezone(&Utc))
+    DateTime::parse_from_rfc3339(value.as_str()?)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
 }
 
 fn nonempty(value: &Value) -> Option<String> {
-    value.as_str().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned)
+    value
+        .as_str()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -787,13 +900,20 @@ pub fn claude_transcript_path(home: &Path, cwd: &Path, session_id: &str) -> Path
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect();
-    home.join(".claude").join("projects").join(project).join(format!("{session_id}.jsonl"))
+    home.join(".claude")
+        .join("projects")
+        .join(project)
+        .join(format!("{session_id}.jsonl"))
 }
 
 /// The `"hooks"` value of Claude's `--settings` that archives before each compaction:
 /// `{"PreCompact":[{"matcher":"","hooks":[{"type":"command","command":"'<runner>' archive-hook
 /// --conversations-dir '<dir>' --timezone '<tz>'"}]}]}`.
-pub fn claude_precompact_hooks(runner_exe: &Path, conversations_dir: &Path, timezone: &str) -> Value {
+pub fn claude_precompact_hooks(
+    runner_exe: &Path,
+    conversations_dir: &Path,
+    timezone: &str,
+) -> Value {
     let command = format!(
         "{} archive-hook --conversations-dir {} --timezone {}",
         shell_quote(&runner_exe.to_string_lossy()),
@@ -825,9 +945,13 @@ pub fn from_claude_jsonl(text: &str) -> Transcript {
     };
     let mut b = Builder::default();
     for line in text.lines() {
-        let Ok(record) = serde_json::from_str::<Value>(line) else { continue };
+        let Ok(record) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
         if transcript.session_id.is_empty() {
-            if let Some(id) = nonempty(&record["sessionId"]).or_else(|| nonempty(&record["session_id"])) {
+            if let Some(id) =
+                nonempty(&record["sessionId"]).or_else(|| nonempty(&record["session_id"]))
+            {
                 transcript.session_id = id;
             }
         }
@@ -837,9 +961,14 @@ pub fn from_claude_jsonl(text: &str) -> Transcript {
         let at = rfc3339(&record["timestamp"]);
         let id = record["uuid"].as_str();
         match record["type"].as_str().unwrap_or_default() {
-            "summary" => transcript.title = nonempty(&record["summary"]).or(transcript.title.take()),
+            "summary" => {
+                transcript.title = nonempty(&record["summary"]).or(transcript.title.take())
+            }
             "custom-title" | "ai-title" => {
-                if let Some(title) = ["customTitle", "aiTitle", "title"].iter().find_map(|k| nonempty(&record[*k])) {
+                if let Some(title) = ["customTitle", "aiTitle", "title"]
+                    .iter()
+                    .find_map(|k| nonempty(&record[*k]))
+                {
                     transcript.title = Some(title);
                 }
             }
@@ -849,10 +978,16 @@ pub fn from_claude_jsonl(text: &str) -> Transcript {
             "attachment" => {
                 let attachment = &record["attachment"];
                 if attachment["type"] == "queued_command"
-                    && attachment["commandMode"].as_str().is_none_or(|m| m == "prompt")
+                    && attachment["commandMode"]
+                        .as_str()
+                        .is_none_or(|m| m == "prompt")
                 {
                     let prompt = claude_text(&attachment["prompt"]);
-                    b.user(&prompt, at.or_else(|| rfc3339(&attachment["timestamp"])), id);
+                    b.user(
+                        &prompt,
+                        at.or_else(|| rfc3339(&attachment["timestamp"])),
+                        id,
+                    );
                 }
             }
             "system" if record["subtype"] == "compact_boundary" => {
@@ -896,7 +1031,9 @@ fn claude_user(b: &mut Builder, record: &Value, at: Option<DateTime<Utc>>, id: O
         claude_user_text(b, text, at, id);
         return;
     }
-    let Some(blocks) = content.as_array() else { return };
+    let Some(blocks) = content.as_array() else {
+        return;
+    };
     let mut texts = Vec::new();
     for block in blocks {
         match block["type"].as_str().unwrap_or_default() {
@@ -925,11 +1062,21 @@ fn claude_user_text(b: &mut Builder, text: &str, at: Option<DateTime<Utc>>, id: 
         b.system("Interrupted", at, id, false);
     } else if trimmed.starts_with("<local-command-caveat>") {
     } else if trimmed.starts_with("<command-name>") {
-        let name = first_element(trimmed, "command-name").unwrap_or_default().trim();
-        let args = first_element(trimmed, "command-args").unwrap_or_default().trim();
-        let command = if args.is_empty() { name.to_owned() } else { format!("{name} {args}") };
+        let name = first_element(trimmed, "command-name")
+            .unwrap_or_default()
+            .trim();
+        let args = first_element(trimmed, "command-args")
+            .unwrap_or_default()
+            .trim();
+        let command = if args.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{name} {args}")
+        };
         b.system(&format!("Command: {command}"), at, id, false);
-    } else if trimmed.starts_with("<local-command-stdout>") || trimmed.starts_with("<local-command-stderr>") {
+    } else if trimmed.starts_with("<local-command-stdout>")
+        || trimmed.starts_with("<local-command-stderr>")
+    {
         let output = decode_entities(strip_tags(trimmed).trim());
         if !output.is_empty() {
             b.system(&output, at, id, false);
@@ -942,7 +1089,12 @@ fn claude_user_text(b: &mut Builder, text: &str, at: Option<DateTime<Utc>>, id: 
 fn claude_assistant(b: &mut Builder, record: &Value, at: Option<DateTime<Utc>>, id: Option<&str>) {
     let content = &record["message"]["content"];
     if record["isApiErrorMessage"] == Value::Bool(true) {
-        b.system(&format!("API error: {}", claude_text(content)), at, id, false);
+        b.system(
+            &format!("API error: {}", claude_text(content)),
+            at,
+            id,
+            false,
+        );
         return;
     }
     if let Some(text) = content.as_str() {
@@ -999,11 +1151,23 @@ pub fn codex_thread_read_params(thread_id: &str) -> Value {
 /// commands, file changes, dynamic tool calls, web searches, plans, compactions, failed and
 /// interrupted turns. Skipped: reasoning and anything unknown.
 pub fn from_codex_thread(value: &Value) -> Transcript {
-    let thread = if value["thread"].is_object() { &value["thread"] } else { value };
+    let thread = if value["thread"].is_object() {
+        &value["thread"]
+    } else {
+        value
+    };
     let mut b = Builder::default();
-    for turn in thread["turns"].as_array().map(Vec::as_slice).unwrap_or_default() {
+    for turn in thread["turns"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
         let turn_at = seconds(&turn["startedAt"]);
-        for item in turn["items"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        for item in turn["items"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
             let at = millis(&item["startedAtMs"]).or(turn_at);
             codex_item(&mut b, item, at);
         }
@@ -1012,9 +1176,19 @@ pub fn from_codex_thread(value: &Value) -> Transcript {
         match turn["status"].as_str() {
             Some("failed") => {
                 let message = turn["error"]["message"].as_str().unwrap_or("unknown error");
-                b.system(&format!("Turn failed: {message}"), end_at, Some(&format!("{turn_id}:failed")), false);
+                b.system(
+                    &format!("Turn failed: {message}"),
+                    end_at,
+                    Some(&format!("{turn_id}:failed")),
+                    false,
+                );
             }
-            Some("interrupted") => b.system("Interrupted", end_at, Some(&format!("{turn_id}:interrupted")), false),
+            Some("interrupted") => b.system(
+                "Interrupted",
+                end_at,
+                Some(&format!("{turn_id}:interrupted")),
+                false,
+            ),
             _ => {}
         }
     }
@@ -1038,14 +1212,21 @@ fn codex_item(b: &mut Builder, item: &Value, at: Option<DateTime<Utc>>) {
                 .filter_map(|input| match input["type"].as_str()? {
                     "text" => input["text"].as_str().map(str::to_owned),
                     "image" => Some("[image]".to_owned()),
-                    "localImage" => Some(format!("[image: {}]", input["path"].as_str().unwrap_or_default())),
+                    "localImage" => Some(format!(
+                        "[image: {}]",
+                        input["path"].as_str().unwrap_or_default()
+                    )),
                     _ => None,
                 })
                 .collect();
             b.user(&parts.join("\n\n"), at, id);
         }
         "agentMessage" => b.assistant(item["text"].as_str().unwrap_or_default(), at, id),
-        "plan" => b.assistant(&format!("Plan:\n{}", item["text"].as_str().unwrap_or_default()), at, id),
+        "plan" => b.assistant(
+            &format!("Plan:\n{}", item["text"].as_str().unwrap_or_default()),
+            at,
+            id,
+        ),
         "mcpToolCall" => {
             let name = format!(
                 "mcp__{}__{}",
@@ -1078,11 +1259,19 @@ fn codex_item(b: &mut Builder, item: &Value, at: Option<DateTime<Utc>>) {
                 .unwrap_or_default()
                 .iter()
                 .map(|c| {
-                    let kind = c["kind"]["type"].as_str().or(c["kind"].as_str()).unwrap_or("change");
+                    let kind = c["kind"]["type"]
+                        .as_str()
+                        .or(c["kind"].as_str())
+                        .unwrap_or("change");
                     format!("{kind} {}", c["path"].as_str().unwrap_or_default())
                 })
                 .collect();
-            b.tool(id, summary("apply_patch", &Value::String(files.join(", "))), at, id);
+            b.tool(
+                id,
+                summary("apply_patch", &Value::String(files.join(", "))),
+                at,
+                id,
+            );
             let status = item["status"].as_str().unwrap_or_default();
             b.output(id.unwrap_or_default(), status, codex_failed(item), at, id);
         }
@@ -1150,7 +1339,11 @@ pub fn opencode_messages_path(session_id: &str) -> String {
 /// with their state, file parts, compactions, message errors. Skipped: reasoning, step markers,
 /// patches, snapshots, anything unknown. Consecutive steps of one answer become one section.
 pub fn from_opencode_messages(value: &Value) -> Transcript {
-    let messages = value.as_array().or_else(|| value["messages"].as_array()).map(Vec::as_slice).unwrap_or_default();
+    let messages = value
+        .as_array()
+        .or_else(|| value["messages"].as_array())
+        .map(Vec::as_slice)
+        .unwrap_or_default();
     let mut b = Builder::default();
     let mut session_id = String::new();
     for message in messages {
@@ -1161,7 +1354,10 @@ pub fn from_opencode_messages(value: &Value) -> Transcript {
         let at = millis(&info["time"]["created"]);
         let id = info["id"].as_str();
         let role = info["role"].as_str().unwrap_or_default();
-        let parts = message["parts"].as_array().map(Vec::as_slice).unwrap_or_default();
+        let parts = message["parts"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
         if role == "user" {
             let mut texts = Vec::new();
             for part in parts {
@@ -1172,7 +1368,10 @@ pub fn from_opencode_messages(value: &Value) -> Transcript {
                     "text" => texts.push(part["text"].as_str().unwrap_or_default().to_owned()),
                     "file" => texts.push(format!(
                         "[file: {}]",
-                        part["filename"].as_str().or(part["url"].as_str()).unwrap_or_default()
+                        part["filename"]
+                            .as_str()
+                            .or(part["url"].as_str())
+                            .unwrap_or_default()
                     )),
                     "compaction" => b.system("Conversation compacted", at, id, true),
                     _ => {}
@@ -1204,15 +1403,27 @@ pub fn from_opencode_messages(value: &Value) -> Transcript {
                     b.tool(call_id, summary(name, &state["input"]), started, id);
                     let call_id = call_id.unwrap_or_default();
                     match state["status"].as_str() {
-                        Some("completed") => {
-                            b.output(call_id, &value_excerpt(&state["output"]), false, started, id)
+                        Some("completed") => b.output(
+                            call_id,
+                            &value_excerpt(&state["output"]),
+                            false,
+                            started,
+                            id,
+                        ),
+                        Some("error") => {
+                            b.output(call_id, &value_excerpt(&state["error"]), true, started, id)
                         }
-                        Some("error") => b.output(call_id, &value_excerpt(&state["error"]), true, started, id),
                         _ => {}
                     }
                 }
                 "file" => b.assistant(
-                    &format!("[file: {}]", part["filename"].as_str().or(part["url"].as_str()).unwrap_or_default()),
+                    &format!(
+                        "[file: {}]",
+                        part["filename"]
+                            .as_str()
+                            .or(part["url"].as_str())
+                            .unwrap_or_default()
+                    ),
                     part_at,
                     id,
                 ),
@@ -1246,7 +1457,8 @@ mod tests {
     use super::*;
 
     const CLAUDE: &str = include_str!("../tests/fixtures/archive/claude_session.jsonl");
-    const CLAUDE_COMPACTED: &str = include_str!("../tests/fixtures/archive/claude_session_compacted.jsonl");
+    const CLAUDE_COMPACTED: &str =
+        include_str!("../tests/fixtures/archive/claude_session_compacted.jsonl");
     const CLAUDE_HOOK: &str = include_str!("../tests/fixtures/archive/claude_precompact_hook.json");
     const CODEX: &str = include_str!("../tests/fixtures/archive/codex_thread_read.json");
     const OPENCODE: &str = include_str!("../tests/fixtures/archive/opencode_messages.json");
@@ -1263,14 +1475,31 @@ mod tests {
     fn outline(t: &Transcript) -> String {
         let mut out = format!("{} {} title={:?}\n", t.provider, t.session_id, t.title);
         for e in &t.entries {
-            let at = e.at.map(|at| at.format("%H:%M:%S%.3f").to_string()).unwrap_or_default();
-            let sender = e.sender.as_deref().map(|s| format!(" [{s}]")).unwrap_or_default();
+            let at =
+                e.at.map(|at| at.format("%H:%M:%S%.3f").to_string())
+                    .unwrap_or_default();
+            let sender = e
+                .sender
+                .as_deref()
+                .map(|s| format!(" [{s}]"))
+                .unwrap_or_default();
             let compaction = if e.compaction { " COMPACTION" } else { "" };
             let id = e.id.as_deref().unwrap_or("-");
-            let _ = writeln!(out, "{:?}{sender} {at} {id}{compaction}: {}", e.role, one_line(&e.text, 70));
+            let _ = writeln!(
+                out,
+                "{:?}{sender} {at} {id}{compaction}: {}",
+                e.role,
+                one_line(&e.text, 70)
+            );
             for c in &e.tool_calls {
                 let error = if c.is_error { " ERROR" } else { "" };
-                let _ = writeln!(out, "  🔧 {}({}) → {:?}{error}", c.name, one_line(&c.input_excerpt, 60), c.output_excerpt);
+                let _ = writeln!(
+                    out,
+                    "  🔧 {}({}) → {:?}{error}",
+                    c.name,
+                    one_line(&c.input_excerpt, 60),
+                    c.output_excerpt
+                );
             }
         }
         out
@@ -1281,7 +1510,9 @@ mod tests {
     }
 
     fn at(text: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(text).unwrap().with_timezone(&Utc)
+        DateTime::parse_from_rfc3339(text)
+            .unwrap()
+            .with_timezone(&Utc)
     }
 
     fn opts(tz: &str, max: usize) -> RenderOptions {
@@ -1324,12 +1555,18 @@ mod tests {
             "#]],
         );
         let whole = from_claude_jsonl(CLAUDE);
-        assert_eq!(whole.since_last_compaction(), whole, "no marker: everything");
+        assert_eq!(
+            whole.since_last_compaction(),
+            whole,
+            "no marker: everything"
+        );
     }
 
     #[test]
     fn codex_thread_read_parses() {
-        check(&codex(), expect![[r#"
+        check(
+            &codex(),
+            expect![[r#"
             codex 01a1fe0a-f503-74f0-ba0e-e1241b980a77 title=None
             User [John, Jane] 12:18:13.495 01a1fe0a-f576-7972-871d-f99b56b794e1: <context timezone="UTC" /> <messages> <message id="2" from="slack-mai…
             Assistant 12:18:13.564 call_fake6: 
@@ -1338,12 +1575,15 @@ mod tests {
             Assistant 12:18:13.713 msg_fake8: The build is green: `echo build ok` printed build ok.
             User [John] 12:18:13.781 01a1fe0a-f68e-7f41-a252-2936e087df96: <context timezone="UTC" /> <message id="6" sender="John" time="Feb 4,…
             Assistant 12:18:13.801 msg_fake10: Nothing else for now.
-        "#]]);
+        "#]],
+        );
     }
 
     #[test]
     fn opencode_messages_parse() {
-        check(&opencode(), expect![[r#"
+        check(
+            &opencode(),
+            expect![[r#"
             opencode ses_e01f4e94fffeKFELGILgUCv7Se title=None
             User [John, Jane] 12:18:22.364 msg_1fe0b181c001S74Jt8Pzz61Ere: <context timezone="UTC" /> <messages> <message id="2" from="slack-mai…
             Assistant 12:18:25.509 msg_1fe0b24970011X0mEn9ZpQpDql: 
@@ -1352,22 +1592,33 @@ mod tests {
             Assistant 12:18:27.060 msg_1fe0b29ae0015E2sh3L6gOyRn3: The build is green: `echo build ok` printed build ok.
             User [John] 12:18:27.117 msg_1fe0b2aad001TajGbj0G1rgDzh: <context timezone="UTC" /> <message id="6" sender="John" time="Feb 4,…
             Assistant 12:18:27.287 msg_1fe0b2ad90012w5HMG3wswiU2v: Nothing else for now.
-        "#]]);
+        "#]],
+        );
     }
 
     #[test]
     fn unknown_shapes_are_skipped() {
-        let t = from_claude_jsonl("not json\n{}\n[1,2]\n{\"type\":\"user\",\"message\":{\"content\":42}}\n");
+        let t = from_claude_jsonl(
+            "not json\n{}\n[1,2]\n{\"type\":\"user\",\"message\":{\"content\":42}}\n",
+        );
         assert!(t.is_empty());
         assert!(from_codex_thread(&json!(null)).is_empty());
-        assert!(from_codex_thread(&json!({"thread": {"turns": [{"items": [{"type": "future"}, 7]}]}})).is_empty());
+        assert!(from_codex_thread(
+            &json!({"thread": {"turns": [{"items": [{"type": "future"}, 7]}]}})
+        )
+        .is_empty());
         assert!(from_opencode_messages(&json!({"x": 1})).is_empty());
-        assert!(from_opencode_messages(&json!([{"info": {"role": "tool"}, "parts": "x"}])).is_empty());
+        assert!(
+            from_opencode_messages(&json!([{"info": {"role": "tool"}, "parts": "x"}])).is_empty()
+        );
     }
 
     #[test]
     fn renders_the_claude_session() {
-        let md = render_markdown(&from_claude_jsonl(CLAUDE), &opts("America/Los_Angeles", 120));
+        let md = render_markdown(
+            &from_claude_jsonl(CLAUDE),
+            &opts("America/Los_Angeles", 120),
+        );
         expect![[r#"
             <!-- nanoclaw-archive {"provider":"claude","session":"1c42be55-1c59-4cda-b3df-58149ba01880"} -->
             # Can you check the build & tell me if it's green?
@@ -1520,16 +1771,28 @@ mod tests {
     #[test]
     fn user_prompts_with_backticks_get_a_longer_fence() {
         let mut t = Transcript::default();
-        t.entries.push(Entry::new(Role::User, "<message id=\"2\">run ```rm```</message>"));
+        t.entries.push(Entry::new(
+            Role::User,
+            "<message id=\"2\">run ```rm```</message>",
+        ));
         let md = render_markdown(&t, &opts("UTC", MAX_MESSAGE_CHARS));
-        assert!(md.contains("\n````xml\n<message id=\"2\">run ```rm```</message>\n````\n"), "{md}");
+        assert!(
+            md.contains("\n````xml\n<message id=\"2\">run ```rm```</message>\n````\n"),
+            "{md}"
+        );
     }
 
     #[test]
     fn slugs() {
         let cases = [
-            ("Can you check the build & tell me if it's green?", "can-you-check-the-build-tell-me-if-it-s-green"),
-            ("  ¿Qué tal?  Ünïcode → ascii only ", "qu-tal-n-code-ascii-only"),
+            (
+                "Can you check the build & tell me if it's green?",
+                "can-you-check-the-build-tell-me-if-it-s-green",
+            ),
+            (
+                "  ¿Qué tal?  Ünïcode → ascii only ",
+                "qu-tal-n-code-ascii-only",
+            ),
             ("", "conversation"),
             ("!!! ???", "conversation"),
             (
@@ -1541,7 +1804,11 @@ mod tests {
             assert_eq!(slug(text), want, "{text:?}");
             assert!(slug(text).len() <= MAX_SLUG_CHARS);
         }
-        assert_eq!(slug(&"x".repeat(80)), "x".repeat(50), "no word boundary: a hard cut");
+        assert_eq!(
+            slug(&"x".repeat(80)),
+            "x".repeat(50),
+            "no word boundary: a hard cut"
+        );
     }
 
     #[test]
@@ -1581,7 +1848,10 @@ mod tests {
         let content = std::fs::read_to_string(&first).unwrap();
         let second = write_archive(&conversations, &t, now, tz).unwrap();
         assert_eq!(second, conversations.join(format!("{name}-2.md")));
-        let other = Transcript { session_id: "another".into(), ..t.clone() };
+        let other = Transcript {
+            session_id: "another".into(),
+            ..t.clone()
+        };
         let third = write_archive(&conversations, &other, now, tz).unwrap();
         assert_eq!(third, conversations.join(format!("{name}-3.md")));
         assert_eq!(std::fs::read_to_string(&first).unwrap(), content);
@@ -1601,14 +1871,23 @@ mod tests {
         let mut first_query = full.clone();
         first_query.entries.truncate(3);
         let day1 = RenderOptions::new(Tz::UTC, at("2026-02-04T10:00:00Z"));
-        let path = archive_new_entries(dir.path(), &first_query, &day1).unwrap().unwrap();
+        let path = archive_new_entries(dir.path(), &first_query, &day1)
+            .unwrap()
+            .unwrap();
         assert!(path.ends_with("2026-02-04-can-you-check-the-build-tell-me-if-it-s-green.md"));
-        assert_eq!(archive_new_entries(dir.path(), &first_query, &day1).unwrap(), None, "nothing new");
+        assert_eq!(
+            archive_new_entries(dir.path(), &first_query, &day1).unwrap(),
+            None,
+            "nothing new"
+        );
 
         // The next query the same day: appended to the same file.
         let mut second_query = full.clone();
         second_query.entries.truncate(4);
-        assert_eq!(archive_new_entries(dir.path(), &second_query, &day1).unwrap(), Some(path.clone()));
+        assert_eq!(
+            archive_new_entries(dir.path(), &second_query, &day1).unwrap(),
+            Some(path.clone())
+        );
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.matches("### John, Jane —").count(), 1, "{text}");
         assert_eq!(text.matches("### John —").count(), 1, "{text}");
@@ -1617,22 +1896,44 @@ mod tests {
 
         // The next day: a new file with only the new entries, named after their first prompt.
         let day2 = RenderOptions::new(Tz::UTC, at("2026-02-05T08:00:00Z"));
-        let next = archive_new_entries(dir.path(), &full, &day2).unwrap().unwrap();
-        assert!(next.ends_with("2026-02-05-conversation.md"), "{}", next.display());
+        let next = archive_new_entries(dir.path(), &full, &day2)
+            .unwrap()
+            .unwrap();
+        assert!(
+            next.ends_with("2026-02-05-conversation.md"),
+            "{}",
+            next.display()
+        );
         let text = std::fs::read_to_string(&next).unwrap();
-        assert!(text.contains("Nothing else for now.") && !text.contains("Thanks! Anything else?"), "{text}");
+        assert!(
+            text.contains("Nothing else for now.") && !text.contains("Thanks! Anything else?"),
+            "{text}"
+        );
         assert_eq!(archive_new_entries(dir.path(), &full, &day2).unwrap(), None);
 
         // Another session is independent; an unknown cursor archives everything again.
-        let other = Transcript { session_id: "ses_other".into(), ..full.clone() };
-        assert!(archive_new_entries(dir.path(), &other, &day2).unwrap().is_some());
+        let other = Transcript {
+            session_id: "ses_other".into(),
+            ..full.clone()
+        };
+        assert!(archive_new_entries(dir.path(), &other, &day2)
+            .unwrap()
+            .is_some());
         let mut rewritten = full.clone();
         for e in &mut rewritten.entries {
             e.id = e.id.as_ref().map(|id| format!("{id}-new"));
         }
-        let again = archive_new_entries(dir.path(), &rewritten, &day2).unwrap().unwrap();
+        let again = archive_new_entries(dir.path(), &rewritten, &day2)
+            .unwrap()
+            .unwrap();
         assert_eq!(again, next, "appended to today's file");
-        assert_eq!(std::fs::read_to_string(&again).unwrap().matches("Thanks! Anything else?").count(), 1);
+        assert_eq!(
+            std::fs::read_to_string(&again)
+                .unwrap()
+                .matches("Thanks! Anything else?")
+                .count(),
+            1
+        );
     }
 
     #[test]

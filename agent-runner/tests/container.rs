@@ -1,0 +1,654 @@
+//! The container image as far as it can be checked without a container engine (none runs on
+//! the project's machines): the Dockerfile pins the same CLI versions as
+//! `scripts/install-clis.sh`, `container/build.sh` passes those pins, the image runs tini →
+//! agent-runner as a non-root user with both binaries and its base packages, the ignore file and
+//! the Kubernetes example hold what their READMEs promise; and the real `agent-runner` binary,
+//! run against a temporary folder laid out exactly like the container's `/workspace`, answers a
+//! chat message with the system prompt built from the workspace's instruction files (the mock
+//! provider echoes it when `mockEchoSystemPrompt` is set).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use schema::{Destination, NewMessageIn, Routing, SessionDb};
+use serde_json::{json, Value};
+
+/// The CLI pins, by variable name.
+const PINS: [&str; 3] = ["CLAUDE_CODE_VERSION", "CODEX_VERSION", "OPENCODE_VERSION"];
+
+/// The npm package each pin installs.
+const PACKAGES: [(&str, &str); 3] = [
+    ("CLAUDE_CODE_VERSION", "@anthropic-ai/claude-code"),
+    ("CODEX_VERSION", "@openai/codex"),
+    ("OPENCODE_VERSION", "opencode-ai"),
+];
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn read(relative: &str) -> String {
+    let path = repo_root().join(relative);
+    std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("reading {}: {err}", path.display()))
+}
+
+/// `NAME=value` assignments at the start of a line of a shell script.
+fn script_pins(script: &str) -> BTreeMap<String, String> {
+    let mut pins = BTreeMap::new();
+    for line in script.lines() {
+        if let Some((name, value)) = line.split_once('=') {
+            if PINS.contains(&name) {
+                let value = value
+                    .split(|c: char| c.is_whitespace() || c == '#')
+                    .next()
+                    .unwrap_or("");
+                pins.entry(name.to_owned())
+                    .or_insert_with(|| value.trim_matches('"').to_owned());
+            }
+        }
+    }
+    pins
+}
+
+/// The instructions of a Dockerfile: continuation lines joined, comments and parser directives
+/// dropped, as (KEYWORD, arguments).
+fn instructions(dockerfile: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in dockerfile.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with('#') || (current.is_empty() && trimmed.is_empty()) {
+            continue;
+        }
+        match trimmed.strip_suffix('\\') {
+            Some(head) => {
+                current.push_str(head);
+                current.push(' ');
+            }
+            None => {
+                current.push_str(trimmed);
+                let (keyword, args) = current
+                    .split_once(char::is_whitespace)
+                    .unwrap_or((&current, ""));
+                out.push((
+                    keyword.to_ascii_uppercase(),
+                    args.split_whitespace().collect::<Vec<_>>().join(" "),
+                ));
+                current.clear();
+            }
+        }
+    }
+    out
+}
+
+/// `ARG NAME=default` of a Dockerfile.
+fn dockerfile_args(dockerfile: &str) -> BTreeMap<String, String> {
+    instructions(dockerfile)
+        .into_iter()
+        .filter(|(keyword, _)| keyword == "ARG")
+        .filter_map(|(_, args)| {
+            args.split_once('=')
+                .map(|(n, v)| (n.to_owned(), v.trim_matches('"').to_owned()))
+        })
+        .collect()
+}
+
+fn runs(dockerfile: &str) -> Vec<String> {
+    instructions(dockerfile)
+        .into_iter()
+        .filter(|(k, _)| k == "RUN")
+        .map(|(_, a)| a)
+        .collect()
+}
+
+#[test]
+fn the_dockerfile_pins_the_cli_versions_of_install_clis() {
+    let script = script_pins(&read("scripts/install-clis.sh"));
+    let dockerfile = read("container/Dockerfile");
+    let args = dockerfile_args(&dockerfile);
+    let mut diff = Vec::new();
+    for pin in PINS {
+        let ours = args.get(pin).map(String::as_str).unwrap_or("(missing)");
+        let theirs = script.get(pin).map(String::as_str).unwrap_or("(missing)");
+        if ours != theirs {
+            diff.push(format!(
+                "  {pin}: scripts/install-clis.sh = {theirs}, container/Dockerfile ARG = {ours}"
+            ));
+        }
+    }
+    assert!(
+        diff.is_empty(),
+        "the Dockerfile's CLI versions drifted from scripts/install-clis.sh (update `ARG NAME=...` in \
+         container/Dockerfile):\n{}",
+        diff.join("\n")
+    );
+    // The ARGs are what npm installs.
+    let install = runs(&dockerfile)
+        .into_iter()
+        .find(|r| r.contains("npm install"))
+        .expect("an npm install RUN");
+    for (pin, package) in PACKAGES {
+        let spec = format!("\"{package}@${{{pin}}}\"");
+        assert!(
+            install.contains(&spec),
+            "the npm install does not install {spec}: {install}"
+        );
+    }
+    assert!(
+        install.contains("--include=optional"),
+        "native binaries are optional dependencies: {install}"
+    );
+}
+
+#[test]
+fn build_sh_passes_the_pins_of_install_clis() {
+    let script = script_pins(&read("scripts/install-clis.sh"));
+    let out = Command::new("bash")
+        .arg(repo_root().join("container/build.sh"))
+        .arg("--dry-run")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "build.sh --dry-run failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let command = stdout.lines().next().unwrap();
+    assert!(
+        command.starts_with("docker build -f container/Dockerfile "),
+        "{command}"
+    );
+    assert!(
+        command.trim_end().ends_with(" ."),
+        "the context is the repository root: {command}"
+    );
+    for pin in PINS {
+        let arg = format!("--build-arg {pin}={}", script[pin]);
+        assert!(
+            command.contains(&arg),
+            "build.sh does not pass {arg}: {command}"
+        );
+    }
+    let version = read("Cargo.toml");
+    let version = version
+        .lines()
+        .find_map(|l| l.strip_prefix("version = "))
+        .unwrap()
+        .trim_matches('"');
+    assert!(
+        command.contains(&format!("-t nanoclaw-agent:{version}")),
+        "{command}"
+    );
+    assert!(
+        stdout.contains("docker run"),
+        "build.sh prints the run line: {stdout}"
+    );
+}
+
+#[test]
+fn the_image_runs_tini_then_agent_runner_as_a_non_root_user() {
+    let dockerfile = read("container/Dockerfile");
+    let all = instructions(&dockerfile);
+    let last = |keyword: &str| {
+        all.iter()
+            .rev()
+            .find(|(k, _)| k == keyword)
+            .map(|(_, a)| a.clone())
+    };
+
+    // Multi-stage: a Rust build stage, then the runtime.
+    let froms: Vec<&String> = all
+        .iter()
+        .filter(|(k, _)| k == "FROM")
+        .map(|(_, a)| a)
+        .collect();
+    assert_eq!(froms.len(), 2, "{froms:?}");
+    assert!(froms[0].ends_with("AS build"), "{froms:?}");
+    let args = dockerfile_args(&dockerfile);
+    let rust = args["RUST_IMAGE"]
+        .strip_prefix("rust:")
+        .expect("an official rust image");
+    let minor: u32 = rust.split('.').nth(1).unwrap().parse().unwrap();
+    assert!(
+        rust.starts_with("1.") && minor >= 88,
+        "rust image {rust} is older than the workspace's rust-version"
+    );
+    assert!(
+        args["NODE_IMAGE"].contains("bookworm-slim"),
+        "{}",
+        args["NODE_IMAGE"]
+    );
+    let runs = runs(&dockerfile);
+    assert!(
+        runs.iter()
+            .any(|r| r.contains("cargo build --release --locked -p agent-runner -p mcp-tools")),
+        "{runs:#?}"
+    );
+
+    // Base packages.
+    let apt = runs
+        .iter()
+        .find(|r| r.contains("apt-get install"))
+        .expect("an apt-get install RUN");
+    let words: Vec<&str> = apt.split_whitespace().collect();
+    for package in ["tini", "bash", "git", "ca-certificates"] {
+        assert!(
+            words.contains(&package),
+            "{package} is not installed: {apt}"
+        );
+    }
+
+    // Both binaries, side by side in /usr/local/bin.
+    let copy = all
+        .iter()
+        .find(|(k, a)| k == "COPY" && a.starts_with("--from=build"))
+        .map(|(_, a)| a.clone())
+        .expect("a COPY --from=build");
+    assert!(
+        copy.contains("/agent-runner")
+            && copy.contains("/mcp-tools")
+            && copy.ends_with(" /usr/local/bin/"),
+        "{copy}"
+    );
+
+    // Non-root, uid 1000, owning /workspace.
+    let user = last("USER").expect("a USER");
+    assert!(
+        !["root", "0", "0:0"].contains(&user.as_str()),
+        "runs as {user}"
+    );
+    assert!(
+        runs.iter()
+            .any(|r| r.contains("useradd --uid 1000 --gid 1000") && r.contains(&user)),
+        "{runs:#?}"
+    );
+    assert!(
+        runs.iter()
+            .any(|r| r.contains(&format!("chown -R {user}:{user} /workspace"))),
+        "{runs:#?}"
+    );
+    assert_eq!(last("WORKDIR").as_deref(), Some("/workspace/agent"));
+
+    // tini as PID 1, in exec form.
+    assert_eq!(
+        last("ENTRYPOINT").as_deref(),
+        Some(r#"["/usr/bin/tini", "--", "/usr/local/bin/agent-runner"]"#)
+    );
+    assert_eq!(last("CMD"), None);
+
+    // Environment defaults.
+    let env = all
+        .iter()
+        .filter(|(k, _)| k == "ENV")
+        .map(|(_, a)| a.as_str())
+        .collect::<Vec<_>>()
+        .join(" ");
+    for setting in [
+        "WORKSPACE_DIR=/workspace",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+        "OPENCODE_DISABLE_MODELS_FETCH=1",
+    ] {
+        assert!(env.contains(setting), "ENV lacks {setting}: {env}");
+    }
+    // Env outranks config.json: an image default for these would override a session's config.json.
+    for unset in ["AGENT_PROVIDER=", "TZ="] {
+        assert!(
+            !env.split_whitespace().any(|w| w.starts_with(unset)),
+            "ENV sets {unset}: {env}"
+        );
+    }
+}
+
+#[test]
+fn the_ignore_file_and_the_kubernetes_example_hold_what_they_promise() {
+    let ignore = read("container/Dockerfile.dockerignore");
+    let patterns: Vec<&str> = ignore
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    for needed in ["/target", "/.git", "/.cli", "/.demo"] {
+        assert!(
+            patterns.contains(&needed),
+            "{needed} is not ignored: {patterns:?}"
+        );
+    }
+
+    let pod = read("container/k8s/pod.yaml");
+    let lines: Vec<&str> = pod
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .collect();
+    for needed in [
+        "kind: Pod",
+        "runAsNonRoot: true",
+        "runAsUser: 1000",
+        "fsGroup: 1000",
+        "allowPrivilegeEscalation: false",
+        "drop: [\"ALL\"]",
+        "type: RuntimeDefault",
+        "- secretRef:",
+        "mountPath: /workspace",
+        "hostPath:",
+        "requests:",
+        "limits:",
+    ] {
+        assert!(lines.contains(&needed), "pod.yaml lacks `{needed}`");
+    }
+    let readme = read("container/k8s/README.md");
+    assert!(
+        readme.contains("one kernel") && readme.contains("node-local"),
+        "k8s/README.md states the WAL constraint"
+    );
+    let readme = read("container/README.md");
+    assert!(
+        readme.contains("docker run") && readme.contains("Docker Desktop"),
+        "container/README.md"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The binary in a workspace laid out like the container's /workspace.
+
+/// A temporary `/workspace`: session.db, config.json, agent/ (CLAUDE.md importing a file,
+/// CLAUDE.local.md), global/CLAUDE.md, extra/notes/, downloads/, outbox/.
+struct Workspace {
+    dir: tempfile::TempDir,
+    db: SessionDb,
+}
+
+const MAIN: (&str, &str) = ("slack", "C-main");
+
+impl Workspace {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for folder in [
+            "agent/conversations",
+            "agent/docs",
+            "global",
+            "extra/notes",
+            "downloads",
+            "outbox",
+        ] {
+            std::fs::create_dir_all(root.join(folder)).unwrap();
+        }
+        let files = [
+            (
+                "config.json",
+                json!({
+                    "provider": "mock",
+                    "assistantName": "Andy",
+                    "timezone": "Europe/Berlin",
+                    "mockEchoSystemPrompt": true,
+                    "idlePollMs": 100,
+                    "activePollMs": 50,
+                })
+                .to_string(),
+            ),
+            ("global/CLAUDE.md", "# Global rules\nGLOBAL-MARKER: be kind.\n@../extra/notes/glossary.md\n".into()),
+            ("extra/notes/glossary.md", "GLOSSARY-MARKER: a PR is a pull request.\n".into()),
+            (
+                "agent/CLAUDE.md",
+                "# Ops helper\nGROUP-MARKER: you help the ops team.\n@docs/tone.md\n```\n@docs/missing.md\n```\n".into(),
+            ),
+            ("agent/docs/tone.md", "IMPORTED-MARKER: short sentences.\n@../CLAUDE.md\n".into()),
+            ("agent/CLAUDE.local.md", "LOCAL-MARKER: staging is down.\n".into()),
+        ];
+        for (path, text) in files {
+            std::fs::write(root.join(path), text).unwrap();
+        }
+        let db = SessionDb::open(root.join("session.db")).unwrap();
+        db.set_session_routing(&routing(MAIN)).unwrap();
+        db.upsert_destination(&destination(
+            "ops",
+            Some("Ops room"),
+            "channel",
+            ("slack", "C-ops"),
+        ))
+        .unwrap();
+        Self { dir, db }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The binary as the image runs it: `--workspace` and nothing else from the outside world
+    /// (the test's own environment could override config.json).
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agent-runner"));
+        cmd.arg("--workspace").arg(self.path()).env_clear();
+        cmd.env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("RUST_LOG", "info");
+        cmd.stdin(Stdio::null());
+        cmd
+    }
+
+    fn start(&self) -> Child {
+        let log = std::fs::File::create(self.path().join("runner.log")).unwrap();
+        self.command()
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.path().join("runner.log")).unwrap_or_default()
+    }
+
+    /// Sends a chat message from the main channel and waits for its reply; returns the reply's
+    /// text split into the (unescaped) system prompt and the prompt.
+    fn ask(&self, runner: &mut Child, text: &str) -> (String, String) {
+        let mut row = NewMessageIn::new(
+            "chat",
+            json!({"sender": "Ann", "senderId": "U1", "text": text}).to_string(),
+        );
+        row.routing = routing(MAIN);
+        let id = self.db.insert_in(&row).unwrap().id;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let reply = loop {
+            if let Some(reply) = self.db.replies_to(&id).unwrap().into_iter().next() {
+                break reply;
+            }
+            if let Some(status) = runner.try_wait().unwrap() {
+                panic!("agent-runner exited ({status}); its log:\n{}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no reply to {text:?}; the runner's log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(
+            reply.routing,
+            routing(MAIN),
+            "the reply goes back where the message came from"
+        );
+        let content: Value = serde_json::from_str(&reply.content).unwrap();
+        let echoed = content["text"].as_str().unwrap();
+        let (system, prompt) = echoed
+            .split_once("\n---\n")
+            .expect("the mock's system-prompt echo");
+        let system = system
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&amp;", "&");
+        (system, prompt.to_owned())
+    }
+
+    fn stop(&self, mut runner: Child) {
+        kill(Pid::from_raw(runner.id() as i32), Signal::SIGTERM).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = runner.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "agent-runner ignored SIGTERM; its log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(
+            status.success(),
+            "agent-runner exited with {status}; its log:\n{}",
+            self.log()
+        );
+        assert_eq!(self.db.runner_state().unwrap().unwrap().status, "stopped");
+    }
+}
+
+fn routing((channel_type, platform_id): (&str, &str)) -> Routing {
+    Routing {
+        channel_type: Some(channel_type.into()),
+        platform_id: Some(platform_id.into()),
+        thread_id: None,
+    }
+}
+
+fn destination(name: &str, display: Option<&str>, kind: &str, to: (&str, &str)) -> Destination {
+    Destination {
+        name: name.into(),
+        display_name: display.map(str::to_owned),
+        kind: kind.into(),
+        channel_type: Some(to.0.into()),
+        platform_id: Some(to.1.into()),
+        agent_group_id: None,
+    }
+}
+
+/// `needles` occur in `haystack` in this order.
+fn assert_in_order(haystack: &str, needles: &[&str]) {
+    let mut from = 0;
+    for needle in needles {
+        match haystack[from..].find(needle) {
+            Some(at) => from += at + needle.len(),
+            None => {
+                panic!("`{needle}` missing (or out of order) in the system prompt:\n{haystack}")
+            }
+        }
+    }
+}
+
+#[test]
+fn the_binary_in_a_container_shaped_workspace_answers_with_the_system_prompt_it_built() {
+    let ws = Workspace::new();
+    let mut runner = ws.start();
+
+    let (system, prompt) = ws.ask(&mut runner, "Hello from the test & friends");
+    assert_in_order(
+        &system,
+        &[
+            "<!-- global instructions: global/CLAUDE.md -->",
+            "GLOBAL-MARKER: be kind.",
+            "GLOSSARY-MARKER: a PR is a pull request.",
+            "<!-- agent group instructions: agent/CLAUDE.md -->",
+            "GROUP-MARKER: you help the ops team.",
+            "IMPORTED-MARKER: short sentences.",
+            "<!-- import cycle: ../CLAUDE.md -->",
+            "```\n@docs/missing.md\n```",
+            "<!-- local instructions: agent/CLAUDE.local.md -->",
+            "LOCAL-MARKER: staging is down.",
+            "## NanoClaw runner",
+            "You are Andy.",
+            "Times are in the Europe/Berlin time zone",
+            "`<message to=\"name\">…</message>`",
+            "`<internal>…</internal>` is never sent",
+            "| `ops` | Ops room | channel |",
+            "### Tools (MCP server `nanoclaw`)",
+            "- `send_message`:",
+            "- `register_agent_group`:",
+        ],
+    );
+    for (tool, _) in agent_runner::system_prompt::TOOLS {
+        assert!(
+            system.contains(&format!("- `{tool}`: ")),
+            "tool {tool} missing:\n{system}"
+        );
+    }
+    assert!(
+        !system.contains("missing import"),
+        "fenced imports are not expanded:\n{system}"
+    );
+    assert!(
+        prompt.starts_with("<context timezone=\"Europe/Berlin\" />"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains(">Hello from the test &amp; friends</message>"),
+        "{prompt}"
+    );
+
+    // Destination and instruction changes made while the runner lives reach the next query.
+    ws.db
+        .upsert_destination(&destination(
+            "research",
+            Some("Research agent"),
+            "agent",
+            ("agent", "ag-research"),
+        ))
+        .unwrap();
+    std::fs::write(
+        ws.path().join("agent/CLAUDE.local.md"),
+        "LOCAL-MARKER-2: staging is back.\n",
+    )
+    .unwrap();
+    let (system, _) = ws.ask(&mut runner, "Second message");
+    assert_in_order(
+        &system,
+        &[
+            "LOCAL-MARKER-2: staging is back.",
+            "| `ops` | Ops room | channel |",
+            "| `research` | Research agent | agent |",
+        ],
+    );
+    assert!(
+        !system.contains("LOCAL-MARKER: staging is down."),
+        "{system}"
+    );
+
+    ws.stop(runner);
+    assert!(
+        !ws.log().contains("ERROR"),
+        "errors in the runner's log:\n{}",
+        ws.log()
+    );
+}
+
+#[test]
+fn agent_runner_config_reads_the_workspace_config() {
+    let ws = Workspace::new();
+    let out = ws.command().arg("config").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    for line in [
+        "provider = mock  [config.json]",
+        "assistantName = Andy  [config.json]",
+        "timezone = Europe/Berlin  [config.json]",
+        "mockEchoSystemPrompt = true  [config.json]",
+        "globalDir = global  [default]",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "`{line}` missing from:\n{text}"
+        );
+    }
+}
