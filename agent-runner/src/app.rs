@@ -217,6 +217,9 @@ pub fn provider_settings(config: &Config, db_path: &Path, name: &str) -> Result<
     settings.tool_timeout = config.secs("toolTimeoutSecs");
     settings.max_retries = u32::try_from(config.number("cliMaxRetries")).unwrap_or(2);
     settings.codex_steer = config.flag("codexSteer");
+    // Claude's PreCompact hook calls this binary back (`agent-runner archive-hook`).
+    settings.runner_exe = std::env::current_exe().ok();
+    settings.assistant_name = config.text("assistantName");
     settings.mock_delay = config.millis("mockDelayMs");
     settings.mock_echo_system_prompt = config.flag("mockEchoSystemPrompt");
     if let Some(script) = config.object("mockScript") {

@@ -67,6 +67,10 @@ pub struct MockState {
     pub script: VecDeque<MockStep>,
     /// Default delay for echo replies.
     pub default_delay: Duration,
+    /// Echo replies are `<system prompt>\n---\n<prompt>` instead of the prompt alone. The system
+    /// prompt is XML-escaped (`& < >`) in the echo: its `<message to="…">` and `<internal>`
+    /// examples would otherwise be taken for reply blocks by the runner's reply parser.
+    pub echo_system_prompt: bool,
     /// Session counter for `Init` ids.
     sessions: u64,
 }
@@ -87,6 +91,7 @@ impl MockProvider {
     pub fn from_settings(settings: &crate::ProviderSettings) -> Self {
         let mock = Self::with_delay(settings.mock_delay);
         mock.script(settings.mock_script.iter().cloned());
+        mock.with_state(|state| state.echo_system_prompt = settings.mock_echo_system_prompt);
         mock
     }
 
@@ -145,7 +150,10 @@ impl AgentProvider for MockProvider {
                 .clone()
                 .unwrap_or_else(|| format!("mock-session-{}", state.sessions))
         });
-        tokio::spawn(run_query(self.clone(), session_id, input.prompt, handle));
+        let echo_prefix = self
+            .with_state(|state| state.echo_system_prompt)
+            .then(|| format!("{}\n---\n", escape(&input.system_prompt.unwrap_or_default())));
+        tokio::spawn(run_query(self.clone(), session_id, input.prompt, echo_prefix, handle));
         Ok(query)
     }
 
@@ -155,7 +163,13 @@ impl AgentProvider for MockProvider {
 }
 
 /// Answers prompts one after another; pushes queue behind the prompt being answered.
-async fn run_query(mock: MockProvider, session_id: String, first: Prompt, mut handle: QueryHandle) {
+async fn run_query(
+    mock: MockProvider,
+    session_id: String,
+    first: Prompt,
+    echo_prefix: Option<String>,
+    mut handle: QueryHandle,
+) {
     if handle
         .events
         .send(ProviderEvent::Init { session_id })
@@ -183,7 +197,10 @@ async fn run_query(mock: MockProvider, session_id: String, first: Prompt, mut ha
         };
         let step = mock.next_step(&prompt);
         let (text, delay) = match step {
-            MockStep::Echo { delay } => (prompt.text.clone(), delay),
+            MockStep::Echo { delay } => match &echo_prefix {
+                Some(prefix) => (format!("{prefix}{}", prompt.text), delay),
+                None => (prompt.text.clone(), delay),
+            },
             MockStep::Reply { text, delay } => (text, delay),
             MockStep::Fail {
                 message,
@@ -230,6 +247,11 @@ async fn run_query(mock: MockProvider, session_id: String, first: Prompt, mut ha
     }
 }
 
+/// `& < >` escaped, so echoed text holds no tags.
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
 fn aborted() -> ProviderEvent {
     ProviderEvent::Error {
         message: "aborted".into(),
@@ -273,6 +295,27 @@ mod tests {
             .collect();
         assert_eq!(results, vec![("one", 0), ("two", 1)]);
         assert!(matches!(events[0], ProviderEvent::Init { .. }));
+    }
+
+    #[tokio::test]
+    async fn can_echo_the_system_prompt_escaped() {
+        let mut settings = crate::ProviderSettings::for_workspace("/workspace", "mock");
+        settings.mock_echo_system_prompt = true;
+        let mock = MockProvider::from_settings(&settings);
+        let mut query = mock
+            .query(QueryInput {
+                prompt: Prompt::text("hi"),
+                system_prompt: Some("Use <internal> & more".into()),
+                ..Default::default()
+            })
+            .unwrap();
+        query.end();
+        let events = collect(&mut query).await;
+        let text = events.iter().find_map(|e| match e {
+            ProviderEvent::Result { text, .. } => Some(text.as_str()),
+            _ => None,
+        });
+        assert_eq!(text, Some("Use &lt;internal&gt; &amp; more\n---\nhi"));
     }
 
     #[tokio::test]

@@ -64,6 +64,12 @@ pub struct ProviderSettings {
     pub codex_steer: bool,
     /// Extra variables for mcp-tools (beside SESSION_DB, TZ, the admin id, WORKSPACE_DIR).
     pub mcp_env: BTreeMap<String, String>,
+    /// The `agent-runner` binary, for hooks the CLI calls back into (Claude's `PreCompact` hook
+    /// runs `agent-runner archive-hook`); no hook when `None`.
+    pub runner_exe: Option<PathBuf>,
+    /// The agent's display name (config `assistantName`), the heading of its messages in
+    /// archived transcripts (`Assistant` when `None`).
+    pub assistant_name: Option<String>,
     /// Mock provider only: default think time per prompt.
     pub mock_delay: Duration,
     /// Mock provider only: scripted steps (`[{"step":"echo"|"reply"|"fail", ...}]`).
@@ -97,6 +103,8 @@ impl ProviderSettings {
             max_retries: 2,
             codex_steer: false,
             mcp_env: BTreeMap::new(),
+            runner_exe: None,
+            assistant_name: None,
             mock_delay: Duration::ZERO,
             mock_script: Vec::new(),
             mock_echo_system_prompt: false,

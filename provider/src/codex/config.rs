@@ -289,7 +289,7 @@ mod tests {
             -c shell_environment_policy.inherit="all"
             -c shell_environment_policy.ignore_default_excludes=false
             -c shell_environment_policy.exclude=["NANOCLAW_CODEX_API_KEY", "*_TOKEN", "*_SECRET", "*_SECRET_*", "*_PASSWORD", "DATABASE_URL", "*_DATABASE_URL", "*_PRIVATE_KEY"]
-            -c mcp_servers.nanoclaw={command="/usr/local/bin/mcp-tools", args=[], env={"NANOCLAW_ADMIN_USER_ID"="admin-1", "SESSION_DB"="/workspace/session.db", "TZ"="America/Los_Angeles", "WORKSPACE_DIR"="/workspace"}, startup_timeout_sec=30, tool_timeout_sec=360}
+            -c mcp_servers.nanoclaw={command="/usr/local/bin/mcp-tools", args=[], env={"NANOCLAW_ADMIN_USER_ID"="admin-1", "NANOCLAW_MAX_QUESTION_TIMEOUT"="300", "SESSION_DB"="/workspace/session.db", "TZ"="America/Los_Angeles", "WORKSPACE_DIR"="/workspace"}, startup_timeout_sec=30, tool_timeout_sec=360}
             -c mcp_servers.web_tools={command="/opt/web", args=["--x"], env={"A"="1\"2"}, startup_timeout_sec=30, tool_timeout_sec=360}"#]]
         .assert_eq(&text.join("\n"));
     }
