@@ -57,7 +57,10 @@ fn main() {
     let pid = child.id();
     let started = Instant::now();
     while db.runner_state().unwrap().is_none() {
-        assert!(started.elapsed() < Duration::from_secs(10), "runner did not start");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "runner did not start"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 
@@ -70,7 +73,10 @@ fn main() {
             if !db.replies_to(&id).unwrap().is_empty() {
                 break;
             }
-            assert!(sent.elapsed() < Duration::from_secs(10), "no reply for {id}");
+            assert!(
+                sent.elapsed() < Duration::from_secs(10),
+                "no reply for {id}"
+            );
             std::thread::sleep(Duration::from_micros(50));
         }
         if i >= 20 {
@@ -97,7 +103,10 @@ fn main() {
         if counts.pending == 0 && counts.processing == 0 {
             break;
         }
-        assert!(burst.elapsed() < Duration::from_secs(120), "burst did not finish");
+        assert!(
+            burst.elapsed() < Duration::from_secs(120),
+            "burst did not finish"
+        );
         std::thread::sleep(Duration::from_millis(2));
     }
     let took = burst.elapsed().as_secs_f64();
@@ -109,7 +118,10 @@ fn main() {
     );
 
     // 3. Idle CPU.
-    let idle_secs: u64 = std::env::var("RUNNER_BENCH_IDLE_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
+    let idle_secs: u64 = std::env::var("RUNNER_BENCH_IDLE_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
     std::thread::sleep(Duration::from_secs(1));
     let ticks_per_sec = 100.0; // USER_HZ on Linux
     let before = cpu_ticks(pid);
@@ -132,5 +144,8 @@ fn main() {
 }
 
 fn nix_kill(pid: u32) {
-    let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status();
 }

@@ -50,14 +50,22 @@ pub struct Args {
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()).with_target(false).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .try_init();
 }
 
 /// Runs a subcommand.
 pub async fn main(cli: Args) -> Result<()> {
     if let Command::ArchiveHook(args) = &cli.command {
         // Never fails: a failing hook could hold up Claude's compaction.
-        let workspace = cli.workspace.clone().unwrap_or_else(|| PathBuf::from("/workspace"));
+        let workspace = cli
+            .workspace
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/workspace"));
         crate::archive_hook::main(args, load_config(&cli), &workspace);
         return Ok(());
     }
@@ -90,7 +98,10 @@ fn load_config(cli: &Args) -> Result<Config> {
         flags.push(("model".into(), model.clone()));
     }
     let inputs = config::Inputs {
-        workspace: cli.workspace.clone().unwrap_or_else(|| PathBuf::from("/workspace")),
+        workspace: cli
+            .workspace
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/workspace")),
         config_file: cli.config.clone(),
         flags,
         env: std::env::vars().collect(),
@@ -102,8 +113,14 @@ async fn run(config: Config) -> Result<()> {
     let db_path = config.path("sessionDb").context("sessionDb is not set")?;
     let lock = lock::RunnerLock::acquire(&db_path)?;
     let timezone = schema::cron::parse_tz(&config.timezone_name())?;
-    let db = SessionDb::open_with(&db_path, OpenOptions { timezone, ..OpenOptions::default() })
-        .with_context(|| format!("opening the session DB {}", db_path.display()))?;
+    let db = SessionDb::open_with(
+        &db_path,
+        OpenOptions {
+            timezone,
+            ..OpenOptions::default()
+        },
+    )
+    .with_context(|| format!("opening the session DB {}", db_path.display()))?;
     let provider = create_provider(&config, &db_path)?;
     tracing::info!(
         provider = provider.name(),
@@ -114,9 +131,14 @@ async fn run(config: Config) -> Result<()> {
     );
     let script_env = script_env(&config);
     let options = RunnerOptions {
-        agent_dir: config.path("agentDir").unwrap_or_else(|| config.workspace.join("agent")),
+        agent_dir: config
+            .path("agentDir")
+            .unwrap_or_else(|| config.workspace.join("agent")),
         script_env,
-        script_limits: crate::script::ScriptLimits { timeout: config.secs("scriptTimeoutSecs"), ..Default::default() },
+        script_limits: crate::script::ScriptLimits {
+            timeout: config.secs("scriptTimeoutSecs"),
+            ..Default::default()
+        },
         media_limits: crate::media::MediaLimits {
             max_bytes: config.number("maxAttachmentBytes"),
             timeout: config.secs("downloadTimeoutSecs"),
@@ -125,12 +147,18 @@ async fn run(config: Config) -> Result<()> {
         clock: crate::runner::system_clock(),
         timezone,
         workspace: config.workspace.clone(),
-        max_messages: usize::try_from(config.number("maxMessagesPerPrompt")).unwrap_or(10).max(1),
-        idle_poll: config.millis("idlePollMs").clamp(Duration::from_millis(10), Duration::from_secs(1)),
+        max_messages: usize::try_from(config.number("maxMessagesPerPrompt"))
+            .unwrap_or(10)
+            .max(1),
+        idle_poll: config
+            .millis("idlePollMs")
+            .clamp(Duration::from_millis(10), Duration::from_secs(1)),
         active_poll: config
             .millis("activePollMs")
             .clamp(Duration::from_millis(10), Duration::from_millis(500)),
-        heartbeat: config.secs("heartbeatSecs").clamp(Duration::from_secs(1), Duration::from_secs(10)),
+        heartbeat: config
+            .secs("heartbeatSecs")
+            .clamp(Duration::from_secs(1), Duration::from_secs(10)),
         query_retries: u32::try_from(config.number("queryRetries")).unwrap_or(2),
         prompt_sources: Some(crate::system_prompt::PromptSources::from_config(&config)),
     };
@@ -149,15 +177,22 @@ fn script_env(config: &Config) -> BTreeMap<String, String> {
     };
     let mut env = policy.inherited(std::env::vars());
     env.insert("TZ".into(), config.timezone_name());
-    env.insert("WORKSPACE_DIR".into(), config.workspace.display().to_string());
-    env.entry("PATH".into()).or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".into());
+    env.insert(
+        "WORKSPACE_DIR".into(),
+        config.workspace.display().to_string(),
+    );
+    env.entry("PATH".into())
+        .or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".into());
     env
 }
 
 /// Resolves on SIGTERM or SIGINT.
 async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         tracing::error!("cannot install signal handlers; stop with SIGKILL");
         return std::future::pending().await;
     };
@@ -204,8 +239,8 @@ pub fn provider_settings(config: &Config, db_path: &Path, name: &str) -> Result<
     settings.api_key = config.text(api_key);
     settings.cli_path = config.text(cli_path).map(PathBuf::from);
     if let Some(servers) = config.object("mcpServers") {
-        let servers: BTreeMap<String, McpServer> =
-            serde_json::from_value(servers).context("mcpServers: expected {name: {command, args, env}}")?;
+        let servers: BTreeMap<String, McpServer> = serde_json::from_value(servers)
+            .context("mcpServers: expected {name: {command, args, env}}")?;
         settings.extra_mcp_servers = servers;
     }
     if let Some(extra) = config.path("extraDir") {
@@ -223,15 +258,22 @@ pub fn provider_settings(config: &Config, db_path: &Path, name: &str) -> Result<
     settings.mock_delay = config.millis("mockDelayMs");
     settings.mock_echo_system_prompt = config.flag("mockEchoSystemPrompt");
     if let Some(script) = config.object("mockScript") {
-        settings.mock_script = serde_json::from_value(script).context("mockScript: expected [{\"step\": ...}]")?;
+        settings.mock_script =
+            serde_json::from_value(script).context("mockScript: expected [{\"step\": ...}]")?;
     }
     Ok(settings)
 }
 
 /// Every directory directly under `root`, sorted; none when `root` does not exist.
 fn list_dirs(root: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(root) else { return Vec::new() };
-    let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
     dirs.sort();
     dirs
 }

@@ -40,57 +40,313 @@ struct Field {
     help: &'static str,
 }
 
-const fn field(key: &'static str, env: &'static str, kind: Kind, default: &'static str, help: &'static str) -> Field {
-    Field { key, env, kind, secret: false, default, help }
+const fn field(
+    key: &'static str,
+    env: &'static str,
+    kind: Kind,
+    default: &'static str,
+    help: &'static str,
+) -> Field {
+    Field {
+        key,
+        env,
+        kind,
+        secret: false,
+        default,
+        help,
+    }
 }
 
 const fn secret(key: &'static str, env: &'static str, help: &'static str) -> Field {
-    Field { key, env, kind: Kind::Text, secret: true, default: "", help }
+    Field {
+        key,
+        env,
+        kind: Kind::Text,
+        secret: true,
+        default: "",
+        help,
+    }
 }
 
 /// Every field. Paths default relative to the workspace (resolved after the workspace is known).
 const FIELDS: &[Field] = &[
-    field("sessionDb", "SESSION_DB", Kind::Path, "session.db", "the session DB"),
-    field("provider", "AGENT_PROVIDER", Kind::Text, "claude", "claude | codex | opencode | mock"),
-    field("assistantName", "NANOCLAW_ASSISTANT_NAME", Kind::Text, "Assistant", "the agent's name"),
-    field("timezone", "TZ", Kind::Text, "UTC", "IANA time zone for prompts and schedules"),
-    field("adminUserId", "NANOCLAW_ADMIN_USER_ID", Kind::Text, "", "user id allowed to register agent groups"),
-    field("maxMessagesPerPrompt", "NANOCLAW_MAX_MESSAGES_PER_PROMPT", Kind::Number, "10", "rows per prompt"),
-    field("model", "NANOCLAW_MODEL", Kind::Text, "", "model for the selected provider (CLAUDE_MODEL / CODEX_MODEL / OPENCODE_MODEL win)"),
-    field("claudeModel", "CLAUDE_MODEL", Kind::Text, "", "Claude model"),
+    field(
+        "sessionDb",
+        "SESSION_DB",
+        Kind::Path,
+        "session.db",
+        "the session DB",
+    ),
+    field(
+        "provider",
+        "AGENT_PROVIDER",
+        Kind::Text,
+        "claude",
+        "claude | codex | opencode | mock",
+    ),
+    field(
+        "assistantName",
+        "NANOCLAW_ASSISTANT_NAME",
+        Kind::Text,
+        "Assistant",
+        "the agent's name",
+    ),
+    field(
+        "timezone",
+        "TZ",
+        Kind::Text,
+        "UTC",
+        "IANA time zone for prompts and schedules",
+    ),
+    field(
+        "adminUserId",
+        "NANOCLAW_ADMIN_USER_ID",
+        Kind::Text,
+        "",
+        "user id allowed to register agent groups",
+    ),
+    field(
+        "maxMessagesPerPrompt",
+        "NANOCLAW_MAX_MESSAGES_PER_PROMPT",
+        Kind::Number,
+        "10",
+        "rows per prompt",
+    ),
+    field(
+        "model",
+        "NANOCLAW_MODEL",
+        Kind::Text,
+        "",
+        "model for the selected provider (CLAUDE_MODEL / CODEX_MODEL / OPENCODE_MODEL win)",
+    ),
+    field(
+        "claudeModel",
+        "CLAUDE_MODEL",
+        Kind::Text,
+        "",
+        "Claude model",
+    ),
     field("codexModel", "CODEX_MODEL", Kind::Text, "", "Codex model"),
-    field("opencodeModel", "OPENCODE_MODEL", Kind::Text, "", "OpenCode model"),
-    field("effort", "NANOCLAW_EFFORT", Kind::Text, "", "reasoning effort, where the CLI has one"),
-    field("anthropicBaseUrl", "ANTHROPIC_BASE_URL", Kind::Text, "", "Anthropic API base URL (Claude)"),
-    secret("anthropicApiKey", "ANTHROPIC_API_KEY", "Anthropic API key (Claude)"),
-    field("openaiBaseUrl", "OPENAI_BASE_URL", Kind::Text, "", "OpenAI-compatible base URL (Codex, OpenCode)"),
-    secret("openaiApiKey", "OPENAI_API_KEY", "OpenAI-compatible API key (Codex, OpenCode)"),
-    field("claudePath", "CLAUDE_PATH", Kind::Path, "", "claude CLI (default: PATH, then .cli/)"),
-    field("codexPath", "CODEX_PATH", Kind::Path, "", "codex CLI (default: PATH, then .cli/)"),
-    field("opencodePath", "OPENCODE_PATH", Kind::Path, "", "opencode CLI (default: PATH, then .cli/)"),
-    field("mcpToolsPath", "MCP_TOOLS_PATH", Kind::Path, "", "mcp-tools binary (default: beside agent-runner)"),
-    field("mcpServers", "NANOCLAW_MCP_SERVERS", Kind::Object, "", "extra MCP servers {name: {command, args, env}}"),
-    field("envScrubPatterns", "NANOCLAW_ENV_SCRUB", Kind::List, "*_TOKEN,*_SECRET,*_SECRET_*,*_PASSWORD,DATABASE_URL,*_DATABASE_URL,*_PRIVATE_KEY", "variables never passed to the CLI"),
-    field("envPassthrough", "NANOCLAW_ENV_PASSTHROUGH", Kind::List, "", "extra variables passed to the CLI"),
-    field("agentDir", "NANOCLAW_AGENT_DIR", Kind::Path, "agent", "the agent's working directory"),
-    field("globalDir", "NANOCLAW_GLOBAL_DIR", Kind::Path, "global", "global instructions (CLAUDE.md)"),
-    field("extraDir", "NANOCLAW_EXTRA_DIR", Kind::Path, "extra", "additional directories root"),
-    field("downloadsDir", "NANOCLAW_DOWNLOADS_DIR", Kind::Path, "downloads", "inbound attachments"),
-    field("homeDir", "NANOCLAW_HOME_DIR", Kind::Path, ".home", "private CLI homes (kept for resume)"),
-    field("idlePollMs", "NANOCLAW_IDLE_POLL_MS", Kind::Number, "1000", "idle poll fallback (max 1000)"),
-    field("activePollMs", "NANOCLAW_ACTIVE_POLL_MS", Kind::Number, "500", "poll during a query (max 500)"),
-    field("heartbeatSecs", "NANOCLAW_HEARTBEAT_SECS", Kind::Number, "5", "runner_state heartbeat (max 10)"),
-    field("watchdogSecs", "NANOCLAW_WATCHDOG_SECS", Kind::Number, "600", "kill a CLI silent this long mid-turn"),
-    field("toolTimeoutSecs", "NANOCLAW_TOOL_TIMEOUT_SECS", Kind::Number, "300", "longest blocking MCP tool wait"),
-    field("queryRetries", "NANOCLAW_QUERY_RETRIES", Kind::Number, "2", "re-runs of a query after a retryable error"),
-    field("cliMaxRetries", "NANOCLAW_CLI_MAX_RETRIES", Kind::Number, "2", "the CLI's own API retries"),
-    field("scriptTimeoutSecs", "NANOCLAW_SCRIPT_TIMEOUT_SECS", Kind::Number, "30", "pre-agent script timeout"),
-    field("maxAttachmentBytes", "NANOCLAW_MAX_ATTACHMENT_BYTES", Kind::Number, "26214400", "largest attachment download"),
-    field("downloadTimeoutSecs", "NANOCLAW_DOWNLOAD_TIMEOUT_SECS", Kind::Number, "30", "attachment download timeout"),
-    field("codexSteer", "NANOCLAW_CODEX_STEER", Kind::Bool, "false", "Codex follow-ups via turn/steer"),
-    field("mockDelayMs", "NANOCLAW_MOCK_DELAY_MS", Kind::Number, "0", "mock provider: think time per prompt"),
-    field("mockScript", "NANOCLAW_MOCK_SCRIPT", Kind::Json, "", "mock provider: steps [{\"step\":\"echo\"|\"reply\"|\"fail\",..}]"),
-    field("mockEchoSystemPrompt", "NANOCLAW_MOCK_ECHO_SYSTEM", Kind::Bool, "false", "mock provider: echo the system prompt, a --- line, then the prompt"),
+    field(
+        "opencodeModel",
+        "OPENCODE_MODEL",
+        Kind::Text,
+        "",
+        "OpenCode model",
+    ),
+    field(
+        "effort",
+        "NANOCLAW_EFFORT",
+        Kind::Text,
+        "",
+        "reasoning effort, where the CLI has one",
+    ),
+    field(
+        "anthropicBaseUrl",
+        "ANTHROPIC_BASE_URL",
+        Kind::Text,
+        "",
+        "Anthropic API base URL (Claude)",
+    ),
+    secret(
+        "anthropicApiKey",
+        "ANTHROPIC_API_KEY",
+        "Anthropic API key (Claude)",
+    ),
+    field(
+        "openaiBaseUrl",
+        "OPENAI_BASE_URL",
+        Kind::Text,
+        "",
+        "OpenAI-compatible base URL (Codex, OpenCode)",
+    ),
+    secret(
+        "openaiApiKey",
+        "OPENAI_API_KEY",
+        "OpenAI-compatible API key (Codex, OpenCode)",
+    ),
+    field(
+        "claudePath",
+        "CLAUDE_PATH",
+        Kind::Path,
+        "",
+        "claude CLI (default: PATH, then .cli/)",
+    ),
+    field(
+        "codexPath",
+        "CODEX_PATH",
+        Kind::Path,
+        "",
+        "codex CLI (default: PATH, then .cli/)",
+    ),
+    field(
+        "opencodePath",
+        "OPENCODE_PATH",
+        Kind::Path,
+        "",
+        "opencode CLI (default: PATH, then .cli/)",
+    ),
+    field(
+        "mcpToolsPath",
+        "MCP_TOOLS_PATH",
+        Kind::Path,
+        "",
+        "mcp-tools binary (default: beside agent-runner)",
+    ),
+    field(
+        "mcpServers",
+        "NANOCLAW_MCP_SERVERS",
+        Kind::Object,
+        "",
+        "extra MCP servers {name: {command, args, env}}",
+    ),
+    field(
+        "envScrubPatterns",
+        "NANOCLAW_ENV_SCRUB",
+        Kind::List,
+        "*_TOKEN,*_SECRET,*_SECRET_*,*_PASSWORD,DATABASE_URL,*_DATABASE_URL,*_PRIVATE_KEY",
+        "variables never passed to the CLI",
+    ),
+    field(
+        "envPassthrough",
+        "NANOCLAW_ENV_PASSTHROUGH",
+        Kind::List,
+        "",
+        "extra variables passed to the CLI",
+    ),
+    field(
+        "agentDir",
+        "NANOCLAW_AGENT_DIR",
+        Kind::Path,
+        "agent",
+        "the agent's working directory",
+    ),
+    field(
+        "globalDir",
+        "NANOCLAW_GLOBAL_DIR",
+        Kind::Path,
+        "global",
+        "global instructions (CLAUDE.md)",
+    ),
+    field(
+        "extraDir",
+        "NANOCLAW_EXTRA_DIR",
+        Kind::Path,
+        "extra",
+        "additional directories root",
+    ),
+    field(
+        "downloadsDir",
+        "NANOCLAW_DOWNLOADS_DIR",
+        Kind::Path,
+        "downloads",
+        "inbound attachments",
+    ),
+    field(
+        "homeDir",
+        "NANOCLAW_HOME_DIR",
+        Kind::Path,
+        ".home",
+        "private CLI homes (kept for resume)",
+    ),
+    field(
+        "idlePollMs",
+        "NANOCLAW_IDLE_POLL_MS",
+        Kind::Number,
+        "1000",
+        "idle poll fallback (max 1000)",
+    ),
+    field(
+        "activePollMs",
+        "NANOCLAW_ACTIVE_POLL_MS",
+        Kind::Number,
+        "500",
+        "poll during a query (max 500)",
+    ),
+    field(
+        "heartbeatSecs",
+        "NANOCLAW_HEARTBEAT_SECS",
+        Kind::Number,
+        "5",
+        "runner_state heartbeat (max 10)",
+    ),
+    field(
+        "watchdogSecs",
+        "NANOCLAW_WATCHDOG_SECS",
+        Kind::Number,
+        "600",
+        "kill a CLI silent this long mid-turn",
+    ),
+    field(
+        "toolTimeoutSecs",
+        "NANOCLAW_TOOL_TIMEOUT_SECS",
+        Kind::Number,
+        "300",
+        "longest blocking MCP tool wait",
+    ),
+    field(
+        "queryRetries",
+        "NANOCLAW_QUERY_RETRIES",
+        Kind::Number,
+        "2",
+        "re-runs of a query after a retryable error",
+    ),
+    field(
+        "cliMaxRetries",
+        "NANOCLAW_CLI_MAX_RETRIES",
+        Kind::Number,
+        "2",
+        "the CLI's own API retries",
+    ),
+    field(
+        "scriptTimeoutSecs",
+        "NANOCLAW_SCRIPT_TIMEOUT_SECS",
+        Kind::Number,
+        "30",
+        "pre-agent script timeout",
+    ),
+    field(
+        "maxAttachmentBytes",
+        "NANOCLAW_MAX_ATTACHMENT_BYTES",
+        Kind::Number,
+        "26214400",
+        "largest attachment download",
+    ),
+    field(
+        "downloadTimeoutSecs",
+        "NANOCLAW_DOWNLOAD_TIMEOUT_SECS",
+        Kind::Number,
+        "30",
+        "attachment download timeout",
+    ),
+    field(
+        "codexSteer",
+        "NANOCLAW_CODEX_STEER",
+        Kind::Bool,
+        "false",
+        "Codex follow-ups via turn/steer",
+    ),
+    field(
+        "mockDelayMs",
+        "NANOCLAW_MOCK_DELAY_MS",
+        Kind::Number,
+        "0",
+        "mock provider: think time per prompt",
+    ),
+    field(
+        "mockScript",
+        "NANOCLAW_MOCK_SCRIPT",
+        Kind::Json,
+        "",
+        "mock provider: steps [{\"step\":\"echo\"|\"reply\"|\"fail\",..}]",
+    ),
+    field(
+        "mockEchoSystemPrompt",
+        "NANOCLAW_MOCK_ECHO_SYSTEM",
+        Kind::Bool,
+        "false",
+        "mock provider: echo the system prompt, a --- line, then the prompt",
+    ),
 ];
 
 /// Where a value came from.
@@ -144,18 +400,29 @@ impl Config {
     /// Resolves every field: flags > env > file > defaults, validating types and naming the
     /// field (and the file) on error.
     pub fn load(inputs: &Inputs) -> Result<Self> {
-        let config_file = inputs.config_file.clone().unwrap_or_else(|| inputs.workspace.join("config.json"));
+        let config_file = inputs
+            .config_file
+            .clone()
+            .unwrap_or_else(|| inputs.workspace.join("config.json"));
         let file_values = read_file(&config_file)?;
         let mut values = BTreeMap::new();
         for field in FIELDS {
             let flag = inputs.flags.iter().rev().find(|(key, _)| key == field.key);
             let value = if let Some((_, text)) = flag {
-                Some((parse_text(field, text).with_context(|| format!("flag --set {}", field.key))?, Source::Flag))
+                Some((
+                    parse_text(field, text).with_context(|| format!("flag --set {}", field.key))?,
+                    Source::Flag,
+                ))
             } else if let Some(text) = inputs.env.get(field.env).filter(|t| !t.is_empty()) {
-                Some((parse_text(field, text).with_context(|| format!("environment variable {}", field.env))?, Source::Env))
+                Some((
+                    parse_text(field, text)
+                        .with_context(|| format!("environment variable {}", field.env))?,
+                    Source::Env,
+                ))
             } else if let Some(value) = file_values.as_ref().and_then(|m| m.get(field.key)) {
-                check_file_value(field, value)
-                    .with_context(|| format!("{}: field \"{}\"", config_file.display(), field.key))?;
+                check_file_value(field, value).with_context(|| {
+                    format!("{}: field \"{}\"", config_file.display(), field.key)
+                })?;
                 Some((value.clone(), Source::File))
             } else if !field.default.is_empty() {
                 Some((parse_text(field, field.default)?, Source::Default))
@@ -183,12 +450,18 @@ impl Config {
     fn validate(&self) -> Result<()> {
         let provider = self.text("provider").unwrap_or_default();
         if !["claude", "codex", "opencode", "mock"].contains(&provider.as_str()) {
-            bail!("provider {provider:?} ({}) is not one of claude, codex, opencode, mock", self.source_of("provider"));
+            bail!(
+                "provider {provider:?} ({}) is not one of claude, codex, opencode, mock",
+                self.source_of("provider")
+            );
         }
         schema::cron::parse_tz(&self.timezone_name())
             .with_context(|| format!("timezone ({})", self.source_of("timezone")))?;
         if self.number("maxMessagesPerPrompt") == 0 {
-            bail!("maxMessagesPerPrompt ({}) must be at least 1", self.source_of("maxMessagesPerPrompt"));
+            bail!(
+                "maxMessagesPerPrompt ({}) must be at least 1",
+                self.source_of("maxMessagesPerPrompt")
+            );
         }
         Ok(())
     }
@@ -214,18 +487,27 @@ impl Config {
 
     /// A numeric field (0 when unset).
     pub fn number(&self, key: &str) -> u64 {
-        self.values.get(key).and_then(|(v, _)| v.as_u64()).unwrap_or(0)
+        self.values
+            .get(key)
+            .and_then(|(v, _)| v.as_u64())
+            .unwrap_or(0)
     }
 
     /// A boolean field.
     pub fn flag(&self, key: &str) -> bool {
-        self.values.get(key).and_then(|(v, _)| v.as_bool()).unwrap_or(false)
+        self.values
+            .get(key)
+            .and_then(|(v, _)| v.as_bool())
+            .unwrap_or(false)
     }
 
     /// A list field.
     pub fn list(&self, key: &str) -> Vec<String> {
         match self.values.get(key) {
-            Some((Value::Array(items), _)) => items.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect(),
+            Some((Value::Array(items), _)) => items
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect(),
             _ => Vec::new(),
         }
     }
@@ -264,7 +546,9 @@ impl Config {
 
     /// The IANA time zone name.
     pub fn timezone_name(&self) -> String {
-        self.text("timezone").map(|tz| tz.trim_start_matches(':').to_owned()).unwrap_or_else(|| "UTC".into())
+        self.text("timezone")
+            .map(|tz| tz.trim_start_matches(':').to_owned())
+            .unwrap_or_else(|| "UTC".into())
     }
 
     /// The model for the selected provider: its own setting, else `model`.
@@ -283,7 +567,9 @@ impl Config {
         let mut out = format!("workspace = {}\n", self.workspace.display());
         out.push_str(&format!(
             "config file = {}\n",
-            self.config_file.as_ref().map_or("(none)".into(), |p| p.display().to_string())
+            self.config_file
+                .as_ref()
+                .map_or("(none)".into(), |p| p.display().to_string())
         ));
         for field in FIELDS {
             let (shown, source) = match self.values.get(field.key) {
@@ -311,8 +597,15 @@ impl Config {
 pub fn keys_help() -> String {
     let mut out = String::from("Settings (flag --set KEY=VALUE > env > config.json > default):\n");
     for field in FIELDS {
-        let default = if field.default.is_empty() { String::new() } else { format!(" [default: {}]", field.default) };
-        out.push_str(&format!("  {:<22} {:<34} {}{}\n", field.key, field.env, field.help, default));
+        let default = if field.default.is_empty() {
+            String::new()
+        } else {
+            format!(" [default: {}]", field.default)
+        };
+        out.push_str(&format!(
+            "  {:<22} {:<34} {}{}\n",
+            field.key, field.env, field.help, default
+        ));
     }
     out
 }
@@ -336,11 +629,17 @@ fn read_file(path: &Path) -> Result<Option<serde_json::Map<String, Value>>> {
     let value: Value = serde_json::from_str(&text)
         .with_context(|| format!("{} is not valid JSON", path.display()))?;
     let Value::Object(map) = value else {
-        bail!("{}: expected a JSON object at the top level", path.display());
+        bail!(
+            "{}: expected a JSON object at the top level",
+            path.display()
+        );
     };
     for key in map.keys() {
         if !FIELDS.iter().any(|f| f.key == key) {
-            bail!("{}: unknown field \"{key}\" (known fields: see `agent-runner --help`)", path.display());
+            bail!(
+                "{}: unknown field \"{key}\" (known fields: see `agent-runner --help`)",
+                path.display()
+            );
         }
     }
     Ok(Some(map))
@@ -350,7 +649,9 @@ fn parse_text(field: &Field, text: &str) -> Result<Value> {
     Ok(match field.kind {
         Kind::Text | Kind::Path => Value::String(text.to_owned()),
         Kind::Number => Value::from(
-            text.trim().parse::<u64>().with_context(|| format!("{}: expected a whole number, got {text:?}", field.key))?,
+            text.trim()
+                .parse::<u64>()
+                .with_context(|| format!("{}: expected a whole number, got {text:?}", field.key))?,
         ),
         Kind::Bool => Value::Bool(match text.trim() {
             "1" | "true" | "yes" | "on" => true,
@@ -358,14 +659,21 @@ fn parse_text(field: &Field, text: &str) -> Result<Value> {
             other => bail!("{}: expected true or false, got {other:?}", field.key),
         }),
         Kind::List => Value::Array(
-            text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| Value::String(s.to_owned())).collect(),
+            text.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| Value::String(s.to_owned()))
+                .collect(),
         ),
         Kind::Object => {
-            let value: Value = serde_json::from_str(text).with_context(|| format!("{}: expected a JSON object", field.key))?;
+            let value: Value = serde_json::from_str(text)
+                .with_context(|| format!("{}: expected a JSON object", field.key))?;
             check_file_value(field, &value)?;
             value
         }
-        Kind::Json => serde_json::from_str(text).with_context(|| format!("{}: expected JSON", field.key))?,
+        Kind::Json => {
+            serde_json::from_str(text).with_context(|| format!("{}: expected JSON", field.key))?
+        }
     })
 }
 
@@ -374,7 +682,9 @@ fn check_file_value(field: &Field, value: &Value) -> Result<()> {
         Kind::Text | Kind::Path => value.is_string() || value.is_null(),
         Kind::Number => value.is_u64(),
         Kind::Bool => value.is_boolean(),
-        Kind::List => value.as_array().is_some_and(|items| items.iter().all(Value::is_string)),
+        Kind::List => value
+            .as_array()
+            .is_some_and(|items| items.iter().all(Value::is_string)),
         Kind::Object => match value.as_object() {
             None => false,
             Some(servers) if field.key == "mcpServers" => servers
@@ -390,7 +700,9 @@ fn check_file_value(field: &Field, value: &Value) -> Result<()> {
             Kind::Number => "a whole number",
             Kind::Bool => "true or false",
             Kind::List => "an array of strings",
-            Kind::Object if field.key == "mcpServers" => "an object of {\"command\": string, \"args\"?: [..], \"env\"?: {..}}",
+            Kind::Object if field.key == "mcpServers" => {
+                "an object of {\"command\": string, \"args\"?: [..], \"env\"?: {..}}"
+            }
             Kind::Object => "an object",
             Kind::Json => "JSON",
         };
@@ -408,8 +720,14 @@ mod tests {
         Inputs {
             workspace: dir.to_path_buf(),
             config_file: None,
-            flags: flags.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect(),
-            env: env.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect(),
+            flags: flags
+                .iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect(),
         }
     }
 
@@ -425,14 +743,18 @@ mod tests {
                             (p.into(), Value::from(p))
                         }
                         "timezone" => {
-                            let z = ["Europe/Paris", "Asia/Tokyo", "America/Denver"][n as usize % 3];
+                            let z =
+                                ["Europe/Paris", "Asia/Tokyo", "America/Denver"][n as usize % 3];
                             (z.into(), Value::from(z))
                         }
                         _ => (format!("v{n}"), Value::from(format!("v{n}"))),
                     },
                     Kind::Number => (format!("{}", n + 1), Value::from(n + 1)),
-                    Kind::Bool => ((n % 2 == 0).to_string(), Value::from(n % 2 == 0)),
-                    Kind::List => (format!("a{n},b{n}"), serde_json::json!([format!("a{n}"), format!("b{n}")])),
+                    Kind::Bool => (n.is_multiple_of(2).to_string(), Value::from(n.is_multiple_of(2))),
+                    Kind::List => (
+                        format!("a{n},b{n}"),
+                        serde_json::json!([format!("a{n}"), format!("b{n}")]),
+                    ),
                     Kind::Object => {
                         let v = serde_json::json!({ format!("s{n}"): { "command": "x" } });
                         (v.to_string(), v)
@@ -446,20 +768,46 @@ mod tests {
             let (_, file_value) = sample(0);
             let (env_text, env_value) = sample(1);
             let (flag_text, flag_value) = sample(2);
-            std::fs::write(dir.path().join("config.json"), serde_json::json!({ field.key: file_value }).to_string())
-                .unwrap();
+            std::fs::write(
+                dir.path().join("config.json"),
+                serde_json::json!({ field.key: file_value }).to_string(),
+            )
+            .unwrap();
             let from_file = Config::load(&inputs(dir.path(), &[], &[])).unwrap();
-            assert_eq!(from_file.values.get(field.key), Some(&(file_value.clone(), Source::File)), "{}", field.key);
-            let from_env = Config::load(&inputs(dir.path(), &[], &[(field.env, &env_text)])).unwrap();
-            assert_eq!(from_env.values.get(field.key), Some(&(env_value, Source::Env)), "{}", field.key);
-            let from_flag =
-                Config::load(&inputs(dir.path(), &[(field.key, &flag_text)], &[(field.env, &env_text)])).unwrap();
-            assert_eq!(from_flag.values.get(field.key), Some(&(flag_value, Source::Flag)), "{}", field.key);
+            assert_eq!(
+                from_file.values.get(field.key),
+                Some(&(file_value.clone(), Source::File)),
+                "{}",
+                field.key
+            );
+            let from_env =
+                Config::load(&inputs(dir.path(), &[], &[(field.env, &env_text)])).unwrap();
+            assert_eq!(
+                from_env.values.get(field.key),
+                Some(&(env_value, Source::Env)),
+                "{}",
+                field.key
+            );
+            let from_flag = Config::load(&inputs(
+                dir.path(),
+                &[(field.key, &flag_text)],
+                &[(field.env, &env_text)],
+            ))
+            .unwrap();
+            assert_eq!(
+                from_flag.values.get(field.key),
+                Some(&(flag_value, Source::Flag)),
+                "{}",
+                field.key
+            );
         }
         std::fs::remove_file(dir.path().join("config.json")).unwrap();
         let defaults = Config::load(&inputs(dir.path(), &[], &[])).unwrap();
         assert_eq!(defaults.number("maxMessagesPerPrompt"), 10);
-        assert_eq!(defaults.values.get("provider").map(|v| v.1), Some(Source::Default));
+        assert_eq!(
+            defaults.values.get("provider").map(|v| v.1),
+            Some(Source::Default)
+        );
     }
 
     #[test]
@@ -467,28 +815,63 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.json");
         std::fs::write(&path, r#"{"maxMessagesPerPrompt": "ten"}"#).unwrap();
-        let err = format!("{:#}", Config::load(&inputs(dir.path(), &[], &[])).unwrap_err());
-        assert!(err.contains("maxMessagesPerPrompt") && err.contains("config.json"), "{err}");
+        let err = format!(
+            "{:#}",
+            Config::load(&inputs(dir.path(), &[], &[])).unwrap_err()
+        );
+        assert!(
+            err.contains("maxMessagesPerPrompt") && err.contains("config.json"),
+            "{err}"
+        );
         std::fs::write(&path, r#"{"maxMesagesPerPrompt": 3}"#).unwrap();
-        let err = format!("{:#}", Config::load(&inputs(dir.path(), &[], &[])).unwrap_err());
-        assert!(err.contains("unknown field \"maxMesagesPerPrompt\""), "{err}");
+        let err = format!(
+            "{:#}",
+            Config::load(&inputs(dir.path(), &[], &[])).unwrap_err()
+        );
+        assert!(
+            err.contains("unknown field \"maxMesagesPerPrompt\""),
+            "{err}"
+        );
         std::fs::write(&path, r#"{"mcpServers": {"x": {"args": []}}}"#).unwrap();
-        let err = format!("{:#}", Config::load(&inputs(dir.path(), &[], &[])).unwrap_err());
-        assert!(err.contains("mcpServers") && err.contains("command"), "{err}");
+        let err = format!(
+            "{:#}",
+            Config::load(&inputs(dir.path(), &[], &[])).unwrap_err()
+        );
+        assert!(
+            err.contains("mcpServers") && err.contains("command"),
+            "{err}"
+        );
         std::fs::write(&path, "{not json").unwrap();
-        let err = format!("{:#}", Config::load(&inputs(dir.path(), &[], &[])).unwrap_err());
+        let err = format!(
+            "{:#}",
+            Config::load(&inputs(dir.path(), &[], &[])).unwrap_err()
+        );
         assert!(err.contains("not valid JSON"), "{err}");
         std::fs::write(&path, r#"{"timezone": "Mars/Olympus"}"#).unwrap();
-        let err = format!("{:#}", Config::load(&inputs(dir.path(), &[], &[])).unwrap_err());
-        assert!(err.contains("timezone") && err.contains("config.json"), "{err}");
+        let err = format!(
+            "{:#}",
+            Config::load(&inputs(dir.path(), &[], &[])).unwrap_err()
+        );
+        assert!(
+            err.contains("timezone") && err.contains("config.json"),
+            "{err}"
+        );
     }
 
     #[test]
     fn describe_masks_secrets() {
         let dir = tempfile::tempdir().unwrap();
-        let config = Config::load(&inputs(dir.path(), &[], &[("ANTHROPIC_API_KEY", "sk-ant-very-secret-key")])).unwrap();
+        let config = Config::load(&inputs(
+            dir.path(),
+            &[],
+            &[("ANTHROPIC_API_KEY", "sk-ant-very-secret-key")],
+        ))
+        .unwrap();
         let text = config.describe();
         assert!(!text.contains("very-secret"), "{text}");
-        assert!(text.contains("anthropicApiKey = sk-a…**** (22 chars)  [env ANTHROPIC_API_KEY]"), "{text}");
+        assert!(
+            text.contains("anthropicApiKey = sk-a…**** (22 chars)  [env ANTHROPIC_API_KEY]"),
+            "{text}"
+        );
     }
 }

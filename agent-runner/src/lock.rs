@@ -34,7 +34,11 @@ impl RunnerLock {
                 let mut holder = String::new();
                 let _ = file.read_to_string(&mut holder);
                 let holder = holder.trim();
-                let who = if holder.is_empty() { String::new() } else { format!(" (pid {holder})") };
+                let who = if holder.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (pid {holder})")
+                };
                 bail!(
                     "another agent-runner{who} is already running on {}: only one runner may own a session DB (lock {})",
                     db_path.display(),
@@ -43,7 +47,8 @@ impl RunnerLock {
             }
         };
         lock.set_len(0).context("writing the runner lock")?;
-        lock.seek(SeekFrom::Start(0)).context("writing the runner lock")?;
+        lock.seek(SeekFrom::Start(0))
+            .context("writing the runner lock")?;
         write!(lock, "{}", std::process::id()).context("writing the runner lock")?;
         lock.flush().context("writing the runner lock")?;
         Ok(Self { _lock: lock, path })

@@ -34,7 +34,6 @@ struct Cli {
     command: Option<Command>,
 }
 
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     app::init_logging();
@@ -67,4 +66,3 @@ fn main() -> ExitCode {
         }
     }
 }
-

@@ -79,7 +79,10 @@ pub struct RunnerOptions {
 
 impl std::fmt::Debug for RunnerOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunnerOptions").field("workspace", &self.workspace).field("timezone", &self.timezone).finish()
+        f.debug_struct("RunnerOptions")
+            .field("workspace", &self.workspace)
+            .field("timezone", &self.timezone)
+            .finish()
     }
 }
 
@@ -146,7 +149,12 @@ enum QueryEnd {
     /// Shutdown requested.
     Shutdown,
     /// Failed; the uncovered prompts are returned for a retry.
-    Failed { message: String, retryable: bool, classification: ErrorClass, uncovered: Vec<Prepared> },
+    Failed {
+        message: String,
+        retryable: bool,
+        classification: ErrorClass,
+        uncovered: Vec<Prepared>,
+    },
 }
 
 /// The agent-runner: one per session DB.
@@ -162,9 +170,20 @@ pub struct Runner {
 
 impl Runner {
     /// Creates the loop. The caller has taken the lock and opened the DB.
-    pub fn new(db: SessionDb, provider: Arc<dyn AgentProvider>, options: RunnerOptions) -> Result<Self> {
+    pub fn new(
+        db: SessionDb,
+        provider: Arc<dyn AgentProvider>,
+        options: RunnerOptions,
+    ) -> Result<Self> {
         let watcher = DbWatcher::new(&db).context("watching the session DB")?;
-        Ok(Self { db, provider, options, watcher, first_poll: true, deferred: VecDeque::new() })
+        Ok(Self {
+            db,
+            provider,
+            options,
+            watcher,
+            first_poll: true,
+            deferred: VecDeque::new(),
+        })
     }
 
     /// Runs until `shutdown` resolves: startup recovery, heartbeat, then the poll loop. On the
@@ -177,14 +196,26 @@ impl Runner {
             stop_on_signal.cancel();
         });
 
-        let reset = self.call(|db| db.reset_processing()).await.context("startup recovery")?;
+        let reset = self
+            .call(|db| db.reset_processing())
+            .await
+            .context("startup recovery")?;
         if !reset.is_empty() {
-            tracing::info!(count = reset.len(), "reset rows left processing by a previous run");
+            tracing::info!(
+                count = reset.len(),
+                "reset rows left processing by a previous run"
+            );
         }
         self.call(|db| db.set_current_batch(None)).await?;
         let provider_name = self.provider.name();
-        self.call(move |db| db.set_runner_state(RunnerStatus::Idle, Some(std::process::id()), Some(provider_name)))
-            .await?;
+        self.call(move |db| {
+            db.set_runner_state(
+                RunnerStatus::Idle,
+                Some(std::process::id()),
+                Some(provider_name),
+            )
+        })
+        .await?;
         let heartbeat = spawn_heartbeat(self.db.clone(), self.options.heartbeat, stop.clone());
 
         let result = self.poll_loop(&stop).await;
@@ -192,7 +223,9 @@ impl Runner {
         self.provider.shutdown().await;
         stop.cancel();
         let _ = heartbeat.await;
-        let final_state = self.call(|db| db.set_runner_status(RunnerStatus::Stopped)).await;
+        let final_state = self
+            .call(|db| db.set_runner_status(RunnerStatus::Stopped))
+            .await;
         tracing::info!("runner stopped");
         result.and(final_state)
     }
@@ -211,7 +244,9 @@ impl Runner {
             let first_poll = self.first_poll;
             let limit = self.options.max_messages;
             let now = (self.options.clock)();
-            let eligible = self.call(move |db| db.eligible(now, first_poll, limit)).await;
+            let eligible = self
+                .call(move |db| db.eligible(now, first_poll, limit))
+                .await;
             self.first_poll = false;
             match eligible {
                 Ok(eligible) if eligible.wakes => {
@@ -241,7 +276,9 @@ impl Runner {
         let idle = self.options.idle_poll;
         match self.call(move |db| db.next_due_after(polled)).await {
             Ok(Some(due)) => {
-                let until = (due - (self.options.clock)()).to_std().unwrap_or(Duration::ZERO);
+                let until = (due - (self.options.clock)())
+                    .to_std()
+                    .unwrap_or(Duration::ZERO);
                 idle.min(until.max(Duration::from_millis(5)))
             }
             _ => idle,
@@ -255,7 +292,10 @@ impl Runner {
         let mut current = Vec::new();
         for row in rows {
             let content = InboundContent::parse(&row.kind(), &row.content);
-            let command = content.chat_text().map(str::trim).filter(|t| t.starts_with('/'));
+            let command = content
+                .chat_text()
+                .map(str::trim)
+                .filter(|t| t.starts_with('/'));
             let command = command.and_then(|text| {
                 if text == "/clear" {
                     Some(None)
@@ -310,8 +350,12 @@ impl Runner {
         // The live CLI holds the old session; stopping it makes the next query start fresh.
         self.provider.shutdown().await;
         self.call(move |db| db.clear_continuation(provider)).await?;
-        let reply = NewMessageOut::new(OutKind::Chat, row.routing.clone(), &out::chat_text(CLEARED_REPLY))
-            .replying_to(Some(row.id.clone()));
+        let reply = NewMessageOut::new(
+            OutKind::Chat,
+            row.routing.clone(),
+            &out::chat_text(CLEARED_REPLY),
+        )
+        .replying_to(Some(row.id.clone()));
         let ids = vec![row.id.clone()];
         self.call(move |db| db.complete(&ids, &[reply])).await?;
         tracing::info!(message = %row.id, "session cleared");
@@ -350,8 +394,17 @@ impl Runner {
             let mut script_output = None;
             if let InboundContent::Task(task) = &content {
                 if let Some(script) = task.script.as_deref().filter(|s| !s.trim().is_empty()) {
-                    match run_script(script, &self.options.agent_dir, &self.options.script_env, &self.options.script_limits).await {
-                        ScriptOutcome::Wake { data } => script_output = Some(data.unwrap_or(serde_json::Value::Null)),
+                    match run_script(
+                        script,
+                        &self.options.agent_dir,
+                        &self.options.script_env,
+                        &self.options.script_limits,
+                    )
+                    .await
+                    {
+                        ScriptOutcome::Wake { data } => {
+                            script_output = Some(data.unwrap_or(serde_json::Value::Null))
+                        }
                         ScriptOutcome::Skip => {
                             tracing::info!(task = %row.id, "pre-agent script: wakeAgent=false; task completed without the agent");
                             finished_early.push((row, None));
@@ -391,14 +444,27 @@ impl Runner {
             let notes = if attachments.is_empty() {
                 Vec::new()
             } else {
-                let resolved =
-                    resolve_attachments(&row.id, &attachments, &self.options.workspace, &self.options.media_limits).await;
+                let resolved = resolve_attachments(
+                    &row.id,
+                    &attachments,
+                    &self.options.workspace,
+                    &self.options.media_limits,
+                )
+                .await;
                 media.extend(resolved.media);
                 resolved.notes
             };
-            prompt_rows.push(PromptRow { row, content, attachments: notes, script_output });
+            prompt_rows.push(PromptRow {
+                row,
+                content,
+                attachments: notes,
+                script_output,
+            });
         }
-        let context = FormatContext { timezone: self.options.timezone, destinations: &destinations };
+        let context = FormatContext {
+            timezone: self.options.timezone,
+            destinations: &destinations,
+        };
         let text = format::format_prompt(&prompt_rows, &context);
         Ok(Some(Prepared {
             prompt: Prompt { text, media },
@@ -414,12 +480,19 @@ impl Runner {
         let mut rows = Vec::new();
         if let Some(reason) = failure {
             let task_id = row.series_id.clone().unwrap_or_else(|| row.id.clone());
-            let content = out::system_action("task_skipped", json!({ "taskId": task_id, "reason": reason }));
-            rows.push(NewMessageOut::new(OutKind::System, row.routing.clone(), &content).replying_to(Some(row.id.clone())));
+            let content = out::system_action(
+                "task_skipped",
+                json!({ "taskId": task_id, "reason": reason }),
+            );
+            rows.push(
+                NewMessageOut::new(OutKind::System, row.routing.clone(), &content)
+                    .replying_to(Some(row.id.clone())),
+            );
         }
         let ids = vec![row.id];
         let now = (self.options.clock)();
-        self.call(move |db| db.complete_at(&ids, &rows, now)).await?;
+        self.call(move |db| db.complete_at(&ids, &rows, now))
+            .await?;
         Ok(())
     }
 
@@ -434,21 +507,31 @@ impl Runner {
                 ids: prepared.row_ids.clone(),
                 sender_id: prepared.target.sender_id.clone(),
             };
-            self.call(move |db| db.set_current_batch(Some(&batch))).await?;
-            self.call(|db| db.set_runner_status(RunnerStatus::Busy)).await?;
+            self.call(move |db| db.set_current_batch(Some(&batch)))
+                .await?;
+            self.call(|db| db.set_runner_status(RunnerStatus::Busy))
+                .await?;
             let end = self.drive_query(prepared, stop).await?;
             self.call(|db| db.set_current_batch(None)).await?;
             self.call(|db| db.set_current_tool(None)).await?;
-            self.call(|db| db.set_runner_status(RunnerStatus::Idle)).await?;
+            self.call(|db| db.set_runner_status(RunnerStatus::Idle))
+                .await?;
             match end {
                 QueryEnd::Done => return Ok(false),
                 QueryEnd::Shutdown => return Ok(true),
-                QueryEnd::Failed { message, retryable, classification, uncovered } => {
+                QueryEnd::Failed {
+                    message,
+                    retryable,
+                    classification,
+                    uncovered,
+                } => {
                     if classification == ErrorClass::InvalidSession {
                         let provider = self.provider.name();
                         self.call(move |db| db.clear_continuation(provider)).await?;
                     }
-                    let Some(merged) = merge(uncovered) else { return Ok(false) };
+                    let Some(merged) = merge(uncovered) else {
+                        return Ok(false);
+                    };
                     if retryable && attempt < self.options.query_retries {
                         attempt += 1;
                         let backoff = Duration::from_secs(1 << (attempt - 1).min(5));
@@ -460,7 +543,8 @@ impl Runner {
                         prepared = merged;
                         continue;
                     }
-                    self.report_query_error(&merged, &message, retryable, classification).await?;
+                    self.report_query_error(&merged, &message, retryable, classification)
+                        .await?;
                     return Ok(false);
                 }
             }
@@ -498,7 +582,11 @@ impl Runner {
         let continuation = self.call(move |db| db.continuation(provider)).await?;
         let start_seq = self.call(|db| db.max_seq()).await?;
         let system_prompt = self.system_prompt().await;
-        let input = QueryInput { prompt: first.prompt.clone(), continuation, system_prompt };
+        let input = QueryInput {
+            prompt: first.prompt.clone(),
+            continuation,
+            system_prompt,
+        };
         let mut query = match self.provider.query(input) {
             Ok(query) => query,
             Err(err) => {
@@ -510,7 +598,10 @@ impl Runner {
                 })
             }
         };
-        let mut in_flight = VecDeque::from([InFlight { id: 0, prepared: first }]);
+        let mut in_flight = VecDeque::from([InFlight {
+            id: 0,
+            prepared: first,
+        }]);
         let mut ended = false;
         let mut current_tool: Option<String> = None;
         let mut next_poll = Instant::now() + self.options.active_poll;
@@ -636,12 +727,17 @@ impl Runner {
     /// Writes the reply of covered prompts and completes their rows in ONE transaction.
     async fn write_result(&self, text: &str, covered: Vec<Prepared>, start_seq: i64) -> Result<()> {
         let target = covered.last().map(|p| p.target.clone()).unwrap_or_default();
-        let ids: Vec<String> = covered.iter().flat_map(|p| p.row_ids.iter().cloned()).collect();
+        let ids: Vec<String> = covered
+            .iter()
+            .flat_map(|p| p.row_ids.iter().cloned())
+            .collect();
         let outgoing = reply::parse_reply(text);
         let mut replies = Vec::new();
         if !outgoing.is_empty() {
             let destinations = self.call(|db| db.destinations()).await?;
-            let sent_this_turn = self.call(move |db| db.messages_out_after(start_seq, 10_000)).await?;
+            let sent_this_turn = self
+                .call(move |db| db.messages_out_after(start_seq, 10_000))
+                .await?;
             for message in outgoing {
                 let routing = match &message.to {
                     None => target.routing.clone(),
@@ -658,11 +754,17 @@ impl Runner {
                         && row.routing == routing
                         && serde_json::from_str::<serde_json::Value>(&row.content)
                             .ok()
-                            .and_then(|v| v.get("text").and_then(|t| t.as_str()).map(|t| reply::same_text(t, &message.text)))
+                            .and_then(|v| {
+                                v.get("text")
+                                    .and_then(|t| t.as_str())
+                                    .map(|t| reply::same_text(t, &message.text))
+                            })
                             .unwrap_or(false)
                 });
                 if duplicate {
-                    tracing::info!("result repeats a message already sent this turn; not written twice");
+                    tracing::info!(
+                        "result repeats a message already sent this turn; not written twice"
+                    );
                     continue;
                 }
                 replies.push(
@@ -673,7 +775,9 @@ impl Runner {
         }
         let count = replies.len();
         let now = (self.options.clock)();
-        let written = self.call(move |db| db.complete_at(&ids, &replies, now)).await?;
+        let written = self
+            .call(move |db| db.complete_at(&ids, &replies, now))
+            .await?;
         tracing::debug!(replies = count, seqs = ?written.iter().map(|w| w.seq).collect::<Vec<_>>(), "turn answered");
         Ok(())
     }
@@ -682,10 +786,13 @@ impl Runner {
     /// mid-session reach the next query.
     async fn system_prompt(&self) -> Option<String> {
         let sources = self.options.prompt_sources.clone()?;
-        let destinations = self.call(|db| db.destinations()).await.unwrap_or_else(|err| {
-            tracing::warn!("{err:#}: the system prompt lists no destinations");
-            Vec::new()
-        });
+        let destinations = self
+            .call(|db| db.destinations())
+            .await
+            .unwrap_or_else(|err| {
+                tracing::warn!("{err:#}: the system prompt lists no destinations");
+                Vec::new()
+            });
         tokio::task::spawn_blocking(move || build_system_prompt(&sources, &destinations))
             .await
             .map_err(|err| tracing::error!(%err, "building the system prompt failed"))
@@ -708,12 +815,22 @@ impl Runner {
 
 /// Replies of a batch go to the latest triggering row's origin; it is also the `in_reply_to`.
 fn target_of(rows: &[MessageIn]) -> Target {
-    let origin = rows.iter().rev().find(|r| r.trigger).or_else(|| rows.last());
+    let origin = rows
+        .iter()
+        .rev()
+        .find(|r| r.trigger)
+        .or_else(|| rows.last());
     let sender_id = rows.iter().rev().find_map(|row| {
-        InboundContent::parse(&row.kind(), &row.content).sender_id().map(str::to_owned)
+        InboundContent::parse(&row.kind(), &row.content)
+            .sender_id()
+            .map(str::to_owned)
     });
     match origin {
-        Some(row) => Target { routing: row.routing.clone(), in_reply_to: Some(row.id.clone()), sender_id },
+        Some(row) => Target {
+            routing: row.routing.clone(),
+            in_reply_to: Some(row.id.clone()),
+            sender_id,
+        },
         None => Target::default(),
     }
 }
@@ -732,7 +849,11 @@ fn merge(prepared: Vec<Prepared>) -> Option<Prepared> {
     Some(merged)
 }
 
-fn spawn_heartbeat(db: SessionDb, every: Duration, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+fn spawn_heartbeat(
+    db: SessionDb,
+    every: Duration,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(every);
         ticker.tick().await;

@@ -10,7 +10,9 @@ use chrono::Utc;
 use provider::mock::{MockProvider, MockStep};
 use provider::ErrorClass;
 use schema::time::format_ts;
-use schema::{Destination, MessageIn, MessageOut, NewMessageIn, NewMessageOut, OutKind, Routing, SessionDb};
+use schema::{
+    Destination, MessageIn, MessageOut, NewMessageIn, NewMessageOut, OutKind, Routing, SessionDb,
+};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
@@ -35,7 +37,13 @@ impl Fixture {
     fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let db = SessionDb::open(dir.path().join("session.db")).unwrap();
-        Self { _dir: dir, db, mock: MockProvider::new(), stop: None, task: None }
+        Self {
+            _dir: dir,
+            db,
+            mock: MockProvider::new(),
+            stop: None,
+            task: None,
+        }
     }
 
     fn with_delay(delay: Duration) -> Self {
@@ -64,7 +72,11 @@ impl Fixture {
             let _ = tx.send(());
         }
         if let Some(task) = self.task.take() {
-            tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap().unwrap();
+            tokio::time::timeout(Duration::from_secs(5), task)
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
         }
     }
 
@@ -87,28 +99,42 @@ impl Fixture {
     async fn wait_for(&self, what: &str, mut cond: impl FnMut(&Self) -> bool) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while !cond(self) {
-            assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
     async fn wait_completed(&self, id: &str) {
-        self.wait_for("completion", |f| f.row(id).status == "completed").await;
+        self.wait_for("completion", |f| f.row(id).status == "completed")
+            .await;
     }
 }
 
 fn routing() -> Routing {
-    Routing { channel_type: Some("slack".into()), platform_id: Some("C1".into()), thread_id: Some("T9".into()) }
+    Routing {
+        channel_type: Some("slack".into()),
+        platform_id: Some("C1".into()),
+        thread_id: Some("T9".into()),
+    }
 }
 
 fn chat(text: &str) -> NewMessageIn {
-    let mut row = NewMessageIn::new("chat", json!({"sender": "Ann", "senderId": "u1", "text": text}).to_string());
+    let mut row = NewMessageIn::new(
+        "chat",
+        json!({"sender": "Ann", "senderId": "u1", "text": text}).to_string(),
+    );
     row.routing = routing();
     row
 }
 
 fn text_of(row: &MessageOut) -> String {
-    serde_json::from_str::<Value>(&row.content).unwrap()["text"].as_str().unwrap_or_default().to_owned()
+    serde_json::from_str::<Value>(&row.content).unwrap()["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 #[tokio::test]
@@ -122,7 +148,11 @@ async fn a_chat_is_answered_with_routing_and_in_reply_to_copied() {
     assert_eq!(outs[0].routing, routing());
     assert_eq!(outs[0].in_reply_to.as_deref(), Some(id.as_str()));
     assert_eq!(outs[0].seq.unwrap() % 2, 1);
-    assert!(text_of(&outs[0]).contains(">hello</message>"), "{}", text_of(&outs[0]));
+    assert!(
+        text_of(&outs[0]).contains(">hello</message>"),
+        "{}",
+        text_of(&outs[0])
+    );
     assert_eq!(f.row(&id).tries, 1);
     f.stop().await;
     assert_eq!(f.db.runner_state().unwrap().unwrap().status, "stopped");
@@ -136,7 +166,10 @@ async fn context_only_rows_do_not_wake_and_ride_along() {
     quiet.trigger = false;
     let quiet = f.insert(quiet);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(f.mock.prompts().is_empty(), "a trigger=0 row woke the agent");
+    assert!(
+        f.mock.prompts().is_empty(),
+        "a trigger=0 row woke the agent"
+    );
     assert_eq!(f.row(&quiet).status, "pending");
     let loud = f.chat("now answer");
     f.wait_completed(&loud).await;
@@ -155,7 +188,11 @@ async fn future_process_after_waits_until_due() {
     later.process_after = Some(format_ts(Utc::now() + chrono::Duration::milliseconds(1500)));
     let later = f.insert(later);
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(f.row(&later).status, "pending", "picked up before it was due");
+    assert_eq!(
+        f.row(&later).status,
+        "pending",
+        "picked up before it was due"
+    );
     f.wait_completed(&later).await;
     f.stop().await;
 }
@@ -173,33 +210,52 @@ async fn on_wake_rows_only_on_the_first_poll() {
     let late = f.insert(late);
     let normal = f.chat("normal");
     f.wait_completed(&normal).await;
-    assert_eq!(f.row(&late).status, "pending", "on_wake row taken after the first poll");
-    assert!(f.mock.prompts().iter().all(|p| !p.text.contains("late wake note")));
+    assert_eq!(
+        f.row(&late).status,
+        "pending",
+        "on_wake row taken after the first poll"
+    );
+    assert!(f
+        .mock
+        .prompts()
+        .iter()
+        .all(|p| !p.text.contains("late wake note")));
     f.stop().await;
 }
 
 #[tokio::test]
 async fn answers_to_open_questions_wait_others_reach_the_agent() {
     let mut f = Fixture::new();
-    f.db.open_question("q-open", Utc::now() + chrono::Duration::minutes(5)).unwrap();
+    f.db.open_question("q-open", Utc::now() + chrono::Duration::minutes(5))
+        .unwrap();
     let open_answer = f.insert(NewMessageIn::new(
         "system",
-        json!({"type": "question_response", "questionId": "q-open", "selectedOption": "yes"}).to_string(),
+        json!({"type": "question_response", "questionId": "q-open", "selectedOption": "yes"})
+            .to_string(),
     ));
     let closed_answer = f.insert(NewMessageIn::new(
         "system",
-        json!({"type": "question_response", "questionId": "q-closed", "selectedOption": "late"}).to_string(),
+        json!({"type": "question_response", "questionId": "q-closed", "selectedOption": "late"})
+            .to_string(),
     ));
     let action = f.insert(NewMessageIn::new(
         "system",
-        json!({"action": "register_agent_group", "status": "ok", "result": {"id": "g1"}}).to_string(),
+        json!({"action": "register_agent_group", "status": "ok", "result": {"id": "g1"}})
+            .to_string(),
     ));
     f.start();
     f.wait_completed(&action).await;
     f.wait_completed(&closed_answer).await;
-    assert_eq!(f.row(&open_answer).status, "pending", "an answer to an open question reached the agent");
+    assert_eq!(
+        f.row(&open_answer).status,
+        "pending",
+        "an answer to an open question reached the agent"
+    );
     let all: String = f.mock.prompts().iter().map(|p| p.text.clone()).collect();
-    assert!(all.contains("late") && all.contains("register_agent_group"), "{all}");
+    assert!(
+        all.contains("late") && all.contains("register_agent_group"),
+        "{all}"
+    );
     assert!(!all.contains("\"yes\"") && !all.contains(">yes<"), "{all}");
     f.stop().await;
 }
@@ -207,11 +263,13 @@ async fn answers_to_open_questions_wait_others_reach_the_agent() {
 #[tokio::test]
 async fn the_limit_applies_after_the_filters() {
     let mut f = Fixture::new();
-    f.db.open_question("q", Utc::now() + chrono::Duration::minutes(5)).unwrap();
+    f.db.open_question("q", Utc::now() + chrono::Duration::minutes(5))
+        .unwrap();
     for _ in 0..3 {
         f.insert(NewMessageIn::new(
             "system",
-            json!({"type": "question_response", "questionId": "q", "selectedOption": "x"}).to_string(),
+            json!({"type": "question_response", "questionId": "q", "selectedOption": "x"})
+                .to_string(),
         ));
     }
     let a = f.chat("first");
@@ -220,7 +278,11 @@ async fn the_limit_applies_after_the_filters() {
     f.start_with(|o| o.max_messages = 2);
     f.wait_completed(&c).await;
     let prompts = f.mock.prompts();
-    assert!(prompts[0].text.contains("first") && prompts[0].text.contains("second"), "{:?}", prompts[0]);
+    assert!(
+        prompts[0].text.contains("first") && prompts[0].text.contains("second"),
+        "{:?}",
+        prompts[0]
+    );
     assert!(!prompts[0].text.contains("third"));
     assert_eq!(f.row(&a).status, "completed");
     assert_eq!(f.row(&b).status, "completed");
@@ -232,14 +294,24 @@ async fn a_row_inserted_mid_turn_is_pushed_and_completed_after_its_result() {
     let mut f = Fixture::with_delay(Duration::from_millis(600));
     f.start();
     let first = f.chat("first");
-    f.wait_for("the first prompt", |f| f.mock.prompts().len() == 1).await;
+    f.wait_for("the first prompt", |f| f.mock.prompts().len() == 1)
+        .await;
     let second = f.chat("second");
-    f.wait_for("the push", |f| f.mock.prompts().len() == 2).await;
-    assert_eq!(f.mock.inputs().len(), 1, "the follow-up started a new query instead of a push");
+    f.wait_for("the push", |f| f.mock.prompts().len() == 2)
+        .await;
+    assert_eq!(
+        f.mock.inputs().len(),
+        1,
+        "the follow-up started a new query instead of a push"
+    );
     assert_eq!(f.row(&second).status, "processing");
     f.wait_completed(&first).await;
     // The first result came; the second prompt's turn has not ended yet.
-    assert_eq!(f.row(&second).status, "processing", "completed before its turn produced a result");
+    assert_eq!(
+        f.row(&second).status,
+        "processing",
+        "completed before its turn produced a result"
+    );
     f.wait_completed(&second).await;
     let outs = f.outs();
     assert_eq!(outs.len(), 2);
@@ -262,7 +334,10 @@ async fn clear_is_an_exact_command() {
     assert!(f.mock.prompts()[0].text.contains("/clearance please"));
     // The query after /clear started without the old continuation.
     assert_eq!(f.mock.inputs()[0].continuation.as_deref(), None);
-    assert_eq!(f.db.continuation("mock").unwrap().as_deref(), Some("mock-session-1"));
+    assert_eq!(
+        f.db.continuation("mock").unwrap().as_deref(),
+        Some("mock-session-1")
+    );
     f.stop().await;
 }
 
@@ -278,7 +353,10 @@ async fn reply_dispatch_rules() {
         agent_group_id: None,
     })
     .unwrap();
-    let reply = |text: &str| MockStep::Reply { text: text.into(), delay: Duration::ZERO };
+    let reply = |text: &str| MockStep::Reply {
+        text: text.into(),
+        delay: Duration::ZERO,
+    };
     f.mock.script([
         reply("visible <internal>secret plan</internal> text"),
         reply("<message to=\"ops\">to ops</message><message to=\"nobody\">lost</message>"),
@@ -293,7 +371,11 @@ async fn reply_dispatch_rules() {
     }
     let outs = f.outs();
     let texts: Vec<String> = outs.iter().map(text_of).collect();
-    assert_eq!(texts, vec!["visible  text".to_owned(), "to ops".to_owned()], "{texts:?}");
+    assert_eq!(
+        texts,
+        vec!["visible  text".to_owned(), "to ops".to_owned()],
+        "{texts:?}"
+    );
     assert_eq!(outs[0].routing, routing());
     assert_eq!(outs[1].routing.platform_id.as_deref(), Some("D7"));
     f.stop().await;
@@ -302,14 +384,22 @@ async fn reply_dispatch_rules() {
 #[tokio::test]
 async fn a_result_repeating_a_sent_message_is_not_written_twice() {
     let mut f = Fixture::new();
-    f.mock.script([MockStep::Reply { text: "Done: deployed.".into(), delay: Duration::from_millis(400) }]);
+    f.mock.script([MockStep::Reply {
+        text: "Done: deployed.".into(),
+        delay: Duration::from_millis(400),
+    }]);
     f.start();
     let id = f.chat("deploy");
-    f.wait_for("the prompt", |f| f.mock.prompts().len() == 1).await;
+    f.wait_for("the prompt", |f| f.mock.prompts().len() == 1)
+        .await;
     // What mcp-tools' send_message writes during the turn.
     f.db.insert_out(
-        &NewMessageOut::new(OutKind::Chat, routing(), &json!({"text": "Done:  deployed."}))
-            .replying_to(Some(id.clone())),
+        &NewMessageOut::new(
+            OutKind::Chat,
+            routing(),
+            &json!({"text": "Done:  deployed."}),
+        )
+        .replying_to(Some(id.clone())),
     )
     .unwrap();
     f.wait_completed(&id).await;
@@ -320,20 +410,38 @@ async fn a_result_repeating_a_sent_message_is_not_written_twice() {
 #[tokio::test]
 async fn errors_retry_then_report_query_error_and_leave_rows_processing() {
     let mut f = Fixture::new();
-    let fail = |retryable| MockStep::Fail { message: "model API 500".into(), retryable, classification: ErrorClass::Api };
-    f.mock.script([fail(true), MockStep::Reply { text: "recovered".into(), delay: Duration::ZERO }, fail(false)]);
+    let fail = |retryable| MockStep::Fail {
+        message: "model API 500".into(),
+        retryable,
+        classification: ErrorClass::Api,
+    };
+    f.mock.script([
+        fail(true),
+        MockStep::Reply {
+            text: "recovered".into(),
+            delay: Duration::ZERO,
+        },
+        fail(false),
+    ]);
     f.start();
     let first = f.chat("one");
     f.wait_completed(&first).await;
     assert_eq!(text_of(&f.outs()[0]), "recovered");
     let second = f.chat("two");
-    f.wait_for("query_error", |f| f.outs().iter().any(|o| o.kind == "system")).await;
+    f.wait_for("query_error", |f| {
+        f.outs().iter().any(|o| o.kind == "system")
+    })
+    .await;
     let error = f.outs().into_iter().find(|o| o.kind == "system").unwrap();
     let content: Value = serde_json::from_str(&error.content).unwrap();
     assert_eq!(content["action"], "query_error");
     assert_eq!(content["payload"]["messageIds"][0], second.as_str());
     assert_eq!(error.in_reply_to.as_deref(), Some(second.as_str()));
-    assert_eq!(f.row(&second).status, "processing", "rows are left for the host's sweep");
+    assert_eq!(
+        f.row(&second).status,
+        "processing",
+        "rows are left for the host's sweep"
+    );
     // The runner goes on: the next message is answered.
     let third = f.chat("three");
     f.wait_completed(&third).await;
@@ -345,7 +453,10 @@ async fn bad_input_is_handled_never_stuck() {
     let mut f = Fixture::new();
     f.start();
     let malformed = f.insert(NewMessageIn::new("chat", "{not json"));
-    let unknown = f.insert(NewMessageIn::new("carrier-pigeon", json!({"coo": 1}).to_string()));
+    let unknown = f.insert(NewMessageIn::new(
+        "carrier-pigeon",
+        json!({"coo": 1}).to_string(),
+    ));
     let huge = f.chat(&"x".repeat(5 * 1024 * 1024));
     let mut bad_time = chat("bad times");
     bad_time.timestamp = Some("yesterday-ish".into());
@@ -366,13 +477,25 @@ async fn the_heartbeat_beats_during_a_slow_turn_and_status_tracks_the_query() {
     let mut f = Fixture::with_delay(Duration::from_millis(2600));
     f.start();
     let id = f.chat("slow one");
-    f.wait_for("busy", |f| f.db.runner_state().unwrap().is_some_and(|s| s.status == "busy")).await;
+    f.wait_for("busy", |f| {
+        f.db.runner_state()
+            .unwrap()
+            .is_some_and(|s| s.status == "busy")
+    })
+    .await;
     let first = f.db.runner_state().unwrap().unwrap().heartbeat_at;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let state = f.db.runner_state().unwrap().unwrap();
     assert_eq!(state.status, "busy");
-    assert!(state.heartbeat_at > first, "no heartbeat during the turn: {first} then {}", state.heartbeat_at);
+    assert!(
+        state.heartbeat_at > first,
+        "no heartbeat during the turn: {first} then {}",
+        state.heartbeat_at
+    );
     f.wait_completed(&id).await;
-    f.wait_for("idle", |f| f.db.runner_state().unwrap().unwrap().status == "idle").await;
+    f.wait_for("idle", |f| {
+        f.db.runner_state().unwrap().unwrap().status == "idle"
+    })
+    .await;
     f.stop().await;
 }

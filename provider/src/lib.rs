@@ -157,12 +157,19 @@ pub trait AgentProvider: Send + Sync {
 }
 
 /// Creates the provider named `name` (`claude`, `codex`, `opencode` or `mock`).
-pub fn create(name: &str, settings: ProviderSettings) -> Result<std::sync::Arc<dyn AgentProvider>, ProviderError> {
+pub fn create(
+    name: &str,
+    settings: ProviderSettings,
+) -> Result<std::sync::Arc<dyn AgentProvider>, ProviderError> {
     match name {
-        "mock" => Ok(std::sync::Arc::new(mock::MockProvider::from_settings(&settings))),
+        "mock" => Ok(std::sync::Arc::new(mock::MockProvider::from_settings(
+            &settings,
+        ))),
         "claude" => Ok(std::sync::Arc::new(claude::ClaudeProvider::new(settings)?)),
         "codex" => Ok(std::sync::Arc::new(codex::CodexProvider::new(settings)?)),
-        "opencode" => Ok(std::sync::Arc::new(opencode::OpenCodeProvider::new(settings)?)),
+        "opencode" => Ok(std::sync::Arc::new(opencode::OpenCodeProvider::new(
+            settings,
+        )?)),
         other => Err(ProviderError::Spawn(format!(
             "provider {other:?} is not available (expected claude, codex, opencode or mock)"
         ))),

@@ -150,10 +150,19 @@ impl AgentProvider for MockProvider {
                 .clone()
                 .unwrap_or_else(|| format!("mock-session-{}", state.sessions))
         });
-        let echo_prefix = self
-            .with_state(|state| state.echo_system_prompt)
-            .then(|| format!("{}\n---\n", escape(&input.system_prompt.unwrap_or_default())));
-        tokio::spawn(run_query(self.clone(), session_id, input.prompt, echo_prefix, handle));
+        let echo_prefix = self.with_state(|state| state.echo_system_prompt).then(|| {
+            format!(
+                "{}\n---\n",
+                escape(&input.system_prompt.unwrap_or_default())
+            )
+        });
+        tokio::spawn(run_query(
+            self.clone(),
+            session_id,
+            input.prompt,
+            echo_prefix,
+            handle,
+        ));
         Ok(query)
     }
 
@@ -249,7 +258,9 @@ async fn run_query(
 
 /// `& < >` escaped, so echoed text holds no tags.
 fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 fn aborted() -> ProviderEvent {

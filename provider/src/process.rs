@@ -16,14 +16,39 @@ use crate::ProviderError;
 /// Environment variables a CLI may inherit from the runner. Everything else is dropped, then
 /// scrub patterns remove secrets even from this list.
 pub const ENV_ALLOW_LIST: &[&str] = &[
-    "PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TZ", "TERM", "USER", "LOGNAME",
-    "SHELL", "TMPDIR", "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "HTTP_PROXY",
-    "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "TZ",
+    "TERM",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TMPDIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
 ];
 
 /// Default patterns of host secrets that never reach a CLI (`*` matches any run of characters).
-pub const DEFAULT_SCRUB_PATTERNS: &[&str] =
-    &["*_TOKEN", "*_SECRET", "*_SECRET_*", "*_PASSWORD", "DATABASE_URL", "*_DATABASE_URL", "*_PRIVATE_KEY"];
+pub const DEFAULT_SCRUB_PATTERNS: &[&str] = &[
+    "*_TOKEN",
+    "*_SECRET",
+    "*_SECRET_*",
+    "*_PASSWORD",
+    "DATABASE_URL",
+    "*_DATABASE_URL",
+    "*_PRIVATE_KEY",
+];
 
 /// Which variables pass into a CLI's environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +63,10 @@ impl Default for EnvPolicy {
     fn default() -> Self {
         Self {
             passthrough: Vec::new(),
-            scrub_patterns: DEFAULT_SCRUB_PATTERNS.iter().map(|p| (*p).to_owned()).collect(),
+            scrub_patterns: DEFAULT_SCRUB_PATTERNS
+                .iter()
+                .map(|p| (*p).to_owned())
+                .collect(),
         }
     }
 }
@@ -46,17 +74,23 @@ impl Default for EnvPolicy {
 impl EnvPolicy {
     /// True when `name` matches a scrub pattern.
     pub fn is_scrubbed(&self, name: &str) -> bool {
-        self.scrub_patterns.iter().any(|pattern| glob_match(pattern, name))
+        self.scrub_patterns
+            .iter()
+            .any(|pattern| glob_match(pattern, name))
     }
 
     /// The inherited part of a CLI environment: allow-listed and passthrough variables from
     /// `parent`, minus scrubbed names. The provider adds its own variables (HOME, its API key)
     /// afterwards, on purpose, with [`CliCommand::env`].
-    pub fn inherited(&self, parent: impl IntoIterator<Item = (String, String)>) -> BTreeMap<String, String> {
+    pub fn inherited(
+        &self,
+        parent: impl IntoIterator<Item = (String, String)>,
+    ) -> BTreeMap<String, String> {
         parent
             .into_iter()
             .filter(|(name, _)| {
-                ENV_ALLOW_LIST.contains(&name.as_str()) || self.passthrough.iter().any(|p| p == name)
+                ENV_ALLOW_LIST.contains(&name.as_str())
+                    || self.passthrough.iter().any(|p| p == name)
             })
             .filter(|(name, _)| !self.is_scrubbed(name))
             .collect()
@@ -69,7 +103,9 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
         match p.split_first() {
             None => n.is_empty(),
             Some((b'*', rest)) => (0..=n.len()).any(|skip| go(rest, &n[skip..])),
-            Some((c, rest)) => n.split_first().is_some_and(|(d, n_rest)| c == d && go(rest, n_rest)),
+            Some((c, rest)) => n
+                .split_first()
+                .is_some_and(|(d, n_rest)| c == d && go(rest, n_rest)),
         }
     }
     go(pattern.as_bytes(), name.as_bytes())
@@ -91,7 +127,12 @@ pub struct CliCommand {
 impl CliCommand {
     /// Starts a command description.
     pub fn new(program: impl Into<PathBuf>, cwd: impl Into<PathBuf>) -> Self {
-        Self { program: program.into(), args: Vec::new(), env: BTreeMap::new(), cwd: cwd.into() }
+        Self {
+            program: program.into(),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: cwd.into(),
+        }
     }
 
     /// Adds arguments.
@@ -161,7 +202,9 @@ impl CliProcess {
         let mut child = cmd.spawn().map_err(|err| {
             ProviderError::Spawn(format!("cannot start {}: {err}", command.program.display()))
         })?;
-        let pid = child.id().ok_or_else(|| ProviderError::Spawn("the CLI exited at once".into()))?;
+        let pid = child
+            .id()
+            .ok_or_else(|| ProviderError::Spawn("the CLI exited at once".into()))?;
         let pgid = Pid::from_raw(pid as i32);
         Ok(Self {
             stdin: child.stdin.take(),
@@ -270,7 +313,10 @@ mod tests {
 
     #[test]
     fn inherited_env_is_allow_listed_and_scrubbed() {
-        let policy = EnvPolicy { passthrough: vec!["MY_TOKEN".into(), "EXTRA".into()], ..Default::default() };
+        let policy = EnvPolicy {
+            passthrough: vec!["MY_TOKEN".into(), "EXTRA".into()],
+            ..Default::default()
+        };
         let env = policy.inherited([
             ("PATH".to_owned(), "/bin".to_owned()),
             ("HOME".to_owned(), "/root".to_owned()),
@@ -305,12 +351,21 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         // The grandchild is gone (or a zombie awaiting its reaper, which no longer runs it).
         let stat = std::fs::read_to_string(format!("/proc/{grandchild}/stat")).unwrap_or_default();
-        assert!(stat.is_empty() || stat.contains(") Z "), "grandchild still running: {stat}");
+        assert!(
+            stat.is_empty() || stat.contains(") Z "),
+            "grandchild still running: {stat}"
+        );
     }
 
     #[test]
     fn missing_cli_names_the_setting() {
-        let err = resolve_cli("claude", Some(Path::new("/nonexistent/claude")), "CLAUDE_PATH", None).unwrap_err();
+        let err = resolve_cli(
+            "claude",
+            Some(Path::new("/nonexistent/claude")),
+            "CLAUDE_PATH",
+            None,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("CLAUDE_PATH"), "{err}");
     }
 }

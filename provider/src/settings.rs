@@ -119,7 +119,10 @@ impl ProviderSettings {
         env.insert("WORKSPACE_DIR".into(), self.workspace.display().to_string());
         env.insert("TZ".into(), self.timezone.clone());
         // The CLIs' tool timeouts are set above this; mcp-tools caps ask_user_question with it.
-        env.insert("NANOCLAW_MAX_QUESTION_TIMEOUT".into(), self.tool_timeout.as_secs().to_string());
+        env.insert(
+            "NANOCLAW_MAX_QUESTION_TIMEOUT".into(),
+            self.tool_timeout.as_secs().to_string(),
+        );
         if let Some(admin) = &self.admin_user_id {
             env.insert("NANOCLAW_ADMIN_USER_ID".into(), admin.clone());
         }

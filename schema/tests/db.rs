@@ -23,9 +23,15 @@ fn chat(text: &str) -> NewMessageIn {
 fn pragmas_are_set_on_every_connection() {
     let (_dir, db) = open();
     let conn = db.dedicated_connection().unwrap();
-    let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
-    let sync: i64 = conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
-    let timeout: i64 = conn.query_row("PRAGMA busy_timeout", [], |r| r.get(0)).unwrap();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    let sync: i64 = conn
+        .query_row("PRAGMA synchronous", [], |r| r.get(0))
+        .unwrap();
+    let timeout: i64 = conn
+        .query_row("PRAGMA busy_timeout", [], |r| r.get(0))
+        .unwrap();
     assert_eq!((mode.as_str(), sync), ("wal", 1));
     assert!(timeout >= 1000, "{timeout}");
 }
@@ -49,9 +55,18 @@ fn an_older_db_gets_missing_columns_and_keeps_its_rows() {
     let db = SessionDb::open(&path).unwrap();
     let row = db.message_in("old-1").unwrap().unwrap();
     assert_eq!((row.trigger, row.on_wake, row.tries), (true, false, 0));
-    assert!(db.eligible(Utc::now(), false, 10).unwrap().rows.iter().any(|r| r.id == "old-1"));
-    db.set_runner_state(RunnerStatus::Idle, Some(7), Some("mock")).unwrap();
-    assert_eq!(db.runner_state().unwrap().unwrap().provider.as_deref(), Some("mock"));
+    assert!(db
+        .eligible(Utc::now(), false, 10)
+        .unwrap()
+        .rows
+        .iter()
+        .any(|r| r.id == "old-1"));
+    db.set_runner_state(RunnerStatus::Idle, Some(7), Some("mock"))
+        .unwrap();
+    assert_eq!(
+        db.runner_state().unwrap().unwrap().provider.as_deref(),
+        Some("mock")
+    );
     // Opening again is a no-op.
     SessionDb::open(&path).unwrap();
 }
@@ -70,9 +85,13 @@ fn seqs_are_unique_with_parity_across_tables_and_threads() {
                 let seq = if (t + i) % 2 == 0 {
                     db.insert_in(&chat("x")).unwrap().seq
                 } else {
-                    db.insert_out(&NewMessageOut::new(OutKind::Chat, Routing::default(), &json!({"text": "y"})))
-                        .unwrap()
-                        .seq
+                    db.insert_out(&NewMessageOut::new(
+                        OutKind::Chat,
+                        Routing::default(),
+                        &json!({"text": "y"}),
+                    ))
+                    .unwrap()
+                    .seq
                 };
                 seqs.push(seq);
             }
@@ -86,8 +105,16 @@ fn seqs_are_unique_with_parity_across_tables_and_threads() {
         }
     }
     assert_eq!(all.len(), 900);
-    assert!(db.all_messages_in().unwrap().iter().all(|r| r.seq.unwrap() % 2 == 0));
-    assert!(db.all_messages_out().unwrap().iter().all(|r| r.seq.unwrap() % 2 == 1));
+    assert!(db
+        .all_messages_in()
+        .unwrap()
+        .iter()
+        .all(|r| r.seq.unwrap() % 2 == 0));
+    assert!(db
+        .all_messages_out()
+        .unwrap()
+        .iter()
+        .all(|r| r.seq.unwrap() % 2 == 1));
 }
 
 #[test]
@@ -95,7 +122,12 @@ fn timestamps_are_written_rfc3339_utc_millis() {
     let (_dir, db) = open();
     let id = db.insert_in(&chat("t")).unwrap().id;
     let row = db.message_in(&id).unwrap().unwrap();
-    assert_eq!(row.timestamp.len(), "2026-11-21T10:00:00.000Z".len(), "{}", row.timestamp);
+    assert_eq!(
+        row.timestamp.len(),
+        "2026-11-21T10:00:00.000Z".len(),
+        "{}",
+        row.timestamp
+    );
     assert!(row.timestamp.ends_with('Z'));
     assert_eq!(format_ts(parse_ts(&row.timestamp).unwrap()), row.timestamp);
 }
@@ -105,12 +137,23 @@ fn due_comparisons_accept_every_timestamp_form() {
     let (_dir, db) = open();
     let now = parse_ts("2026-11-21T12:00:00Z").unwrap();
     let mut ids = Vec::new();
-    for after in ["2026-11-21 11:59:00", "2026-11-21T13:30:00+02:00", "2026-11-21T12:00:01.000Z", "garbage"] {
+    for after in [
+        "2026-11-21 11:59:00",
+        "2026-11-21T13:30:00+02:00",
+        "2026-11-21T12:00:01.000Z",
+        "garbage",
+    ] {
         let mut row = chat(after);
         row.process_after = Some(after.into());
         ids.push(db.insert_in(&row).unwrap().id);
     }
-    let due: Vec<String> = db.eligible(now, false, 10).unwrap().rows.into_iter().map(|r| r.id).collect();
+    let due: Vec<String> = db
+        .eligible(now, false, 10)
+        .unwrap()
+        .rows
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
     // 11:59Z and 11:30Z are due, 12:00:01Z is not, garbage is treated as due.
     assert_eq!(due, vec![ids[0].clone(), ids[1].clone(), ids[3].clone()]);
 }
@@ -121,17 +164,23 @@ fn claim_complete_reset_and_release() {
     let a = db.insert_in(&chat("a")).unwrap().id;
     let b = db.insert_in(&chat("b")).unwrap().id;
     let claimed = db.claim(&[a.clone(), b.clone()]).unwrap();
-    assert_eq!(claimed.iter().map(|r| r.id.clone()).collect::<Vec<_>>(), vec![a.clone(), b.clone()]);
-    assert!(claimed.iter().all(|r| r.status == "processing" && r.tries == 1));
-    assert!(db.claim(&[a.clone()]).unwrap().is_empty(), "claimed twice");
-    let reply = NewMessageOut::new(OutKind::Chat, Routing::default(), &json!({"text": "r"})).replying_to(Some(a.clone()));
-    let written = db.complete(&[a.clone()], &[reply]).unwrap();
+    assert_eq!(
+        claimed.iter().map(|r| r.id.clone()).collect::<Vec<_>>(),
+        vec![a.clone(), b.clone()]
+    );
+    assert!(claimed
+        .iter()
+        .all(|r| r.status == "processing" && r.tries == 1));
+    assert!(db.claim(std::slice::from_ref(&a)).unwrap().is_empty(), "claimed twice");
+    let reply = NewMessageOut::new(OutKind::Chat, Routing::default(), &json!({"text": "r"}))
+        .replying_to(Some(a.clone()));
+    let written = db.complete(std::slice::from_ref(&a), &[reply]).unwrap();
     assert_eq!(written.len(), 1);
     assert_eq!(db.message_in(&a).unwrap().unwrap().status, "completed");
     assert_eq!(db.reset_processing().unwrap(), vec![b.clone()]);
     assert_eq!(db.message_in(&b).unwrap().unwrap().status, "pending");
-    db.claim(&[b.clone()]).unwrap();
-    db.release(&[b.clone()]).unwrap();
+    db.claim(std::slice::from_ref(&b)).unwrap();
+    db.release(std::slice::from_ref(&b)).unwrap();
     let row = db.message_in(&b).unwrap().unwrap();
     assert_eq!((row.status.as_str(), row.tries), ("pending", 1));
 }
@@ -139,18 +188,33 @@ fn claim_complete_reset_and_release() {
 #[test]
 fn sweep_backs_off_then_fails_and_spares_a_live_runners_batch() {
     let (_dir, db) = open();
-    let ids: Vec<String> = (0..3).map(|i| db.insert_in(&chat(&format!("s{i}"))).unwrap().id).collect();
+    let ids: Vec<String> = (0..3)
+        .map(|i| db.insert_in(&chat(&format!("s{i}"))).unwrap().id)
+        .collect();
     db.claim(&ids).unwrap();
     // ids[2] has used up its tries.
     for _ in 0..4 {
         db.release(&[ids[2].clone()]).unwrap();
         db.claim(&[ids[2].clone()]).unwrap();
         let conn = db.dedicated_connection().unwrap();
-        conn.execute("UPDATE messages_in SET tries = tries + 1 WHERE id = ?1", [&ids[2]]).unwrap();
+        conn.execute(
+            "UPDATE messages_in SET tries = tries + 1 WHERE id = ?1",
+            [&ids[2]],
+        )
+        .unwrap();
     }
-    db.set_runner_state(RunnerStatus::Busy, Some(1), Some("mock")).unwrap();
-    db.set_current_batch(Some(&schema::CurrentBatch { ids: vec![ids[1].clone()], ..Default::default() })).unwrap();
-    let policy = SweepPolicy { stale_after: Duration::from_secs(60), max_tries: 5, backoff: Duration::from_secs(30) };
+    db.set_runner_state(RunnerStatus::Busy, Some(1), Some("mock"))
+        .unwrap();
+    db.set_current_batch(Some(&schema::CurrentBatch {
+        ids: vec![ids[1].clone()],
+        ..Default::default()
+    }))
+    .unwrap();
+    let policy = SweepPolicy {
+        stale_after: Duration::from_secs(60),
+        max_tries: 5,
+        backoff: Duration::from_secs(30),
+    };
     let later = Utc::now() + chrono::Duration::seconds(61);
     // The runner's heartbeat is older than stale_after at `later`, so its batch is swept too.
     let report = db.sweep(&policy, later).unwrap();
@@ -160,7 +224,10 @@ fn sweep_backs_off_then_fails_and_spares_a_live_runners_batch() {
     assert_eq!(row.status, "pending");
     let retry_at = parse_ts(row.process_after.as_deref().unwrap()).unwrap();
     let delay_ms = (retry_at - later).num_milliseconds();
-    assert!((29_999..=30_000).contains(&delay_ms), "first retry after one backoff: {delay_ms} ms");
+    assert!(
+        (29_999..=30_000).contains(&delay_ms),
+        "first retry after one backoff: {delay_ms} ms"
+    );
 
     // A long turn: claimed ten minutes ago, but the runner's heartbeat is fresh, so its batch is
     // left alone while a stale row outside the batch is swept.
@@ -168,12 +235,22 @@ fn sweep_backs_off_then_fails_and_spares_a_live_runners_batch() {
     db.release(&[ids[0].clone()]).unwrap();
     db.claim(&[ids[0].clone(), ids[1].clone()]).unwrap();
     let conn = db.dedicated_connection().unwrap();
-    conn.execute("UPDATE messages_in SET status_changed = ?1, process_after = NULL", [&long_ago]).unwrap();
+    conn.execute(
+        "UPDATE messages_in SET status_changed = ?1, process_after = NULL",
+        [&long_ago],
+    )
+    .unwrap();
     db.heartbeat().unwrap();
     let report = db.sweep(&policy, Utc::now()).unwrap();
     assert_eq!(report.reset, vec![ids[0].clone()]);
-    assert!(!report.reset.contains(&ids[1]), "swept a live runner's batch: {report:?}");
-    assert_eq!(db.message_in(&ids[1]).unwrap().unwrap().status, "processing");
+    assert!(
+        !report.reset.contains(&ids[1]),
+        "swept a live runner's batch: {report:?}"
+    );
+    assert_eq!(
+        db.message_in(&ids[1]).unwrap().unwrap().status,
+        "processing"
+    );
 }
 
 #[test]
@@ -182,18 +259,23 @@ fn answers_are_held_only_while_the_question_is_open() {
     let answer = db
         .insert_in(&NewMessageIn::new(
             "system",
-            json!({"type": "question_response", "questionId": "q1", "selectedOption": "a"}).to_string(),
+            json!({"type": "question_response", "questionId": "q1", "selectedOption": "a"})
+                .to_string(),
         ))
         .unwrap()
         .id;
     let now = Utc::now();
-    db.open_question("q1", now + chrono::Duration::seconds(30)).unwrap();
+    db.open_question("q1", now + chrono::Duration::seconds(30))
+        .unwrap();
     assert!(db.eligible(now, false, 10).unwrap().rows.is_empty());
     // Past the deadline (a crashed waiter), the answer is an ordinary message again.
     let later = now + chrono::Duration::seconds(31);
     assert_eq!(db.eligible(later, false, 10).unwrap().rows[0].id, answer);
     let (row, taken) = db.take_answer("q1").unwrap().unwrap();
-    assert_eq!((row.id.as_str(), taken.selected_option.as_str()), (answer.as_str(), Some("a")));
+    assert_eq!(
+        (row.id.as_str(), taken.selected_option.as_str()),
+        (answer.as_str(), Some("a"))
+    );
     assert!(db.take_answer("q1").unwrap().is_none(), "taken twice");
 }
 

@@ -34,7 +34,10 @@ pub const FAKE_KEY: &str = "sk-fake-e2e";
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
 }
 
 /// A binary of this workspace (`agent-runner`, `mcp-tools`, `nanoclaw`), from the target dir the
@@ -44,7 +47,11 @@ pub fn bin(name: &str) -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("target"));
     let path = target.join("debug").join(name);
-    assert!(path.is_file(), "{} is missing: run `cargo build --workspace --bins` first", path.display());
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo build --workspace --bins` first",
+        path.display()
+    );
     path
 }
 
@@ -89,14 +96,20 @@ fn netns_prefix() -> Option<&'static [&'static str]> {
 /// current test binary inside a fresh loopback-only network namespace, asserts it passed there,
 /// and returns false.
 pub fn run_in_loopback_netns(test: &str) -> bool {
-    if std::env::var_os("NANOCLAW_IN_NETNS").is_some() || std::env::var("NANOCLAW_NETNS").as_deref() == Ok("0") {
+    if std::env::var_os("NANOCLAW_IN_NETNS").is_some()
+        || std::env::var("NANOCLAW_NETNS").as_deref() == Ok("0")
+    {
         return true;
     }
     let Some(prefix) = netns_prefix() else {
-        eprintln!("[{test}] no network namespace available: running with the traffic-off settings only");
+        eprintln!(
+            "[{test}] no network namespace available: running with the traffic-off settings only"
+        );
         return true;
     };
-    let Ok(exe) = std::env::current_exe() else { return true };
+    let Ok(exe) = std::env::current_exe() else {
+        return true;
+    };
     let started = Instant::now();
     let out = Command::new(prefix[0])
         .args(&prefix[1..])
@@ -112,15 +125,29 @@ pub fn run_in_loopback_netns(test: &str) -> bool {
     };
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("----- {test} inside `{}` ({:.1?}) -----\n{stdout}{stderr}", prefix.join(" "), started.elapsed());
-    assert!(out.status.success(), "{test} failed inside the loopback-only namespace");
-    assert!(stdout.contains(&format!("test {test} ... ok")), "{test} did not run inside the namespace");
+    eprintln!(
+        "----- {test} inside `{}` ({:.1?}) -----\n{stdout}{stderr}",
+        prefix.join(" "),
+        started.elapsed()
+    );
+    assert!(
+        out.status.success(),
+        "{test} failed inside the loopback-only namespace"
+    );
+    assert!(
+        stdout.contains(&format!("test {test} ... ok")),
+        "{test} did not run inside the namespace"
+    );
     false
 }
 
 /// The routing every test message carries.
 pub fn test_routing() -> Routing {
-    Routing { channel_type: Some("slack".into()), platform_id: Some("C-e2e".into()), thread_id: Some("T-1".into()) }
+    Routing {
+        channel_type: Some("slack".into()),
+        platform_id: Some("C-e2e".into()),
+        thread_id: Some("T-1".into()),
+    }
 }
 
 /// A session workspace, its DB, and (once started) the runner process.
@@ -148,7 +175,13 @@ impl Session {
             Err(err) => panic!("temp dir: {err}"),
         };
         let workspace = dir.path().to_path_buf();
-        for sub in ["agent/conversations", "global", "extra", "downloads", "outbox"] {
+        for sub in [
+            "agent/conversations",
+            "global",
+            "extra",
+            "downloads",
+            "outbox",
+        ] {
             if let Err(err) = std::fs::create_dir_all(workspace.join(sub)) {
                 panic!("creating {sub}: {err}");
             }
@@ -160,7 +193,13 @@ impl Session {
         if let Err(err) = db.set_session_routing(&test_routing()) {
             panic!("session routing: {err}");
         }
-        Self { _dir: dir, workspace, db, runner: None, starts: 0 }
+        Self {
+            _dir: dir,
+            workspace,
+            db,
+            runner: None,
+            starts: 0,
+        }
     }
 
     /// The environment the runner gets for `provider` against `model`.
@@ -174,7 +213,10 @@ impl Session {
         let mut set = |k: &str, v: String| {
             env.insert(k.to_owned(), v);
         };
-        set("HOME", self.workspace.join(".host-home").display().to_string());
+        set(
+            "HOME",
+            self.workspace.join(".host-home").display().to_string(),
+        );
         set("AGENT_PROVIDER", provider.to_owned());
         set("RUST_LOG", "info".into());
         set("TZ", "UTC".into());
@@ -189,7 +231,11 @@ impl Session {
         set("NANOCLAW_CLI_MAX_RETRIES", "1".into());
         // OpenCode's background plugin install honours this; keep it on loopback.
         set("NPM_CONFIG_REGISTRY", format!("{}/npm/", model.url()));
-        for (name, var) in [("claude", "CLAUDE_PATH"), ("codex", "CODEX_PATH"), ("opencode", "OPENCODE_PATH")] {
+        for (name, var) in [
+            ("claude", "CLAUDE_PATH"),
+            ("codex", "CODEX_PATH"),
+            ("opencode", "OPENCODE_PATH"),
+        ] {
             if let Some(path) = std::env::var_os(var) {
                 set(var, PathBuf::from(path).display().to_string());
             } else {
@@ -213,7 +259,10 @@ impl Session {
             Err(err) => panic!("runner log: {err}"),
         };
         let mut cmd = Command::new(bin("agent-runner"));
-        cmd.arg("--workspace").arg(&self.workspace).arg("--provider").arg(provider);
+        cmd.arg("--workspace")
+            .arg(&self.workspace)
+            .arg("--provider")
+            .arg(provider);
         cmd.env_clear().envs(self.runner_env(provider, model));
         for (k, v) in extra_env {
             cmd.env(k, v);
@@ -226,7 +275,10 @@ impl Session {
         let pid = child.id();
         self.runner = Some(child);
         self.wait_until("the runner to start", Duration::from_secs(20), |s| {
-            s.db.runner_state().ok().flatten().is_some_and(|r| r.pid == Some(i64::from(pid)) && r.status != "starting")
+            s.db.runner_state()
+                .ok()
+                .flatten()
+                .is_some_and(|r| r.pid == Some(i64::from(pid)) && r.status != "starting")
         });
     }
 
@@ -246,7 +298,10 @@ impl Session {
     /// SIGTERMs the runner and waits for it (a graceful stop).
     pub fn stop_runner(&mut self) {
         if let Some(mut child) = self.runner.take() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = child.try_wait() {
@@ -262,14 +317,19 @@ impl Session {
     /// Every runner log so far, concatenated.
     pub fn runner_log(&self) -> String {
         (0..self.starts)
-            .filter_map(|n| std::fs::read_to_string(self.workspace.join(format!("runner-{n}.log"))).ok())
+            .filter_map(|n| {
+                std::fs::read_to_string(self.workspace.join(format!("runner-{n}.log"))).ok()
+            })
             .collect::<Vec<_>>()
             .join("\n----- restart -----\n")
     }
 
     /// Inserts a chat message from "Ann" with the test routing.
     pub fn send_chat(&self, text: &str) -> Inserted {
-        let mut row = NewMessageIn::new("chat", json!({"sender": "Ann", "senderId": "u-ann", "text": text}).to_string());
+        let mut row = NewMessageIn::new(
+            "chat",
+            json!({"sender": "Ann", "senderId": "u-ann", "text": text}).to_string(),
+        );
         row.routing = test_routing();
         self.insert(row)
     }
@@ -300,7 +360,10 @@ impl Session {
         let deadline = Instant::now() + timeout;
         while !cond(self) {
             if Instant::now() >= deadline {
-                panic!("timed out after {timeout:?} waiting for {what}\n--- runner log ---\n{}", self.runner_log());
+                panic!(
+                    "timed out after {timeout:?} waiting for {what}\n--- runner log ---\n{}",
+                    self.runner_log()
+                );
             }
             std::thread::sleep(Duration::from_millis(25));
         }
@@ -308,15 +371,26 @@ impl Session {
 
     /// Waits until the row `id` is completed.
     pub fn wait_completed(&self, id: &str, timeout: Duration) {
-        self.wait_until(&format!("message {id} completed"), timeout, |s| s.row(id).status == "completed");
+        self.wait_until(&format!("message {id} completed"), timeout, |s| {
+            s.row(id).status == "completed"
+        });
     }
 
     /// Waits for the first chat reply to `id` and returns it.
     pub fn wait_reply(&self, id: &str, timeout: Duration) -> MessageOut {
         self.wait_until(&format!("a reply to {id}"), timeout, |s| {
-            s.db.replies_to(id).unwrap_or_default().iter().any(|o| o.kind == "chat")
+            s.db.replies_to(id)
+                .unwrap_or_default()
+                .iter()
+                .any(|o| o.kind == "chat")
         });
-        match self.db.replies_to(id).unwrap_or_default().into_iter().find(|o| o.kind == "chat") {
+        match self
+            .db
+            .replies_to(id)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|o| o.kind == "chat")
+        {
             Some(reply) => reply,
             None => panic!("reply vanished"),
         }
@@ -324,7 +398,11 @@ impl Session {
 
     /// Runs the host CLI `nanoclaw` against this session's DB.
     pub fn nanoclaw(&self, args: &[&str]) -> Output {
-        match Command::new(bin("nanoclaw")).args(args).env("SESSION_DB", self.workspace.join("session.db")).output() {
+        match Command::new(bin("nanoclaw"))
+            .args(args)
+            .env("SESSION_DB", self.workspace.join("session.db"))
+            .output()
+        {
             Ok(out) => out,
             Err(err) => panic!("nanoclaw: {err}"),
         }

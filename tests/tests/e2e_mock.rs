@@ -23,5 +23,8 @@ fn mock_session_through_the_harness() {
     assert!(watched.status.success());
     assert!(String::from_utf8_lossy(&watched.stdout).contains("hello through the harness"));
     session.stop_runner();
-    assert_eq!(session.db.runner_state().unwrap().unwrap().status, "stopped");
+    assert_eq!(
+        session.db.runner_state().unwrap().unwrap().status,
+        "stopped"
+    );
 }
