@@ -750,7 +750,10 @@ mod tests {
                         _ => (format!("v{n}"), Value::from(format!("v{n}"))),
                     },
                     Kind::Number => (format!("{}", n + 1), Value::from(n + 1)),
-                    Kind::Bool => (n.is_multiple_of(2).to_string(), Value::from(n.is_multiple_of(2))),
+                    Kind::Bool => (
+                        n.is_multiple_of(2).to_string(),
+                        Value::from(n.is_multiple_of(2)),
+                    ),
                     Kind::List => (
                         format!("a{n},b{n}"),
                         serde_json::json!([format!("a{n}"), format!("b{n}")]),

@@ -171,7 +171,10 @@ fn claim_complete_reset_and_release() {
     assert!(claimed
         .iter()
         .all(|r| r.status == "processing" && r.tries == 1));
-    assert!(db.claim(std::slice::from_ref(&a)).unwrap().is_empty(), "claimed twice");
+    assert!(
+        db.claim(std::slice::from_ref(&a)).unwrap().is_empty(),
+        "claimed twice"
+    );
     let reply = NewMessageOut::new(OutKind::Chat, Routing::default(), &json!({"text": "r"}))
         .replying_to(Some(a.clone()));
     let written = db.complete(std::slice::from_ref(&a), &[reply]).unwrap();
