@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
+use crate::archive;
 use crate::process::CliCommand;
 use crate::ProviderSettings;
 
@@ -168,26 +169,46 @@ pub(crate) fn tool_timeout_ms(settings: &ProviderSettings) -> u128 {
     (settings.tool_timeout + TOOL_TIMEOUT_MARGIN).as_millis()
 }
 
-/// The `--settings` JSON.
-pub(crate) fn settings_json(files: &LaunchFiles) -> Value {
-    let mut settings = Map::new();
+/// The `--settings` JSON: the `apiKeyHelper` that reads the key file, and the hooks.
+pub(crate) fn settings_json(settings: &ProviderSettings, files: &LaunchFiles) -> Value {
+    let mut json = Map::new();
     if let Some(key) = &files.api_key {
-        settings.insert(
+        json.insert(
             "apiKeyHelper".into(),
             json!(format!("cat {}", shell_quote(&key.display().to_string()))),
         );
     }
-    if let Some(hooks) = hooks() {
-        settings.insert("hooks".into(), hooks);
+    if let Some(hooks) = hooks(settings) {
+        json.insert("hooks".into(), hooks);
     }
-    Value::Object(settings)
+    Value::Object(json)
 }
 
-/// Hook point for issue 5: the `PreCompact` hook that archives the transcript to
-/// `/workspace/agent/conversations/` goes here, as
-/// `{"PreCompact":[{"hooks":[{"type":"command","command":"…"}]}]}`. Nothing yet.
-fn hooks() -> Option<Value> {
-    None
+/// The conversations folder transcripts are archived to (`/workspace/agent/conversations`).
+pub(crate) fn conversations_dir(settings: &ProviderSettings) -> PathBuf {
+    settings.agent_dir.join("conversations")
+}
+
+/// Issue 5: the `PreCompact` hook that archives the transcript before Claude compacts its
+/// context, `{"PreCompact":[{"matcher":"","hooks":[{"type":"command","command":"'<runner>'
+/// archive-hook --conversations-dir '<agent dir>/conversations' --timezone '<tz>' --workspace
+/// '<workspace>' --set 'assistantName=<name>'"}]}]}`. The hook reads Claude's hook JSON on
+/// stdin (the transcript path among it); everything else it needs is on its command line,
+/// since Claude's environment does not carry the runner's configuration. `None` without a
+/// runner binary to call.
+fn hooks(settings: &ProviderSettings) -> Option<Value> {
+    let runner = settings.runner_exe.as_deref()?;
+    let mut hooks =
+        archive::claude_precompact_hooks(runner, &conversations_dir(settings), &settings.timezone);
+    if let Some(Value::String(command)) = hooks.pointer_mut("/PreCompact/0/hooks/0/command") {
+        command.push_str(" --workspace ");
+        command.push_str(&shell_quote(&settings.workspace.display().to_string()));
+        if let Some(name) = settings.assistant_name.as_deref().filter(|n| !n.is_empty()) {
+            command.push_str(" --set ");
+            command.push_str(&shell_quote(&format!("assistantName={name}")));
+        }
+    }
+    Some(hooks)
 }
 
 /// `'text'` for `sh`, with embedded single quotes escaped.
@@ -234,7 +255,7 @@ pub(crate) fn args(
     args.push("--disallowedTools".into());
     args.push(DISALLOWED_TOOLS.join(","));
     args.push("--settings".into());
-    args.push(settings_json(files).to_string());
+    args.push(settings_json(settings, files).to_string());
     if let Some(model) = settings.model.as_deref().filter(|m| !m.is_empty()) {
         args.push("--model".into());
         args.push(model.to_owned());
@@ -518,6 +539,44 @@ mod tests {
         let config: Value =
             serde_json::from_str(&std::fs::read_to_string(files.mcp_config).unwrap()).unwrap();
         assert!(config["mcpServers"]["nanoclaw"].is_object());
+    }
+
+    #[test]
+    fn precompact_hook_joins_the_api_key_helper() {
+        let mut settings = settings();
+        settings.runner_exe = Some("/usr/local/bin/agent-runner".into());
+        settings.assistant_name = Some("Andy O'Neil".into());
+        let json = serde_json::to_string_pretty(&settings_json(&settings, &files())).unwrap();
+        expect![[r#"
+            {
+              "apiKeyHelper": "cat '/workspace/.home/claude/.nanoclaw/anthropic-api-key'",
+              "hooks": {
+                "PreCompact": [
+                  {
+                    "hooks": [
+                      {
+                        "command": "'/usr/local/bin/agent-runner' archive-hook --conversations-dir '/workspace/agent/conversations' --timezone 'Europe/Berlin' --workspace '/workspace' --set 'assistantName=Andy O'\\''Neil'",
+                        "type": "command"
+                      }
+                    ],
+                    "matcher": ""
+                  }
+                ]
+              }
+            }"#]]
+        .assert_eq(&json);
+        // Without a key file only the hook is there; without a runner binary, no hook.
+        let no_key = LaunchFiles {
+            api_key: None,
+            ..files()
+        };
+        let only_hooks = settings_json(&settings, &no_key);
+        assert_eq!(
+            only_hooks.as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["hooks"]
+        );
+        settings.runner_exe = None;
+        assert!(settings_json(&settings, &files()).get("hooks").is_none());
     }
 
     #[test]

@@ -18,6 +18,9 @@
 //!   next query; no output for `settings.watchdog` during a turn → the group is killed,
 //!   `Error { Watchdog }`; a missing session on `--resume` → a new session for the same prompts,
 //!   with a `Progress` notice and a new `Init`.
+//! * **Archiving** (issue 5). With `settings.runner_exe` set, `--settings` carries a
+//!   `PreCompact` hook running `agent-runner archive-hook`, which writes the transcript to
+//!   `<agent dir>/conversations/` before Claude compacts it (`/compact` or automatically).
 
 mod command;
 mod driver;

@@ -15,6 +15,9 @@
 //! * Follow-ups: abort-and-restart by default (`turn/interrupt`, then one `turn/start` with every
 //!   prompt not yet answered), or native `turn/steer` with `settings.codex_steer`
 //!   ([`turn::QueryState`]).
+//! * Archiving (issue 5): after a query's stream is closed, the thread is read back with
+//!   `thread/read` and its new entries written as Markdown to `<agent dir>/conversations/`
+//!   (`archiving.rs`); a side job that never fails or delays a query.
 //!
 //! The system prompt after a resume: Codex 0.169 keeps the developer instructions recorded when
 //! the thread started and ignores new ones on `thread/resume` (and `-c developer_instructions`).
@@ -23,6 +26,7 @@
 //! developer message with `thread/inject_items`. What each thread last received is recorded
 //! under `CODEX_HOME/nanoclaw/instructions/`.
 
+mod archiving;
 pub mod config;
 pub mod protocol;
 pub mod rpc;
@@ -68,6 +72,8 @@ struct Shared {
     configured: PathBuf,
     server: tokio::sync::Mutex<Option<Arc<AppServer>>>,
     transcript: std::sync::Mutex<Option<Transcript>>,
+    /// Held by the transcript archive that runs (`archiving.rs`).
+    archive: archiving::ArchiveLock,
 }
 
 impl CodexProvider {
@@ -89,6 +95,7 @@ impl CodexProvider {
                 configured,
                 server: tokio::sync::Mutex::new(None),
                 transcript: std::sync::Mutex::new(None),
+                archive: archiving::ArchiveLock::default(),
             }),
         })
     }
@@ -136,6 +143,8 @@ impl AgentProvider for CodexProvider {
         Box::pin(async move {
             let server = self.shared.server.lock().await.take();
             if let Some(server) = server {
+                // The last query's archive reads the thread from this process.
+                archiving::wait_idle(&self.shared.archive).await;
                 server.terminate().await;
             }
         })
@@ -182,6 +191,8 @@ async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle: QueryHand
             pid = server.pid(),
             "another session: restarting codex app-server"
         );
+        // The previous session's archive reads its thread from this process.
+        archiving::wait_idle(&shared.archive).await;
         server.terminate().await;
         forget_server(&shared, &server).await;
         server = match live_server(&shared).await {
@@ -294,6 +305,12 @@ async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle: QueryHand
             }
         }
         if state.is_closed() {
+            // The archive lock is taken before the stream closes, so a shutdown or another
+            // session the runner starts next waits for this query's archive.
+            let guard = archiving::reserve(&shared.archive);
+            drop(incoming);
+            drop(handle);
+            archiving::archive_thread(&shared.archive, guard, settings, &server, &thread_id).await;
             return;
         }
         if state.aborting() && abort_started.is_none() {
