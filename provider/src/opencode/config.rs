@@ -187,7 +187,11 @@ pub fn environment(
 /// The whole `opencode serve` invocation. `--port 0` lets OpenCode pick a free port (it tries
 /// 4096 first, then a random one) and the provider reads the real one from the "listening on"
 /// line, so two runners never race for a port.
-pub fn command(program: &Path, settings: &ProviderSettings, env: BTreeMap<String, String>) -> CliCommand {
+pub fn command(
+    program: &Path,
+    settings: &ProviderSettings,
+    env: BTreeMap<String, String>,
+) -> CliCommand {
     CliCommand::new(program, &settings.agent_dir)
         .args(["serve", "--hostname", "127.0.0.1", "--port", "0"])
         .envs(env)
@@ -270,9 +274,15 @@ mod tests {
     #[test]
     fn inline_config() {
         let settings = settings();
-        let config = config(&settings, Some(Path::new("/workspace/.home/opencode/.nanoclaw/openai-api-key")));
+        let config = config(
+            &settings,
+            Some(Path::new(
+                "/workspace/.home/opencode/.nanoclaw/openai-api-key",
+            )),
+        );
         expect![[r#"
             {
+              "autoupdate": false,
               "experimental": {
                 "mcp_timeout": 360000
               },
@@ -284,6 +294,7 @@ mod tests {
                   "enabled": true,
                   "environment": {
                     "NANOCLAW_ADMIN_USER_ID": "admin-1",
+                    "NANOCLAW_MAX_QUESTION_TIMEOUT": "300",
                     "SESSION_DB": "/workspace/session.db",
                     "TZ": "Europe/Berlin",
                     "WORKSPACE_DIR": "/workspace"
@@ -329,10 +340,30 @@ mod tests {
                 }
               },
               "share": "disabled",
-              "small_model": "nanoclaw/gpt-4.1",
-              "autoupdate": false
+              "small_model": "nanoclaw/gpt-4.1"
             }"#]]
-        .assert_eq(&serde_json::to_string_pretty(&config).unwrap());
+        .assert_eq(&serde_json::to_string_pretty(&Sorted(&config)).unwrap());
+    }
+
+    /// Serializes objects with sorted keys, whatever `serde_json`'s map order is (the
+    /// `preserve_order` feature may be on through another crate).
+    struct Sorted<'a>(&'a Value);
+
+    impl serde::Serialize for Sorted<'_> {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            match self.0 {
+                Value::Object(map) => {
+                    let sorted: std::collections::BTreeMap<&String, Sorted<'_>> =
+                        map.iter().map(|(k, v)| (k, Sorted(v))).collect();
+                    sorted.serialize(serializer)
+                }
+                Value::Array(items) => {
+                    let items: Vec<Sorted<'_>> = items.iter().map(Sorted).collect();
+                    items.serialize(serializer)
+                }
+                other => other.serialize(serializer),
+            }
+        }
     }
 
     #[test]
@@ -365,7 +396,9 @@ mod tests {
         "#]]
         .assert_debug_eq(&names);
         assert_eq!(env["HOME"], "/workspace/.home/opencode");
-        assert!(!env.values().any(|v| v.contains("sk-test") || v.contains("secret")));
+        assert!(!env
+            .values()
+            .any(|v| v.contains("sk-test") || v.contains("secret")));
     }
 
     #[test]
@@ -390,7 +423,9 @@ mod tests {
         let mode = std::fs::metadata(&key_file).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         assert!(global_config_dir(&settings).join("node_modules").is_dir());
-        assert!(global_config_dir(&settings).join("package-lock.json").is_file());
+        assert!(global_config_dir(&settings)
+            .join("package-lock.json")
+            .is_file());
         settings.api_key = None;
         assert!(prepare_home(&settings).unwrap().is_none());
         assert!(!key_file.exists());

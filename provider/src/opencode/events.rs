@@ -362,7 +362,10 @@ mod tests {
 
     #[test]
     fn unknown_events_and_fields_are_tolerated() {
-        let event = Event::parse(r#"{"id":"evt_1","type":"brand.new","properties":{"sessionID":"ses_1","x":1}}"#).unwrap();
+        let event = Event::parse(
+            r#"{"id":"evt_1","type":"brand.new","properties":{"sessionID":"ses_1","x":1}}"#,
+        )
+        .unwrap();
         assert_eq!(
             event,
             Event::Other {
@@ -380,7 +383,8 @@ mod tests {
 
     #[test]
     fn malformed_payloads_become_other() {
-        let event = Event::parse(r#"{"type":"message.updated","properties":{"info":"nonsense"}}"#).unwrap();
+        let event =
+            Event::parse(r#"{"type":"message.updated","properties":{"info":"nonsense"}}"#).unwrap();
         assert_eq!(
             event,
             Event::Other {

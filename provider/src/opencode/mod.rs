@@ -20,6 +20,11 @@
 //! * After the last result, a follow-up waits for the loop's idle before it is posted, so it
 //!   never lands in a loop that is just exiting.
 //!
+//! # Results
+//! A result is an assistant message answering one of the posted messages (its `parentID`),
+//! finished with a reason that ends OpenCode's run loop, reported when the session goes idle
+//! (see [`translate`]); `covers` follows from the message ids, never from counting events.
+//!
 //! # Failures
 //! The SSE stream ending means the server died (`Process`, retryable; the next query respawns
 //! and resumes). No session event for `settings.watchdog` during a turn (longer while a tool
@@ -46,8 +51,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::process::resolve_cli;
 use crate::{
-    AgentProvider, AgentQuery, Control, ErrorClass, Prompt, PromptId, ProviderError,
-    ProviderEvent, ProviderSettings, QueryHandle, QueryInput,
+    AgentProvider, AgentQuery, Control, ErrorClass, Prompt, PromptId, ProviderError, ProviderEvent,
+    ProviderSettings, QueryHandle, QueryInput,
 };
 
 use events::Event;
@@ -127,7 +132,7 @@ impl OpenCodeProvider {
     }
 
     /// Pid of the running server (the leader of its process group), if any.
-    pub async fn server_pid(&self) -> Option<u32> {
+    pub fn server_pid(&self) -> Option<u32> {
         *lock(&self.shared.pid)
     }
 }
@@ -307,7 +312,9 @@ async fn run_query(
             tracing::error!(%message, "cannot start opencode serve");
             let _ = handle
                 .events
-                .send(process_error(format!("cannot start opencode serve: {message}")))
+                .send(process_error(format!(
+                    "cannot start opencode serve: {message}"
+                )))
                 .await;
             return;
         }
@@ -376,8 +383,8 @@ struct Driver<'a> {
     ended: bool,
     /// The run loop went idle after our last post.
     loop_idle: bool,
-    /// The turn failed on our side and OpenCode's loop must be aborted.
-    abort_loop: bool,
+    /// The server stopped answering requests: replace it after this query.
+    kill_server: bool,
     last_activity: Instant,
 }
 
@@ -397,11 +404,17 @@ impl<'a> Driver<'a> {
                 "OpenCode gets attachments as the paths in the prompt text"
             );
         }
-        let session_id = match resolve_session(shared, server, input.continuation.as_deref(), &events).await {
+        let session_id = match resolve_session(server, input.continuation.as_deref(), &events).await
+        {
             Ok(id) => id,
-            Err(message) => {
+            Err((message, server_broken)) => {
                 let _ = events.send(process_error(message)).await;
-                return Outcome::KeepServer;
+                // A server that does not answer is replaced on the next query.
+                return if server_broken {
+                    Outcome::KillServer
+                } else {
+                    Outcome::KeepServer
+                };
             }
         };
         if events
@@ -417,7 +430,9 @@ impl<'a> Driver<'a> {
             Ok(stream) => stream,
             Err(err) => {
                 let _ = events
-                    .send(process_error(format!("cannot read OpenCode's event stream: {err}")))
+                    .send(process_error(format!(
+                        "cannot read OpenCode's event stream: {err}"
+                    )))
                     .await;
                 return Outcome::KillServer;
             }
@@ -435,7 +450,7 @@ impl<'a> Driver<'a> {
             settle: None,
             ended: false,
             loop_idle: true,
-            abort_loop: false,
+            kill_server: false,
             last_activity: Instant::now(),
         };
         driver.flush().await;
@@ -448,7 +463,11 @@ impl<'a> Driver<'a> {
             if self.turn.failed() {
                 return Exit::Failed;
             }
-            if self.ended && self.turn.all_covered() && self.unsent.is_empty() && self.settle.is_none() {
+            if self.ended
+                && self.turn.all_covered()
+                && self.unsent.is_empty()
+                && self.settle.is_none()
+            {
                 return Exit::Done;
             }
             if self.events.is_none() {
@@ -545,7 +564,9 @@ impl<'a> Driver<'a> {
             Event::SessionError {
                 session_id: None,
                 error,
-            } => tracing::warn!(error = %error.text(), "OpenCode reported an error outside a session"),
+            } => {
+                tracing::warn!(error = %error.text(), "OpenCode reported an error outside a session")
+            }
             _ => {}
         }
         for output in self.turn.handle(&event) {
@@ -568,7 +589,14 @@ impl<'a> Driver<'a> {
                 self.send(event).await;
             }
             Output::Idle => self.on_idle().await,
-            Output::AbortSession => self.abort_loop = true,
+            Output::AbortSession => {
+                self.set_aborting(true);
+                self.loop_idle = false;
+                let session = self.turn.session_id().to_owned();
+                if let Err(err) = self.server.abort(&session).await {
+                    tracing::warn!(%err, "cannot abort OpenCode's retries");
+                }
+            }
             Output::Asked { kind, request_id } => {
                 tracing::warn!(%kind, %request_id, "OpenCode waits for a decision; answering it");
                 if let Err(err) = self.server.answer(&kind, &request_id).await {
@@ -659,10 +687,16 @@ impl<'a> Driver<'a> {
                 });
             }
         } else if self.turn.tool_running() {
-            tracing::info!(prompt = id, "follow-up queued into the running OpenCode turn");
+            tracing::info!(
+                prompt = id,
+                "follow-up queued into the running OpenCode turn"
+            );
             self.flush().await;
         } else {
-            tracing::info!(prompt = id, "follow-up: aborting the OpenCode turn to restart it");
+            tracing::info!(
+                prompt = id,
+                "follow-up: aborting the OpenCode turn to restart it"
+            );
             self.set_aborting(true);
             let session = self.turn.session_id().to_owned();
             if let Err(err) = self.server.abort(&session).await {
@@ -689,7 +723,9 @@ impl<'a> Driver<'a> {
             return;
         }
         if !quiet {
-            tracing::warn!("OpenCode's run loop did not settle in time; posting the follow-up anyway");
+            tracing::warn!(
+                "OpenCode's run loop did not settle in time; posting the follow-up anyway"
+            );
         }
         self.flush().await;
     }
@@ -739,8 +775,13 @@ impl<'a> Driver<'a> {
                         continue;
                     }
                     self.turn.fail();
-                    self.send(process_error(format!("cannot post the prompt to OpenCode: {err}")))
-                        .await;
+                    // Nothing runs for the prompt; a server that does not answer is replaced.
+                    self.loop_idle = true;
+                    self.kill_server |= matches!(err, HttpError::Transport(_));
+                    self.send(process_error(format!(
+                        "cannot post the prompt to OpenCode: {err}"
+                    )))
+                    .await;
                     return;
                 }
             }
@@ -751,6 +792,15 @@ impl<'a> Driver<'a> {
     /// (idle) for the next query.
     async fn finish(mut self, exit: Exit, stream: &mut server::EventStream) -> Outcome {
         tracing::debug!(?exit, "OpenCode query finished");
+        let outcome = self.report(exit, stream).await;
+        if self.kill_server {
+            Outcome::KillServer
+        } else {
+            outcome
+        }
+    }
+
+    async fn report(&mut self, exit: Exit, stream: &mut server::EventStream) -> Outcome {
         match exit {
             Exit::Done => {
                 self.events = None;
@@ -759,13 +809,6 @@ impl<'a> Driver<'a> {
             }
             Exit::Failed => {
                 self.events = None;
-                if self.abort_loop {
-                    self.set_aborting(true);
-                    self.loop_idle = false;
-                    if let Err(err) = self.server.abort(self.turn.session_id()).await {
-                        tracing::warn!(%err, "cannot abort OpenCode's retries");
-                    }
-                }
                 self.wait_idle(stream, ABORT_SETTLE).await;
                 Outcome::KeepServer
             }
@@ -789,7 +832,10 @@ impl<'a> Driver<'a> {
             Exit::Watchdog(limit) => {
                 tracing::error!(?limit, "no output from OpenCode; killing it");
                 self.send(ProviderEvent::Error {
-                    message: format!("no output from OpenCode for {}s; killed it", limit.as_secs()),
+                    message: format!(
+                        "no output from OpenCode for {}s; killed it",
+                        limit.as_secs()
+                    ),
                     retryable: true,
                     classification: ErrorClass::Watchdog,
                     ends_turn: true,
@@ -846,28 +892,36 @@ impl<'a> Driver<'a> {
 
 /// Finds or creates the session; a stored continuation that no longer exists is replaced by a
 /// new session (with a `Progress` notice; the caller emits `Init` with the new id).
+/// Errors say whether the server itself looks broken (no answer at all).
 async fn resolve_session(
-    shared: &Shared,
     server: &Server,
     continuation: Option<&str>,
     events: &mpsc::Sender<ProviderEvent>,
-) -> Result<String, String> {
+) -> Result<String, (String, bool)> {
     if let Some(id) = continuation {
         match server.session_exists(id).await {
             Ok(true) => return Ok(id.to_owned()),
             Ok(false) => {
-                tracing::warn!(session = id, "stored OpenCode session not found; starting a new one");
+                tracing::warn!(
+                    session = id,
+                    "stored OpenCode session not found; starting a new one"
+                );
                 let _ = events
                     .send(ProviderEvent::Progress {
                         message: format!("stored session {id} not found; starting a new one"),
                     })
                     .await;
             }
-            Err(err) => return Err(format!("cannot look up OpenCode session {id}: {err}")),
+            Err(err) => {
+                let broken = matches!(err, HttpError::Transport(_));
+                return Err((
+                    format!("cannot look up OpenCode session {id}: {err}"),
+                    broken,
+                ));
+            }
         }
     }
-    let _ = shared;
-    let mut last = String::new();
+    let mut last = None;
     for _ in 0..2 {
         match server.create_session().await {
             Ok(id) => {
@@ -876,11 +930,13 @@ async fn resolve_session(
             }
             Err(err) => {
                 tracing::warn!(%err, "cannot create an OpenCode session");
-                last = err.to_string();
+                last = Some(err);
             }
         }
     }
-    Err(format!("cannot create an OpenCode session: {last}"))
+    let broken = matches!(last, Some(HttpError::Transport(_)));
+    let last = last.map(|err| err.to_string()).unwrap_or_default();
+    Err((format!("cannot create an OpenCode session: {last}"), broken))
 }
 
 /// The `system` text of every prompt: the runner's system prompt plus the extra directories.

@@ -203,7 +203,9 @@ impl Server {
         body.get("id")
             .and_then(Value::as_str)
             .map(str::to_owned)
-            .ok_or_else(|| HttpError::Transport(format!("POST /session answered without an id: {body}")))
+            .ok_or_else(|| {
+                HttpError::Transport(format!("POST /session answered without an id: {body}"))
+            })
     }
 
     /// `POST /session/{id}/prompt_async`: returns once OpenCode accepted the prompt (204).
@@ -233,7 +235,12 @@ impl Server {
     /// `GET /session/status`: true while the session's run loop is busy or retrying.
     pub async fn is_busy(&self, session_id: &str) -> Result<bool, HttpError> {
         let body = self
-            .request(reqwest::Method::GET, "/session/status", None, REQUEST_TIMEOUT)
+            .request(
+                reqwest::Method::GET,
+                "/session/status",
+                None,
+                REQUEST_TIMEOUT,
+            )
             .await?;
         Ok(body
             .get(session_id)
@@ -322,15 +329,13 @@ impl Server {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request
-            .send()
-            .await
-            .map_err(|err| HttpError::Transport(format!("{method} {path}: {}", error_chain(&err))))?;
+        let response = request.send().await.map_err(|err| {
+            HttpError::Transport(format!("{method} {path}: {}", error_chain(&err)))
+        })?;
         let status = response.status();
-        let text = response
-            .text()
-            .await
-            .map_err(|err| HttpError::Transport(format!("{method} {path}: {}", error_chain(&err))))?;
+        let text = response.text().await.map_err(|err| {
+            HttpError::Transport(format!("{method} {path}: {}", error_chain(&err)))
+        })?;
         if status == reqwest::StatusCode::NOT_FOUND {
             return Err(HttpError::NotFound(truncate(&text)));
         }
@@ -343,8 +348,9 @@ impl Server {
         if text.trim().is_empty() {
             return Ok(Value::Null);
         }
-        serde_json::from_str(&text)
-            .map_err(|err| HttpError::Transport(format!("{method} {path}: unreadable answer: {err}")))
+        serde_json::from_str(&text).map_err(|err| {
+            HttpError::Transport(format!("{method} {path}: unreadable answer: {err}"))
+        })
     }
 
     /// Stops the server: TERM to its process group, a grace period, KILL to the group; then
@@ -476,7 +482,8 @@ pub fn kill_marked(marker: &str) -> usize {
         if pid == me {
             continue;
         }
-        let Ok(environ) = std::fs::read(Path::new("/proc").join(pid.to_string()).join("environ")) else {
+        let Ok(environ) = std::fs::read(Path::new("/proc").join(pid.to_string()).join("environ"))
+        else {
             continue;
         };
         if !environ
@@ -537,7 +544,10 @@ mod tests {
             listening_url("opencode server listening on http://127.0.0.1:46497").as_deref(),
             Some("http://127.0.0.1:46497")
         );
-        assert_eq!(listening_url("Warning: OPENCODE_SERVER_PASSWORD is not set"), None);
+        assert_eq!(
+            listening_url("Warning: OPENCODE_SERVER_PASSWORD is not set"),
+            None
+        );
     }
 
     #[test]

@@ -190,7 +190,10 @@ impl Turn {
             Event::Status { status, .. } if status.kind == "retry" => {
                 self.retry(status.attempt.unwrap_or(0), status.message.as_deref())
             }
-            Event::Idle { .. } => {
+            // OpenCode 1.18.33 sends both `session.status` idle and `session.idle` when a run
+            // loop ends; either counts, in case a later version drops one. Handling an idle
+            // twice is harmless.
+            Event::Idle { .. } | Event::Status { .. } if is_idle(event) => {
                 let mut out = self.results();
                 out.push(Output::Idle);
                 out
@@ -254,7 +257,8 @@ impl Turn {
         }
         self.assistants.insert(info.id.clone(), info.clone());
         let latest = self.posted.last().map(|p| p.message_id.as_str());
-        if !self.aborting && info.parent_id.as_deref() == latest && !self.aborted.contains(&info.id) {
+        if !self.aborting && info.parent_id.as_deref() == latest && !self.aborted.contains(&info.id)
+        {
             self.abort_grace = false;
         }
         if !info.is_completed() {
@@ -381,7 +385,11 @@ impl Turn {
                         if status == "error" {
                             tracing::debug!(
                                 tool = part.tool.as_deref().unwrap_or(""),
-                                error = part.state.as_ref().and_then(|s| s.error.as_deref()).unwrap_or(""),
+                                error = part
+                                    .state
+                                    .as_ref()
+                                    .and_then(|s| s.error.as_deref())
+                                    .unwrap_or(""),
                                 "OpenCode tool call failed (the model sees the error)"
                             );
                         }
@@ -403,7 +411,9 @@ impl Turn {
         let classification = classify_text(message);
         if attempt > self.max_retries {
             self.failed = true;
+            // Abort first: OpenCode's next attempt may be only the retry-after away.
             return vec![
+                Output::AbortSession,
                 Output::Event(ProviderEvent::Error {
                     message: format!(
                         "model API error after {} retries: {message}",
@@ -413,7 +423,6 @@ impl Turn {
                     classification,
                     ends_turn: true,
                 }),
-                Output::AbortSession,
             ];
         }
         vec![Output::Event(ProviderEvent::Error {
@@ -447,6 +456,14 @@ impl Turn {
     }
 }
 
+fn is_idle(event: &Event) -> bool {
+    match event {
+        Event::Idle { .. } => true,
+        Event::Status { status, .. } => status.kind == "idle",
+        _ => false,
+    }
+}
+
 /// Classifies a terminal OpenCode error. Model API errors arrive after OpenCode's own retries,
 /// so running the prompt again right away would not help: not retryable.
 pub fn classify(error: &ErrorInfo) -> (ErrorClass, bool) {
@@ -460,21 +477,36 @@ pub fn classify(error: &ErrorInfo) -> (ErrorClass, bool) {
         "ProviderAuthError" => (ErrorClass::Auth, false),
         // Not ours (the driver ignores its own aborts): something else stopped the turn.
         "MessageAbortedError" => (ErrorClass::Other, true),
-        _ => (ErrorClass::Other, false),
+        // UnknownError (e.g. a connection that keeps failing), MessageOutputLengthError,
+        // ContextOverflowError, ...: the model call failed.
+        _ => (ErrorClass::Api, false),
     }
 }
 
 /// Classifies a retry notice, which carries only the error text (no status code).
 pub fn classify_text(message: &str) -> ErrorClass {
     let lower = message.to_ascii_lowercase();
-    if ["429", "rate limit", "rate_limit", "too many requests", "quota"]
-        .iter()
-        .any(|needle| lower.contains(needle))
+    if [
+        "429",
+        "rate limit",
+        "rate_limit",
+        "too many requests",
+        "quota",
+    ]
+    .iter()
+    .any(|needle| lower.contains(needle))
     {
         ErrorClass::Quota
-    } else if ["401", "403", "unauthorized", "forbidden", "authentication", "invalid api key"]
-        .iter()
-        .any(|needle| lower.contains(needle))
+    } else if [
+        "401",
+        "403",
+        "unauthorized",
+        "forbidden",
+        "authentication",
+        "invalid api key",
+    ]
+    .iter()
+    .any(|needle| lower.contains(needle))
     {
         ErrorClass::Auth
     } else {
