@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use schema::{Inserted, MessageIn, MessageOut, NewMessageIn, Routing, SessionDb};
 use serde_json::{json, Value};
 
-use crate::fake_model::FakeModel;
+use crate::fake_model::{FakeModel, LoggedRequest};
 
 /// The model name every provider is pointed at (unknown to the CLIs on purpose: PROTOCOLS §2.6).
 pub const FAKE_MODEL: &str = "fake-model";
@@ -40,19 +40,78 @@ pub fn repo_root() -> PathBuf {
         .unwrap_or_default()
 }
 
+/// The cargo target dir: `$CARGO_TARGET_DIR` or `<repo>/target`.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"))
+}
+
 /// A binary of this workspace (`agent-runner`, `mcp-tools`, `nanoclaw`), from the target dir the
 /// tests were built into. `cargo build --workspace --bins` must have run (scripts/test.sh does).
 pub fn bin(name: &str) -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target"));
-    let path = target.join("debug").join(name);
+    let path = target_dir().join("debug").join(name);
     assert!(
         path.is_file(),
         "{} is missing: run `cargo build --workspace --bins` first",
         path.display()
     );
     path
+}
+
+/// The mcp-tools binary: `$MCP_TOOLS_PATH`, or `<target>/debug/mcp-tools`, built once
+/// (`cargo build -p mcp-tools`) when it is missing.
+pub fn mcp_tools() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(path) = std::env::var_os("MCP_TOOLS_PATH") {
+            return PathBuf::from(path);
+        }
+        let path = target_dir().join("debug/mcp-tools");
+        if !path.exists() {
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let status = match Command::new(cargo)
+                .args(["build", "-p", "mcp-tools"])
+                .current_dir(repo_root())
+                .status()
+            {
+                Ok(status) => status,
+                Err(err) => panic!("cannot run cargo build -p mcp-tools: {err}"),
+            };
+            assert!(status.success(), "cargo build -p mcp-tools failed");
+        }
+        assert!(path.exists(), "mcp-tools not found at {}", path.display());
+        path
+    })
+    .clone()
+}
+
+/// Each CLI provider and the variable naming its binary.
+pub const CLI_ENV_VARS: [(&str, &str); 3] = [
+    ("claude", "CLAUDE_PATH"),
+    ("codex", "CODEX_PATH"),
+    ("opencode", "OPENCODE_PATH"),
+];
+
+/// The variable naming the CLI binary of `provider` (`CLAUDE_PATH`, …). Panics for a provider
+/// without a CLI.
+pub fn cli_env_var(provider: &str) -> &'static str {
+    match CLI_ENV_VARS.iter().find(|(name, _)| *name == provider) {
+        Some((_, var)) => var,
+        None => panic!("no CLI known for provider {provider}: add it to CLI_ENV_VARS"),
+    }
+}
+
+/// [`cli`] for a provider: `provider_cli("codex")` = `cli("codex", "CODEX_PATH")`.
+pub fn provider_cli(provider: &str) -> Option<PathBuf> {
+    cli(provider, cli_env_var(provider))
+}
+
+/// The start of a test that drives `provider`'s real CLI through the runner: false when CLI
+/// tests are skipped, or when the test `test` (its exact name) was re-run inside a loopback-only
+/// namespace (see [`run_in_loopback_netns`]); true = run the body here.
+pub fn start_cli_test(provider: &str, test: &str) -> bool {
+    provider_cli(provider).is_some() && run_in_loopback_netns(test)
 }
 
 /// The pinned CLI `name` (from `env_var` or `.cli/node_modules/.bin`), or `None` when
@@ -74,7 +133,9 @@ pub fn cli(name: &str, env_var: &str) -> Option<PathBuf> {
     Some(path)
 }
 
-fn netns_prefix() -> Option<&'static [&'static str]> {
+/// A command prefix that runs its argument in a fresh loopback-only network namespace
+/// (`unshare -n`, else `unshare -rn`), or `None` when neither works here.
+pub fn netns_prefix() -> Option<&'static [&'static str]> {
     static PREFIX: OnceLock<Option<&'static [&'static str]>> = OnceLock::new();
     *PREFIX.get_or_init(|| {
         const CANDIDATES: [&[&str]; 2] = [&["unshare", "-n"], &["unshare", "-rn"]];
@@ -96,9 +157,12 @@ fn netns_prefix() -> Option<&'static [&'static str]> {
 /// current test binary inside a fresh loopback-only network namespace, asserts it passed there,
 /// and returns false.
 pub fn run_in_loopback_netns(test: &str) -> bool {
-    if std::env::var_os("NANOCLAW_IN_NETNS").is_some()
-        || std::env::var("NANOCLAW_NETNS").as_deref() == Ok("0")
-    {
+    if std::env::var_os("NANOCLAW_IN_NETNS").is_some() {
+        eprintln!("[{test}] running inside a loopback-only network namespace");
+        return true;
+    }
+    if std::env::var("NANOCLAW_NETNS").as_deref() == Ok("0") {
+        eprintln!("[{test}] NANOCLAW_NETNS=0: running without a network namespace");
         return true;
     }
     let Some(prefix) = netns_prefix() else {
@@ -111,18 +175,13 @@ pub fn run_in_loopback_netns(test: &str) -> bool {
         return true;
     };
     let started = Instant::now();
-    let out = Command::new(prefix[0])
-        .args(&prefix[1..])
-        .args(["sh", "-c", "ip link set lo up && exec \"$@\"", "sh"])
-        .arg(exe)
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env("NANOCLAW_IN_NETNS", "1")
-        .stdin(Stdio::null())
-        .output();
-    let out = match out {
-        Ok(out) => out,
-        Err(err) => panic!("cannot re-run {test} inside the namespace: {err}"),
-    };
+    let out = rerun_exact(
+        test,
+        &exe,
+        Some(prefix),
+        &[("NANOCLAW_IN_NETNS", "1")],
+        "inside the namespace",
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!(
@@ -135,10 +194,43 @@ pub fn run_in_loopback_netns(test: &str) -> bool {
         "{test} failed inside the loopback-only namespace"
     );
     assert!(
-        stdout.contains(&format!("test {test} ... ok")),
+        ran_exactly(&stdout, test),
         "{test} did not run inside the namespace"
     );
     false
+}
+
+/// Runs the test `test` (exact name, alone, `--nocapture`) of the test binary `exe` with `env`,
+/// under `prefix` (a loopback-only namespace, see [`netns_prefix`]) when given; its output.
+pub fn rerun_exact(
+    test: &str,
+    exe: &Path,
+    prefix: Option<&[&str]>,
+    env: &[(&str, &str)],
+    where_: &str,
+) -> Output {
+    let mut cmd = match prefix {
+        Some(prefix) => {
+            let mut cmd = Command::new(prefix[0]);
+            cmd.args(&prefix[1..])
+                .args(["sh", "-c", "ip link set lo up && exec \"$@\"", "sh"])
+                .arg(exe);
+            cmd
+        }
+        None => Command::new(exe),
+    };
+    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .envs(env.iter().copied())
+        .stdin(Stdio::null());
+    match cmd.output() {
+        Ok(out) => out,
+        Err(err) => panic!("cannot re-run {test} {where_}: {err}"),
+    }
+}
+
+/// True when the libtest output `stdout` shows that `test`, and only it, ran and passed.
+pub fn ran_exactly(stdout: &str, test: &str) -> bool {
+    stdout.contains(&format!("test {test} ... ok")) && stdout.contains("1 passed")
 }
 
 /// The routing every test message carries.
@@ -231,11 +323,7 @@ impl Session {
         set("NANOCLAW_CLI_MAX_RETRIES", "1".into());
         // OpenCode's background plugin install honours this; keep it on loopback.
         set("NPM_CONFIG_REGISTRY", format!("{}/npm/", model.url()));
-        for (name, var) in [
-            ("claude", "CLAUDE_PATH"),
-            ("codex", "CODEX_PATH"),
-            ("opencode", "OPENCODE_PATH"),
-        ] {
+        for (name, var) in CLI_ENV_VARS {
             if let Some(path) = std::env::var_os(var) {
                 set(var, PathBuf::from(path).display().to_string());
             } else {
@@ -396,6 +484,25 @@ impl Session {
         }
     }
 
+    /// Waits for the question row mcp-tools writes for `ask_user_question`; returns its
+    /// content (`questionId`, `question`, …).
+    pub fn wait_question(&self, timeout: Duration) -> Value {
+        self.wait_until("the question row", timeout, |s| {
+            s.outs()
+                .iter()
+                .any(|o| content(o).get("questionId").is_some())
+        });
+        match self
+            .outs()
+            .iter()
+            .map(content)
+            .find(|c| c.get("questionId").is_some())
+        {
+            Some(question) => question,
+            None => panic!("the question row vanished"),
+        }
+    }
+
     /// Runs the host CLI `nanoclaw` against this session's DB.
     pub fn nanoclaw(&self, args: &[&str]) -> Output {
         match Command::new(bin("nanoclaw"))
@@ -421,4 +528,198 @@ pub fn text_of(row: &MessageOut) -> String {
         .ok()
         .and_then(|v| v.get("text").and_then(Value::as_str).map(str::to_owned))
         .unwrap_or_default()
+}
+
+/// The JSON content of a `messages_out` row (`Null` when it is not JSON).
+pub fn content(row: &MessageOut) -> Value {
+    serde_json::from_str(&row.content).unwrap_or(Value::Null)
+}
+
+/// The session's chat `messages_out` rows, in order.
+pub fn chat_outs(session: &Session) -> Vec<MessageOut> {
+    session
+        .outs()
+        .into_iter()
+        .filter(|o| o.kind == "chat")
+        .collect()
+}
+
+/// The contents of the session's `system` rows whose `action` is `action` (`query_error`, …).
+pub fn system_actions(session: &Session, action: &str) -> Vec<Value> {
+    session
+        .outs()
+        .iter()
+        .filter(|o| o.kind == "system")
+        .map(content)
+        .filter(|c| c.get("action").and_then(Value::as_str) == Some(action))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the model was sent
+// ---------------------------------------------------------------------------------------------
+
+/// Prints one summary line per request the fake model got.
+pub fn print_requests(model: &FakeModel) {
+    for r in model.requests() {
+        eprintln!("    {}", r.summary());
+    }
+}
+
+/// Our texts in a request Claude sent: every text block of a user message, except Claude's own
+/// `<system-reminder>` blocks (which it puts into the first user message).
+pub fn claude_user_texts(request: &LoggedRequest) -> Vec<String> {
+    let mut texts = Vec::new();
+    for message in request.body["messages"].as_array().into_iter().flatten() {
+        if message["role"] != "user" {
+            continue;
+        }
+        match &message["content"] {
+            Value::String(text) => texts.push(text.clone()),
+            Value::Array(blocks) => texts.extend(
+                blocks
+                    .iter()
+                    .filter(|b| b["type"] == "text")
+                    .filter_map(|b| b["text"].as_str().map(str::to_owned)),
+            ),
+            _ => {}
+        }
+    }
+    texts
+        .into_iter()
+        .filter(|t| !t.starts_with("<system-reminder>"))
+        .collect()
+}
+
+/// Our texts in a request Codex sent: [`LoggedRequest::user_texts`] without Codex's own
+/// `<environment_context>` message.
+pub fn codex_user_texts(request: &LoggedRequest) -> Vec<String> {
+    request
+        .user_texts()
+        .into_iter()
+        .filter(|t| !t.starts_with("<environment_context>"))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes
+// ---------------------------------------------------------------------------------------------
+
+/// Live (non-zombie) processes: (pid, ppid, pgid, command line with spaces for NULs).
+pub fn live_processes() -> Vec<(u32, u32, u32, String)> {
+    let entries = match std::fs::read_dir("/proc") {
+        Ok(entries) => entries,
+        Err(err) => panic!("reading /proc: {err}"),
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // Fields after the ")" of the command name: state ppid pgrp ...
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.first() == Some(&"Z") {
+            continue;
+        }
+        let field = |i: usize| fields.get(i).and_then(|f| f.parse().ok()).unwrap_or(0);
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        out.push((pid, field(1), field(2), cmdline));
+    }
+    out
+}
+
+/// The live descendants of `root` (pid and command line).
+pub fn descendants(root: u32) -> Vec<(u32, String)> {
+    let all = live_processes();
+    let mut found: Vec<(u32, String)> = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for (pid, ppid, _, cmd) in &all {
+            if *ppid == parent && *pid != root && !found.iter().any(|(p, _)| p == pid) {
+                found.push((*pid, cmd.clone()));
+                frontier.push(*pid);
+            }
+        }
+    }
+    found
+}
+
+/// The pids of the live descendants of `root` whose command line contains `needle`.
+pub fn descendants_matching(root: u32, needle: &str) -> Vec<u32> {
+    descendants(root)
+        .into_iter()
+        .filter(|(_, cmd)| cmd.contains(needle))
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// True while `pid` is a live (non-zombie) process.
+pub fn alive(pid: u32) -> bool {
+    live_processes().iter().any(|(p, ..)| *p == pid)
+}
+
+/// Live processes whose command line contains `needle`.
+pub fn processes_with(needle: &str) -> Vec<(u32, String)> {
+    live_processes()
+        .into_iter()
+        .filter(|(_, _, _, cmd)| cmd.contains(needle))
+        .map(|(pid, _, _, cmd)| (pid, cmd))
+        .collect()
+}
+
+/// Live processes whose environment has the entry `entry` (`NAME=value`).
+pub fn processes_with_env(entry: &str) -> Vec<u32> {
+    live_processes()
+        .into_iter()
+        .map(|(pid, ..)| pid)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .unwrap_or_default()
+                .split(|b| *b == 0)
+                .any(|e| e == entry.as_bytes())
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transcript archives
+// ---------------------------------------------------------------------------------------------
+
+/// The `.md` files in `dir` (e.g. `<workspace>/agent/conversations`), sorted by name.
+pub fn archives(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "md"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// Every archive's text in `dir`, concatenated in name order.
+pub fn archives_text(dir: &Path) -> String {
+    archives(dir)
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Today's date in `tz` as `YYYY-MM-DD`, from `date` (the e2e crate has no time-zone library).
+pub fn today_in(tz: &str) -> String {
+    match Command::new("date").arg("+%Y-%m-%d").env("TZ", tz).output() {
+        Ok(out) => String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        Err(err) => panic!("running date: {err}"),
+    }
 }

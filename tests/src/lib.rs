@@ -2,7 +2,11 @@
 //!
 //! * [`fake_model`]: a scripted fake model server speaking the Anthropic Messages, OpenAI
 //!   Responses and OpenAI Chat Completions streaming APIs on 127.0.0.1.
-//! * [`harness`]: a session workspace, the real runner, mcp-tools and host CLI, on loopback.
+//! * [`harness`]: a session workspace, the real runner, mcp-tools and host CLI, on loopback;
+//!   CLI lookup, netns re-exec, row, request, process and archive helpers.
+//! * [`provider_harness`]: a provider driven directly against its real CLI and the fake model
+//!   (setup, child re-exec with a marker secret, event collection).
 
 pub mod fake_model;
 pub mod harness;
+pub mod provider_harness;

@@ -8,32 +8,16 @@
 //! missing CLI fails the tests unless `NANOCLAW_SKIP_CLI_TESTS=1`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use e2e::fake_model::{FakeModel, Step};
-use e2e::harness::{cli, run_in_loopback_netns, text_of, Session};
+use e2e::harness::{archives, start_cli_test, text_of, today_in, Session};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
 
 fn start(test: &str) -> bool {
-    cli("claude", "CLAUDE_PATH").is_some() && run_in_loopback_netns(test)
-}
-
-/// The `.md` files in `dir`, sorted by name.
-fn archives(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|e| e == "md"))
-                .collect()
-        })
-        .unwrap_or_default();
-    files.sort();
-    files
+    start_cli_test("claude", test)
 }
 
 /// `/compact` runs Claude's PreCompact hook, configured by the provider through `--settings`:
@@ -91,7 +75,7 @@ fn compact_archives_the_conversation_through_the_precompact_hook() {
     let files = archives(&conversations);
     assert_eq!(files.len(), 1, "{files:?}");
     let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
-    let today = chrono_today("America/New_York");
+    let today = today_in("America/New_York");
     assert!(
         name.starts_with(&format!("{today}-")) && name.contains("remember-that-the-launch"),
         "{name}"
@@ -156,14 +140,4 @@ fn compact_archives_the_conversation_through_the_precompact_hook() {
         "only what came since the last compaction: {second_text}"
     );
     session.stop_runner();
-}
-
-/// Today's date in `tz` as `YYYY-MM-DD`, from `date` (the e2e crate has no time-zone library).
-fn chrono_today(tz: &str) -> String {
-    let out = std::process::Command::new("date")
-        .arg("+%Y-%m-%d")
-        .env("TZ", tz)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }

@@ -6,51 +6,17 @@
 //! missing CLI fails the tests unless `NANOCLAW_SKIP_CLI_TESTS=1`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use e2e::fake_model::{FakeModel, Step};
-use e2e::harness::{cli, run_in_loopback_netns, text_of, Session};
+use e2e::harness::archives_text as all_text;
+use e2e::harness::{archives, start_cli_test, text_of, today_in, Session};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
 
 fn start(test: &str) -> bool {
-    cli("codex", "CODEX_PATH").is_some() && run_in_loopback_netns(test)
-}
-
-/// The `.md` files in `dir`, sorted by name.
-fn archives(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|e| e == "md"))
-                .collect()
-        })
-        .unwrap_or_default();
-    files.sort();
-    files
-}
-
-/// Every archive's text, concatenated in name order.
-fn all_text(dir: &Path) -> String {
-    archives(dir)
-        .iter()
-        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// Today's date in `tz` as `YYYY-MM-DD`, from `date` (the e2e crate has no time-zone library).
-fn today(tz: &str) -> String {
-    let out = std::process::Command::new("date")
-        .arg("+%Y-%m-%d")
-        .env("TZ", tz)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    start_cli_test("codex", test)
 }
 
 /// A query with a send_message call and a text answer is archived after it completes (the
@@ -97,7 +63,7 @@ fn each_query_is_archived_without_losing_earlier_entries() {
     assert_eq!(files.len(), 1, "{files:?}");
     let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
     assert!(
-        name.starts_with(&format!("{}-", today("Asia/Tokyo")))
+        name.starts_with(&format!("{}-", today_in("Asia/Tokyo")))
             && name.contains("is-the-pipeline-green"),
         "{name}"
     );

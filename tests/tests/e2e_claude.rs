@@ -9,104 +9,21 @@
 
 use std::time::{Duration, Instant};
 
-use e2e::fake_model::{FakeModel, LoggedRequest, Step};
-use e2e::harness::{cli, run_in_loopback_netns, test_routing, text_of, Session, FAKE_KEY};
-use schema::{MessageOut, NewMessageIn};
-use serde_json::{json, Value};
+use e2e::fake_model::{FakeModel, Step};
+use e2e::harness::claude_user_texts as user_texts;
+use e2e::harness::{
+    chat_outs, descendants_matching, start_cli_test, system_actions, test_routing, text_of,
+    Session, FAKE_KEY,
+};
+use schema::NewMessageIn;
+use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
 
 /// Skips (CLI tests disabled), or re-runs the test in a loopback-only namespace; `true` = run
 /// the body here.
 fn start(test: &str) -> bool {
-    cli("claude", "CLAUDE_PATH").is_some() && run_in_loopback_netns(test)
-}
-
-/// Our texts in a request: the text blocks of user messages, without Claude's own
-/// `<system-reminder>` blocks.
-fn user_texts(request: &LoggedRequest) -> Vec<String> {
-    let mut texts = Vec::new();
-    for message in request.body["messages"].as_array().into_iter().flatten() {
-        if message["role"] != "user" {
-            continue;
-        }
-        match &message["content"] {
-            Value::String(text) => texts.push(text.clone()),
-            Value::Array(blocks) => texts.extend(
-                blocks
-                    .iter()
-                    .filter(|b| b["type"] == "text")
-                    .filter_map(|b| b["text"].as_str().map(str::to_owned)),
-            ),
-            _ => {}
-        }
-    }
-    texts
-        .into_iter()
-        .filter(|t| !t.starts_with("<system-reminder>"))
-        .collect()
-}
-
-fn chat_outs(session: &Session) -> Vec<MessageOut> {
-    session
-        .outs()
-        .into_iter()
-        .filter(|o| o.kind == "chat")
-        .collect()
-}
-
-fn content(row: &MessageOut) -> Value {
-    serde_json::from_str(&row.content).unwrap_or(Value::Null)
-}
-
-fn system_actions(session: &Session, action: &str) -> Vec<Value> {
-    session
-        .outs()
-        .iter()
-        .filter(|o| o.kind == "system")
-        .map(content)
-        .filter(|c| c.get("action").and_then(Value::as_str) == Some(action))
-        .collect()
-}
-
-/// Descendant pids of `root` whose command line contains `needle`.
-fn descendants_matching(root: u32, needle: &str) -> Vec<u32> {
-    let mut all = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.first() == Some(&"Z") {
-            continue;
-        }
-        let cmd = String::from_utf8_lossy(
-            &std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default(),
-        )
-        .replace('\0', " ");
-        all.push((pid, fields[1].parse::<u32>().unwrap_or(0), cmd));
-    }
-    let mut found = Vec::new();
-    let mut frontier = vec![root];
-    let mut seen = vec![root];
-    while let Some(parent) = frontier.pop() {
-        for (pid, ppid, cmd) in &all {
-            if *ppid == parent && !seen.contains(pid) {
-                seen.push(*pid);
-                frontier.push(*pid);
-                if cmd.contains(needle) {
-                    found.push(*pid);
-                }
-            }
-        }
-    }
-    found
+    start_cli_test("claude", test)
 }
 
 /// The `claude` processes under the runner (its command line carries `--input-format`).
@@ -398,17 +315,7 @@ fn ask_user_question_answered_with_nanoclaw_answer() {
     let mut session = Session::new();
     session.start_runner("claude", &model, &[]);
     let id = session.send_chat("deploy it").id;
-    session.wait_until("the question row", WAIT, |s| {
-        s.outs()
-            .iter()
-            .any(|o| content(o).get("questionId").is_some())
-    });
-    let question = session
-        .outs()
-        .iter()
-        .map(content)
-        .find(|c| c.get("questionId").is_some())
-        .unwrap();
+    let question = session.wait_question(WAIT);
     let question_id = question["questionId"].as_str().unwrap().to_owned();
     assert_eq!(question["question"], "Deploy to production?");
     session.wait_until("waiting_user", WAIT, |s| {

@@ -14,8 +14,9 @@
 //! - [`extra_dir_file_is_readable`]: a file under `extra/notes/` (an additional directory given to
 //!   the CLI) read with the CLI's own tool; its text comes back in the next request.
 //!
-//! Adding a provider (OpenCode): one arm in each `match provider` below ([`cli_env_var`],
-//! [`read_file_step`], [`assert_native_media`]) and one `#[test]` per scenario.
+//! Adding a provider (OpenCode): one arm in each `match provider` below ([`read_file_step`],
+//! [`assert_native_media`]) and one `#[test]` per scenario (the CLI lookup is shared:
+//! `e2e::harness::CLI_ENV_VARS`).
 //!
 //! Needs `cargo build --workspace --bins` and the CLIs (`scripts/install-clis.sh`); a missing CLI
 //! fails the tests unless `NANOCLAW_SKIP_CLI_TESTS=1`.
@@ -25,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use e2e::fake_model::{FakeModel, LoggedRequest, Step};
-use e2e::harness::{cli, run_in_loopback_netns, test_routing, text_of, Session};
+use e2e::harness::{start_cli_test as start, test_routing, text_of, Session};
 use schema::{Destination, NewMessageIn};
 use serde_json::{json, Value};
 
@@ -34,21 +35,6 @@ const WAIT: Duration = Duration::from_secs(60);
 // ---------------------------------------------------------------------------------------------
 // Per-provider knowledge
 // ---------------------------------------------------------------------------------------------
-
-/// The variable naming the CLI binary of `provider`.
-fn cli_env_var(provider: &str) -> &'static str {
-    match provider {
-        "claude" => "CLAUDE_PATH",
-        "codex" => "CODEX_PATH",
-        other => panic!("no CLI known for provider {other}: add it to cli_env_var"),
-    }
-}
-
-/// Skips (CLI tests disabled), or re-runs the test in a loopback-only namespace; `true` = run
-/// the body here.
-fn start(provider: &str, test: &str) -> bool {
-    cli(provider, cli_env_var(provider)).is_some() && run_in_loopback_netns(test)
-}
 
 /// A model step that makes the CLI read `path` with its own builtin tool.
 fn read_file_step(provider: &str, path: &Path) -> Step {

@@ -17,106 +17,21 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use e2e::fake_model::{Api, FakeModel, ReplyKind, Step};
+use e2e::harness::print_requests as print_log;
+use e2e::harness::{cli, run_in_loopback_netns, FAKE_KEY};
 use serde_json::{json, Value};
 
-const KEY: &str = "sk-fake-e2e";
+const KEY: &str = FAKE_KEY;
 const RUN_TIMEOUT: Duration = Duration::from_secs(30);
 const MARKER_CMD: &str = "echo fake-tool-$((40+2))";
 const MARKER: &str = "fake-tool-42";
 
 // ---------------------------------------------------------------------------------------------
-// Harness
+// Harness (CLI lookup and netns re-exec: e2e::harness)
 // ---------------------------------------------------------------------------------------------
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ has a parent")
-        .to_path_buf()
-}
-
-/// The CLI binary, or `None` when CLI tests are skipped. Panics if it is missing.
-fn cli(name: &str, env_var: &str) -> Option<PathBuf> {
-    if std::env::var("NANOCLAW_SKIP_CLI_TESTS").as_deref() == Ok("1") {
-        eprintln!("NANOCLAW_SKIP_CLI_TESTS=1: skipping the {name} CLI test");
-        return None;
-    }
-    let path = std::env::var_os(env_var)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".cli/node_modules/.bin").join(name));
-    assert!(
-        path.exists(),
-        "the {name} CLI is missing at {}: run scripts/install-clis.sh (or set {env_var}=/path/to/{name}; \
-         NANOCLAW_SKIP_CLI_TESTS=1 skips these tests)",
-        path.display()
-    );
-    Some(path)
-}
-
-/// A command prefix that runs its argument in a fresh loopback-only network namespace.
-fn netns_prefix() -> Option<&'static [&'static str]> {
-    static PREFIX: OnceLock<Option<&'static [&'static str]>> = OnceLock::new();
-    *PREFIX.get_or_init(|| {
-        const CANDIDATES: [&[&str]; 2] = [&["unshare", "-n"], &["unshare", "-rn"]];
-        CANDIDATES.into_iter().find(|p| {
-            Command::new(p[0])
-                .args(&p[1..])
-                .args(["sh", "-c", "ip link set lo up"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        })
-    })
-}
-
-/// Returns true when the caller should run the test body in this process: either we are
-/// already inside the namespace, or no namespace can be made. Otherwise re-runs `test` in a
-/// loopback-only namespace, asserts it passed, and returns false.
-fn run_in_loopback_netns(test: &str) -> bool {
-    if std::env::var_os("NANOCLAW_IN_NETNS").is_some() {
-        eprintln!("[{test}] running inside a loopback-only network namespace");
-        return true;
-    }
-    if std::env::var("NANOCLAW_NETNS").as_deref() == Ok("0") {
-        eprintln!("[{test}] NANOCLAW_NETNS=0: running without a network namespace");
-        return true;
-    }
-    let Some(prefix) = netns_prefix() else {
-        eprintln!(
-            "[{test}] no network namespace available (unshare -n failed): running with the \
-             loopback-only configuration only"
-        );
-        return true;
-    };
-    let exe = std::env::current_exe().expect("current test executable");
-    let t = Instant::now();
-    let out = Command::new(prefix[0])
-        .args(&prefix[1..])
-        .args(["sh", "-c", "ip link set lo up && exec \"$@\"", "sh"])
-        .arg(exe)
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env("NANOCLAW_IN_NETNS", "1")
-        .stdin(Stdio::null())
-        .output()
-        .expect("spawn the test inside unshare");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("----- {test} inside `{}` -----", prefix.join(" "));
-    eprintln!("{stdout}{stderr}");
-    eprintln!("----- {test}: {:.2?} including re-exec -----", t.elapsed());
-    assert!(out.status.success(), "{test} failed inside the namespace");
-    assert!(
-        stdout.contains(&format!("test {test} ... ok")) && stdout.contains("1 passed"),
-        "{test} did not run inside the namespace"
-    );
-    false
-}
 
 struct Sandbox {
     _dir: tempfile::TempDir,
@@ -236,12 +151,6 @@ fn run(sandbox: &Sandbox, mut cmd: Command, stdin: Option<&str>, label: &str) ->
         run.elapsed
     );
     run
-}
-
-fn print_log(server: &FakeModel) {
-    for r in server.requests() {
-        eprintln!("    {}", r.summary());
-    }
 }
 
 // ---------------------------------------------------------------------------------------------

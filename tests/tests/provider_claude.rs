@@ -11,361 +11,54 @@
 //!   (`provider/tests/fixtures/claude/capture.py`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use e2e::fake_model::{FakeModel, LoggedRequest, Step};
+use e2e::fake_model::Step;
+use e2e::harness::claude_user_texts as user_texts;
+use e2e::harness::{alive, descendants};
+use e2e::provider_harness::{
+    answer, ask, ask_with, drain, ends_turn, final_errors, input, is_result, question_id, results,
+    session_id, until, ModelApi, ProviderSetup, ProviderSpec, MARKER_VALUE, MARKER_VAR,
+};
 use provider::claude::ClaudeProvider;
 use provider::{
-    AgentProvider, AgentQuery, ErrorClass, MediaFile, Prompt, ProviderError, ProviderEvent,
-    ProviderSettings, QueryInput,
+    AgentProvider, ErrorClass, MediaFile, Prompt, ProviderError, ProviderEvent, ProviderSettings,
+    QueryInput,
 };
 use serde_json::{json, Value};
 
 const KEY: &str = "sk-claude-provider-test-key";
-/// Set in the test process's environment: neither the CLI nor its shell may see it.
-const MARKER_VAR: &str = "NANOCLAW_MARKER_SECRET";
-const MARKER_VALUE: &str = "marker-secret-0452";
-const SYSTEM_PROMPT: &str = "You are the NanoClaw test agent. SYSTEM-MARKER-1.";
-const EVENT_TIMEOUT: Duration = Duration::from_secs(40);
+const SPEC: ProviderSpec = ProviderSpec {
+    provider: "claude",
+    api: ModelApi::Anthropic,
+    model: "claude-test-model",
+    api_key: KEY,
+    // Passed through explicitly where a test needs it.
+    pass_marker: false,
+};
 
 // ---------------------------------------------------------------------------------------------
-// Harness
+// Harness (shared: e2e::provider_harness)
 // ---------------------------------------------------------------------------------------------
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// The claude CLI, or `None` when CLI tests are skipped. Panics with instructions when missing.
-fn claude_cli() -> Option<PathBuf> {
-    if std::env::var("NANOCLAW_SKIP_CLI_TESTS").as_deref() == Ok("1") {
-        eprintln!("NANOCLAW_SKIP_CLI_TESTS=1: skipping a claude CLI test");
-        return None;
-    }
-    let path = std::env::var_os("CLAUDE_PATH")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".cli/node_modules/.bin/claude"));
-    assert!(
-        path.exists(),
-        "the claude CLI is missing at {}: run scripts/install-clis.sh (or set CLAUDE_PATH; \
-         NANOCLAW_SKIP_CLI_TESTS=1 skips these tests)",
-        path.display()
-    );
-    Some(path)
-}
-
-/// The mcp-tools binary, built once if needed.
-fn mcp_tools() -> PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Some(path) = std::env::var_os("MCP_TOOLS_PATH") {
-            return PathBuf::from(path);
-        }
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| repo_root().join("target"));
-        let path = target.join("debug/mcp-tools");
-        if !path.exists() {
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let status = Command::new(cargo)
-                .args(["build", "-p", "mcp-tools"])
-                .current_dir(repo_root())
-                .status()
-                .expect("run cargo build -p mcp-tools");
-            assert!(status.success(), "cargo build -p mcp-tools failed");
-        }
-        assert!(path.exists(), "mcp-tools not found at {}", path.display());
-        path
-    })
-    .clone()
-}
-
-fn netns_available() -> bool {
-    static OK: OnceLock<bool> = OnceLock::new();
-    *OK.get_or_init(|| {
-        Command::new("unshare")
-            .args(["-n", "sh", "-c", "ip link set lo up"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    })
-}
-
-/// True when the caller should run the test body in this process. Otherwise re-runs `test`
-/// alone in a child process (inside a loopback-only network namespace when possible) with the
-/// marker secret in its environment, asserts it passed, and returns false.
-fn in_child(test: &str) -> bool {
-    if std::env::var_os("NANOCLAW_IN_CHILD").is_some() {
-        return true;
-    }
-    let netns = std::env::var("NANOCLAW_NETNS").as_deref() != Ok("0") && netns_available();
-    let exe = std::env::current_exe().unwrap();
-    let mut cmd = if netns {
-        let mut cmd = Command::new("unshare");
-        cmd.args(["-n", "sh", "-c", "ip link set lo up && exec \"$@\"", "sh"])
-            .arg(exe);
-        cmd
-    } else {
-        Command::new(exe)
-    };
-    let started = Instant::now();
-    let out = cmd
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env("NANOCLAW_IN_CHILD", "1")
-        .env(MARKER_VAR, MARKER_VALUE)
-        .stdin(Stdio::null())
-        .output()
-        .expect("re-run the test in a child process");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("----- {test} (loopback-only netns: {netns}) -----\n{stdout}{stderr}");
-    eprintln!("----- {test}: {:.2?} -----", started.elapsed());
-    assert!(out.status.success(), "{test} failed in the child process");
-    assert!(
-        stdout.contains(&format!("test {test} ... ok")),
-        "{test} did not run in the child process"
-    );
-    false
-}
 
 /// Skips (CLI tests disabled) or re-executes in a child; `Some(cli)` = run the body here.
 fn start(test: &str) -> Option<PathBuf> {
-    let cli = claude_cli()?;
-    in_child(test).then_some(cli)
+    e2e::provider_harness::start("claude", test)
 }
 
-struct Setup {
-    dir: tempfile::TempDir,
-    fake: FakeModel,
-    settings: ProviderSettings,
-    db: schema::db::SessionDb,
+fn setup(cli: PathBuf) -> ProviderSetup {
+    SPEC.setup("claude", cli)
 }
 
-fn setup(cli: PathBuf) -> Setup {
-    let dir = tempfile::Builder::new()
-        .prefix("nanoclaw-claude-")
-        .tempdir()
-        .unwrap();
-    let fake = FakeModel::start().unwrap();
-    let mut settings = ProviderSettings::for_workspace(dir.path(), "claude");
-    std::fs::create_dir_all(&settings.agent_dir).unwrap();
-    let db = schema::db::SessionDb::open(&settings.session_db).unwrap();
-    settings.cli_path = Some(cli);
-    settings.mcp_tools_path = mcp_tools();
-    settings.model = Some("claude-test-model".into());
-    settings.base_url = Some(fake.url());
-    settings.api_key = Some(KEY.into());
-    settings.max_retries = 1;
-    settings.watchdog = Duration::from_secs(60);
-    Setup {
-        dir,
-        fake,
-        settings,
-        db,
-    }
+trait Spawn {
+    fn provider(&self) -> ClaudeProvider;
 }
 
-impl Setup {
+impl Spawn for ProviderSetup {
     fn provider(&self) -> ClaudeProvider {
-        ClaudeProvider::new(self.settings.clone()).unwrap()
+        self.spawn(ClaudeProvider::new)
     }
-
-    fn print_log(&self) {
-        for r in self.fake.requests() {
-            eprintln!("    {}", r.summary());
-        }
-    }
-}
-
-fn input(text: &str, continuation: Option<&str>) -> QueryInput {
-    QueryInput {
-        prompt: Prompt::text(text),
-        continuation: continuation.map(str::to_owned),
-        system_prompt: Some(SYSTEM_PROMPT.into()),
-    }
-}
-
-/// Events until the stream closes.
-async fn drain(query: &mut AgentQuery) -> Vec<ProviderEvent> {
-    let mut events = Vec::new();
-    loop {
-        match tokio::time::timeout(EVENT_TIMEOUT, query.next_event()).await {
-            Ok(Some(event)) => {
-                eprintln!("  event: {event:?}");
-                events.push(event);
-            }
-            Ok(None) => return events,
-            Err(_) => panic!("no event for {EVENT_TIMEOUT:?}; so far: {events:#?}"),
-        }
-    }
-}
-
-/// Events until (and including) the first one matching `stop`.
-async fn until(
-    query: &mut AgentQuery,
-    stop: impl Fn(&ProviderEvent) -> bool,
-) -> Vec<ProviderEvent> {
-    let mut events = Vec::new();
-    loop {
-        match tokio::time::timeout(EVENT_TIMEOUT, query.next_event()).await {
-            Ok(Some(event)) => {
-                eprintln!("  event: {event:?}");
-                let done = stop(&event);
-                events.push(event);
-                if done {
-                    return events;
-                }
-            }
-            Ok(None) => panic!("the stream closed early: {events:#?}"),
-            Err(_) => panic!("no event for {EVENT_TIMEOUT:?}; so far: {events:#?}"),
-        }
-    }
-}
-
-fn is_result(event: &ProviderEvent) -> bool {
-    matches!(event, ProviderEvent::Result { .. })
-}
-
-fn ends_turn(event: &ProviderEvent) -> bool {
-    is_result(event)
-        || matches!(
-            event,
-            ProviderEvent::Error {
-                ends_turn: true,
-                ..
-            }
-        )
-}
-
-fn session_id(events: &[ProviderEvent]) -> String {
-    events
-        .iter()
-        .rev()
-        .find_map(|e| match e {
-            ProviderEvent::Init { session_id } => Some(session_id.clone()),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("no Init in {events:#?}"))
-}
-
-fn results(events: &[ProviderEvent]) -> Vec<(String, u64)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            ProviderEvent::Result { text, covers } => Some((text.clone(), *covers)),
-            _ => None,
-        })
-        .collect()
-}
-
-fn final_errors(events: &[ProviderEvent]) -> Vec<(ErrorClass, bool, String)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            ProviderEvent::Error {
-                classification,
-                retryable,
-                ends_turn: true,
-                message,
-            } => Some((*classification, *retryable, message.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
-/// One query answered (or failed); returns the events up to the stream's close.
-async fn ask_with(provider: &ClaudeProvider, input: QueryInput) -> Vec<ProviderEvent> {
-    let mut query = provider.query(input).unwrap();
-    let mut events = until(&mut query, ends_turn).await;
-    query.end();
-    events.extend(drain(&mut query).await);
-    events
-}
-
-async fn ask(
-    provider: &ClaudeProvider,
-    text: &str,
-    continuation: Option<&str>,
-) -> Vec<ProviderEvent> {
-    ask_with(provider, input(text, continuation)).await
-}
-
-/// The user texts of a request that are ours: every text block of a user message except
-/// Claude's own `<system-reminder>` blocks (which it puts into the first user message).
-fn user_texts(request: &LoggedRequest) -> Vec<String> {
-    let mut texts = Vec::new();
-    for message in request.body["messages"].as_array().into_iter().flatten() {
-        if message["role"] != "user" {
-            continue;
-        }
-        let blocks = match &message["content"] {
-            Value::String(text) => vec![text.clone()],
-            Value::Array(blocks) => blocks
-                .iter()
-                .filter(|b| b["type"] == "text")
-                .filter_map(|b| b["text"].as_str().map(str::to_owned))
-                .collect(),
-            _ => Vec::new(),
-        };
-        texts.extend(
-            blocks
-                .into_iter()
-                .filter(|t| !t.starts_with("<system-reminder>")),
-        );
-    }
-    texts
-}
-
-/// Live (non-zombie) processes: (pid, ppid, command line).
-fn live_processes() -> Vec<(u32, u32, String)> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.first() == Some(&"Z") {
-            continue;
-        }
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        out.push((pid, fields[1].parse().unwrap_or(0), cmdline));
-    }
-    out
-}
-
-/// The live descendants of `root` (pid and command line).
-fn descendants(root: u32) -> Vec<(u32, String)> {
-    let all = live_processes();
-    let mut found: Vec<(u32, String)> = Vec::new();
-    let mut frontier = vec![root];
-    while let Some(parent) = frontier.pop() {
-        for (pid, ppid, cmd) in &all {
-            if *ppid == parent && !found.iter().any(|(p, _)| p == pid) {
-                found.push((*pid, cmd.clone()));
-                frontier.push(*pid);
-            }
-        }
-    }
-    found
-}
-
-fn alive(pid: u32) -> bool {
-    live_processes().iter().any(|(p, ..)| *p == pid)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1021,21 +714,7 @@ async fn question_round_trip_through_mcp_tools() {
     let provider = s.provider();
     let mut query = provider.query(input("ask me", None)).unwrap();
     until(&mut query, |e| matches!(e, ProviderEvent::Activity { tool: Some(t) } if t.ends_with("ask_user_question"))).await;
-    let question_id = {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let rows = s.db.all_messages_out().unwrap();
-            let found = rows.iter().find_map(|row| {
-                let content: Value = serde_json::from_str(&row.content).ok()?;
-                content.get("questionId")?.as_str().map(str::to_owned)
-            });
-            if let Some(id) = found {
-                break id;
-            }
-            assert!(Instant::now() < deadline, "no question row: {rows:#?}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
+    let question_id = question_id(&s.db, Duration::from_secs(20)).await;
     // The turn stays open while the question waits.
     let quiet = tokio::time::timeout(Duration::from_secs(3), query.next_event()).await;
     assert!(
@@ -1045,13 +724,7 @@ async fn question_round_trip_through_mcp_tools() {
         ),
         "the turn ended while the question was open: {quiet:?}"
     );
-    let answer =
-        json!({"type": "question_response", "questionId": question_id, "selectedOption": "Yes"});
-    s.db.insert_in(&schema::rows::NewMessageIn::new(
-        "system",
-        answer.to_string(),
-    ))
-    .unwrap();
+    answer(&s.db, &question_id, "Yes");
     let mut events = until(&mut query, ends_turn).await;
     query.end();
     events.extend(drain(&mut query).await);

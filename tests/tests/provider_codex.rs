@@ -11,349 +11,52 @@
 //!   transcript to `<dir>/<test>.jsonl` (see `provider/tests/fixtures/codex/README.md`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use e2e::fake_model::{FakeModel, LoggedRequest, Step};
-use provider::codex::CodexProvider;
-use provider::{
-    AgentProvider, AgentQuery, ErrorClass, Prompt, ProviderError, ProviderEvent, ProviderSettings,
-    QueryInput,
+use e2e::fake_model::Step;
+use e2e::harness::codex_user_texts as user_texts;
+use e2e::harness::{descendants, live_processes};
+use e2e::provider_harness::{
+    ask, drain, final_errors, input, is_result, results, session_id, until, ProviderSetup,
+    ProviderSpec, MARKER_VALUE, MARKER_VAR,
 };
+use provider::codex::CodexProvider;
+use provider::{AgentProvider, ErrorClass, Prompt, ProviderError, ProviderEvent, ProviderSettings};
 use serde_json::json;
 
 const KEY: &str = "sk-codex-provider-test-key";
-/// Set in the test process's environment and passed through to the CLI: the shell must not see it.
-const MARKER_VAR: &str = "NANOCLAW_MARKER_SECRET";
-const MARKER_VALUE: &str = "marker-secret-0451";
-const SYSTEM_PROMPT: &str = "You are the NanoClaw test agent. SYSTEM-MARKER-1.";
-const EVENT_TIMEOUT: Duration = Duration::from_secs(40);
+/// Model "fake-model" on the Responses API; the marker is passed through to the CLI: the shell
+/// must not see it.
+const SPEC: ProviderSpec = ProviderSpec::openai("codex", KEY);
 
 // ---------------------------------------------------------------------------------------------
-// Harness
+// Harness (shared: e2e::provider_harness)
 // ---------------------------------------------------------------------------------------------
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// The codex CLI, or `None` when CLI tests are skipped. Panics with instructions when missing.
-fn codex_cli() -> Option<PathBuf> {
-    if std::env::var("NANOCLAW_SKIP_CLI_TESTS").as_deref() == Ok("1") {
-        eprintln!("NANOCLAW_SKIP_CLI_TESTS=1: skipping a codex CLI test");
-        return None;
-    }
-    let path = std::env::var_os("CODEX_PATH")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".cli/node_modules/.bin/codex"));
-    assert!(
-        path.exists(),
-        "the codex CLI is missing at {}: run scripts/install-clis.sh (or set CODEX_PATH; \
-         NANOCLAW_SKIP_CLI_TESTS=1 skips these tests)",
-        path.display()
-    );
-    Some(path)
-}
-
-/// The mcp-tools binary, built once if needed.
-fn mcp_tools() -> PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Some(path) = std::env::var_os("MCP_TOOLS_PATH") {
-            return PathBuf::from(path);
-        }
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| repo_root().join("target"));
-        let path = target.join("debug/mcp-tools");
-        if !path.exists() {
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let status = Command::new(cargo)
-                .args(["build", "-p", "mcp-tools"])
-                .current_dir(repo_root())
-                .status()
-                .expect("run cargo build -p mcp-tools");
-            assert!(status.success(), "cargo build -p mcp-tools failed");
-        }
-        assert!(path.exists(), "mcp-tools not found at {}", path.display());
-        path
-    })
-    .clone()
-}
-
-fn netns_available() -> bool {
-    static OK: OnceLock<bool> = OnceLock::new();
-    *OK.get_or_init(|| {
-        Command::new("unshare")
-            .args(["-n", "sh", "-c", "ip link set lo up"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    })
-}
-
-/// Returns true when the caller should run the test body in this process. Otherwise re-runs
-/// `test` alone in a child process (inside a loopback-only network namespace when possible)
-/// with the marker secret in its environment, asserts it passed, and returns false.
-fn in_child(test: &str) -> bool {
-    if std::env::var_os("NANOCLAW_IN_CHILD").is_some() {
-        return true;
-    }
-    let netns = std::env::var("NANOCLAW_NETNS").as_deref() != Ok("0") && netns_available();
-    let exe = std::env::current_exe().unwrap();
-    let mut cmd = if netns {
-        let mut cmd = Command::new("unshare");
-        cmd.args(["-n", "sh", "-c", "ip link set lo up && exec \"$@\"", "sh"])
-            .arg(exe);
-        cmd
-    } else {
-        Command::new(exe)
-    };
-    let started = Instant::now();
-    let out = cmd
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env("NANOCLAW_IN_CHILD", "1")
-        .env(MARKER_VAR, MARKER_VALUE)
-        .stdin(Stdio::null())
-        .output()
-        .expect("re-run the test in a child process");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("----- {test} (loopback-only netns: {netns}) -----\n{stdout}{stderr}");
-    eprintln!("----- {test}: {:.2?} -----", started.elapsed());
-    assert!(out.status.success(), "{test} failed in the child process");
-    assert!(
-        stdout.contains(&format!("test {test} ... ok")),
-        "{test} did not run in the child process"
-    );
-    false
-}
 
 /// Skips (CLI tests disabled) or re-executes in a child; `Some(cli)` = run the body here.
 fn start(test: &str) -> Option<PathBuf> {
-    let cli = codex_cli()?;
-    in_child(test).then_some(cli)
+    e2e::provider_harness::start("codex", test)
 }
 
-struct Setup {
-    name: &'static str,
-    dir: tempfile::TempDir,
-    fake: FakeModel,
-    settings: ProviderSettings,
-    db: schema::db::SessionDb,
+fn setup(name: &'static str, cli: PathBuf) -> ProviderSetup {
+    SPEC.setup(name, cli)
 }
 
-fn setup(name: &'static str, cli: PathBuf) -> Setup {
-    let dir = tempfile::Builder::new()
-        .prefix("nanoclaw-codex-")
-        .tempdir()
-        .unwrap();
-    let workspace = dir.path().to_path_buf();
-    let fake = FakeModel::start().unwrap();
-    let mut settings = ProviderSettings::for_workspace(&workspace, "codex");
-    std::fs::create_dir_all(&settings.agent_dir).unwrap();
-    let db = schema::db::SessionDb::open(&settings.session_db).unwrap();
-    settings.cli_path = Some(cli);
-    settings.mcp_tools_path = mcp_tools();
-    settings.model = Some("fake-model".into());
-    settings.base_url = Some(fake.openai_base_url());
-    settings.api_key = Some(KEY.into());
-    settings.max_retries = 1;
-    settings.watchdog = Duration::from_secs(60);
-    settings.env_policy.passthrough.push(MARKER_VAR.into());
-    Setup {
-        name,
-        dir,
-        fake,
-        settings,
-        db,
-    }
+trait Spawn {
+    fn provider(&self) -> CodexProvider;
 }
 
-impl Setup {
+impl Spawn for ProviderSetup {
+    /// A provider; with `NANOCLAW_CODEX_CAPTURE=<dir>` it records its JSON-RPC transcript to
+    /// `<dir>/<name>.jsonl`.
     fn provider(&self) -> CodexProvider {
-        let provider = CodexProvider::new(self.settings.clone()).unwrap();
-        if let Some(dir) = std::env::var_os("NANOCLAW_CODEX_CAPTURE") {
-            let path = Path::new(&dir).join(format!("{}.jsonl", self.name));
+        let provider = self.spawn(CodexProvider::new);
+        if let Some(path) = self.capture_path("NANOCLAW_CODEX_CAPTURE") {
             provider.record_transcript(&path).unwrap();
         }
         provider
     }
-
-    fn print_log(&self) {
-        for r in self.fake.requests() {
-            eprintln!("    {}", r.summary());
-        }
-    }
-}
-
-fn input(text: &str, continuation: Option<&str>) -> QueryInput {
-    QueryInput {
-        prompt: Prompt::text(text),
-        continuation: continuation.map(str::to_owned),
-        system_prompt: Some(SYSTEM_PROMPT.into()),
-    }
-}
-
-/// Events until the stream closes.
-async fn drain(query: &mut AgentQuery) -> Vec<ProviderEvent> {
-    let mut events = Vec::new();
-    loop {
-        match tokio::time::timeout(EVENT_TIMEOUT, query.next_event()).await {
-            Ok(Some(event)) => {
-                eprintln!("  event: {event:?}");
-                events.push(event);
-            }
-            Ok(None) => return events,
-            Err(_) => panic!("no event for {EVENT_TIMEOUT:?}; so far: {events:#?}"),
-        }
-    }
-}
-
-/// Events until (and including) the first one matching `stop`.
-async fn until(
-    query: &mut AgentQuery,
-    stop: impl Fn(&ProviderEvent) -> bool,
-) -> Vec<ProviderEvent> {
-    let mut events = Vec::new();
-    loop {
-        match tokio::time::timeout(EVENT_TIMEOUT, query.next_event()).await {
-            Ok(Some(event)) => {
-                eprintln!("  event: {event:?}");
-                let done = stop(&event);
-                events.push(event);
-                if done {
-                    return events;
-                }
-            }
-            Ok(None) => panic!("the stream closed early: {events:#?}"),
-            Err(_) => panic!("no event for {EVENT_TIMEOUT:?}; so far: {events:#?}"),
-        }
-    }
-}
-
-fn is_result(event: &ProviderEvent) -> bool {
-    matches!(event, ProviderEvent::Result { .. })
-}
-
-fn session_id(events: &[ProviderEvent]) -> String {
-    events
-        .iter()
-        .rev()
-        .find_map(|e| match e {
-            ProviderEvent::Init { session_id } => Some(session_id.clone()),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("no Init in {events:#?}"))
-}
-
-fn results(events: &[ProviderEvent]) -> Vec<(String, u64)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            ProviderEvent::Result { text, covers } => Some((text.clone(), *covers)),
-            _ => None,
-        })
-        .collect()
-}
-
-fn final_errors(events: &[ProviderEvent]) -> Vec<(ErrorClass, bool, String)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            ProviderEvent::Error {
-                classification,
-                retryable,
-                ends_turn: true,
-                message,
-            } => Some((*classification, *retryable, message.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
-/// One query answered with a text; returns the events (stream closed after `end`).
-async fn ask(
-    provider: &CodexProvider,
-    text: &str,
-    continuation: Option<&str>,
-) -> Vec<ProviderEvent> {
-    let mut query = provider.query(input(text, continuation)).unwrap();
-    let mut events = until(&mut query, |e| {
-        is_result(e)
-            || matches!(
-                e,
-                ProviderEvent::Error {
-                    ends_turn: true,
-                    ..
-                }
-            )
-    })
-    .await;
-    query.end();
-    events.extend(drain(&mut query).await);
-    events
-}
-
-fn user_texts(request: &LoggedRequest) -> Vec<String> {
-    request
-        .user_texts()
-        .into_iter()
-        .filter(|t| !t.starts_with("<environment_context>"))
-        .collect()
-}
-
-/// Live (non-zombie) processes: pid → (ppid, pgid, command line).
-fn live_processes() -> Vec<(u32, u32, u32, String)> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // Fields after the ")" of the command name: state ppid pgrp ...
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.first() == Some(&"Z") {
-            continue;
-        }
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        out.push((
-            pid,
-            fields[1].parse().unwrap_or(0),
-            fields[2].parse().unwrap_or(0),
-            cmdline,
-        ));
-    }
-    out
-}
-
-/// The live descendants of `root` (pid and command line).
-fn descendants(root: u32) -> Vec<(u32, String)> {
-    let all = live_processes();
-    let mut found: Vec<(u32, String)> = Vec::new();
-    let mut frontier = vec![root];
-    while let Some(parent) = frontier.pop() {
-        for (pid, ppid, _, cmd) in &all {
-            if *ppid == parent && !found.iter().any(|(p, _)| p == pid) {
-                found.push((*pid, cmd.clone()));
-                frontier.push(*pid);
-            }
-        }
-    }
-    found
 }
 
 // ---------------------------------------------------------------------------------------------
