@@ -30,7 +30,14 @@
 //! and resumes). No session event for `settings.watchdog` during a turn (longer while a tool
 //! runs, up to the MCP timeout) kills the server (`Watchdog`). OpenCode's own model retries are
 //! hard-coded; past `settings.max_retries` the provider aborts them and reports the error.
+//!
+//! # Archiving (issue 5)
+//! After a query's stream is closed and its run loop settled, the session's history
+//! (`GET /session/{id}/message`) is archived as Markdown to `<agent dir>/conversations/`
+//! (`archiving.rs`): a side job that starts once the query released the server, so it never
+//! fails or delays a query, and that shutdown waits for briefly before stopping the server.
 
+mod archiving;
 pub mod config;
 pub mod events;
 pub mod server;
@@ -89,6 +96,8 @@ struct Shared {
     record: Mutex<Option<PathBuf>>,
     /// Pid of the running server, readable while a query holds `slot`.
     pid: Mutex<Option<u32>>,
+    /// Held by the transcript archive that runs (`archiving.rs`).
+    archive: archiving::ArchiveLock,
 }
 
 #[derive(Debug, Default)]
@@ -116,6 +125,7 @@ impl OpenCodeProvider {
                 ids: Mutex::new(IdClock::default()),
                 record: Mutex::new(None),
                 pid: Mutex::new(None),
+                archive: archiving::ArchiveLock::default(),
             }),
         })
     }
@@ -161,6 +171,8 @@ impl AgentProvider for OpenCodeProvider {
             stop.cancel();
             let mut slot = self.shared.slot.lock().await;
             if let Some(mut server) = slot.take() {
+                // The last query's archive reads the history from this server.
+                archiving::wait_idle(&self.shared.archive).await;
                 server.stop().await;
             }
             *lock(&self.shared.pid) = None;
@@ -319,13 +331,29 @@ async fn run_query(
             return;
         }
     };
-    let outcome = Driver::start(&shared, server, input, handle, stop).await;
+    let (outcome, session_id) = Driver::start(&shared, server, input, handle, stop).await;
     if outcome == Outcome::KillServer {
         if let Some(mut server) = slot.take() {
             server.stop().await;
         }
         *lock(&shared.pid) = None;
+        // Nothing to read from; the next archive of the session catches up.
+        return;
     }
+    let (Some(session_id), Some(api)) = (session_id, slot.as_ref().map(Server::api)) else {
+        return;
+    };
+    // The stream is closed and the run loop settled. The archive lock is taken before the
+    // server is released, so a shutdown (which needs the server first) waits for this archive;
+    // the next query may run meanwhile, and its messages come after the cutoff.
+    let job = archiving::Job {
+        api,
+        session_id,
+        cutoff: shared.message_id(),
+    };
+    let guard = archiving::reserve(&shared.archive);
+    drop(slot);
+    archiving::archive_session(&shared.archive, guard, &shared.settings, job).await;
 }
 
 /// How a query ended, for the server's fate.
@@ -389,13 +417,15 @@ struct Driver<'a> {
 }
 
 impl<'a> Driver<'a> {
+    /// Runs the query; returns the server's fate and the session when a prompt was posted to it
+    /// (the session to archive).
     async fn start(
         shared: &'a Shared,
         server: &'a mut Server,
         input: QueryInput,
         handle: QueryHandle,
         stop: CancellationToken,
-    ) -> Outcome {
+    ) -> (Outcome, Option<String>) {
         let QueryHandle { events, control } = handle;
         let system = system_text(&shared.settings, input.system_prompt.as_deref());
         if !input.prompt.media.is_empty() {
@@ -410,11 +440,12 @@ impl<'a> Driver<'a> {
             Err((message, server_broken)) => {
                 let _ = events.send(process_error(message)).await;
                 // A server that does not answer is replaced on the next query.
-                return if server_broken {
+                let outcome = if server_broken {
                     Outcome::KillServer
                 } else {
                     Outcome::KeepServer
                 };
+                return (outcome, None);
             }
         };
         if events
@@ -424,7 +455,7 @@ impl<'a> Driver<'a> {
             .await
             .is_err()
         {
-            return Outcome::KeepServer;
+            return (Outcome::KeepServer, None);
         }
         let mut stream = match server.subscribe().await {
             Ok(stream) => stream,
@@ -434,7 +465,7 @@ impl<'a> Driver<'a> {
                         "cannot read OpenCode's event stream: {err}"
                     )))
                     .await;
-                return Outcome::KillServer;
+                return (Outcome::KillServer, None);
             }
         };
         shared.record(json!({ "query": { "session": session_id, "max_retries": shared.settings.max_retries } }));
@@ -455,7 +486,8 @@ impl<'a> Driver<'a> {
         };
         driver.flush().await;
         let exit = driver.run(&mut stream).await;
-        driver.finish(exit, &mut stream).await
+        let session_id = driver.turn.session_id().to_owned();
+        (driver.finish(exit, &mut stream).await, Some(session_id))
     }
 
     async fn run(&mut self, stream: &mut server::EventStream) -> Exit {

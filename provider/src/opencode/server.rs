@@ -54,10 +54,17 @@ pub enum HttpError {
 #[derive(Debug)]
 pub struct Server {
     process: CliProcess,
+    api: Api,
+    log_tasks: Vec<JoinHandle<()>>,
+}
+
+/// The server's HTTP API: base URL, basic-auth password and client. Cheap to clone, so a side
+/// job (the transcript archive) can read from the server while the next query holds it.
+#[derive(Debug, Clone)]
+pub struct Api {
     base: String,
     password: String,
     client: reqwest::Client,
-    log_tasks: Vec<JoinHandle<()>>,
 }
 
 impl Server {
@@ -88,9 +95,11 @@ impl Server {
             .map_err(|err| format!("cannot build the HTTP client: {err}"))?;
         let mut server = Server {
             process,
-            base: String::new(),
-            password: password.to_owned(),
-            client,
+            api: Api {
+                base: String::new(),
+                password: password.to_owned(),
+                client,
+            },
             log_tasks,
         };
         let url = tokio::select! {
@@ -105,13 +114,13 @@ impl Server {
                 return Err(err);
             }
         };
-        server.base = url.trim_end_matches('/').to_owned();
+        server.api.base = url.trim_end_matches('/').to_owned();
         if let Err(err) = server.wait_healthy(started).await {
             server.stop().await;
             return Err(err);
         }
         tracing::info!(
-            url = %server.base,
+            url = %server.api.base,
             pid = server.process.pid(),
             elapsed_ms = started.elapsed().as_millis() as u64,
             "opencode serve is ready"
@@ -128,6 +137,7 @@ impl Server {
                 return Err(format!("opencode serve exited at start ({status})"));
             }
             match self
+                .api
                 .request(reqwest::Method::GET, "/global/health", None, HEALTH_TIMEOUT)
                 .await
             {
@@ -176,6 +186,7 @@ impl Server {
             return Ok(false);
         }
         match self
+            .api
             .request(
                 reqwest::Method::GET,
                 &format!("/session/{session_id}"),
@@ -193,6 +204,7 @@ impl Server {
     /// `POST /session`: a new session's id.
     pub async fn create_session(&self) -> Result<String, HttpError> {
         let body = self
+            .api
             .request(
                 reqwest::Method::POST,
                 "/session",
@@ -210,31 +222,34 @@ impl Server {
 
     /// `POST /session/{id}/prompt_async`: returns once OpenCode accepted the prompt (204).
     pub async fn prompt(&self, session_id: &str, body: Value) -> Result<(), HttpError> {
-        self.request(
-            reqwest::Method::POST,
-            &format!("/session/{session_id}/prompt_async"),
-            Some(body),
-            REQUEST_TIMEOUT,
-        )
-        .await
-        .map(|_| ())
+        self.api
+            .request(
+                reqwest::Method::POST,
+                &format!("/session/{session_id}/prompt_async"),
+                Some(body),
+                REQUEST_TIMEOUT,
+            )
+            .await
+            .map(|_| ())
     }
 
     /// `POST /session/{id}/abort`.
     pub async fn abort(&self, session_id: &str) -> Result<(), HttpError> {
-        self.request(
-            reqwest::Method::POST,
-            &format!("/session/{session_id}/abort"),
-            None,
-            REQUEST_TIMEOUT,
-        )
-        .await
-        .map(|_| ())
+        self.api
+            .request(
+                reqwest::Method::POST,
+                &format!("/session/{session_id}/abort"),
+                None,
+                REQUEST_TIMEOUT,
+            )
+            .await
+            .map(|_| ())
     }
 
     /// `GET /session/status`: true while the session's run loop is busy or retrying.
     pub async fn is_busy(&self, session_id: &str) -> Result<bool, HttpError> {
         let body = self
+            .api
             .request(
                 reqwest::Method::GET,
                 "/session/status",
@@ -249,16 +264,23 @@ impl Server {
             .is_some_and(|kind| kind != "idle"))
     }
 
+    /// A handle on the HTTP API that outlives a borrow of the server (for the transcript
+    /// archive, which runs after its query released the server).
+    pub fn api(&self) -> Api {
+        self.api.clone()
+    }
+
     /// The last `limit` messages of a session, oldest first (`[{info, parts}]`, see
     /// [`super::events::MessageWithParts`]), as JSON.
     pub async fn messages(&self, session_id: &str, limit: usize) -> Result<Value, HttpError> {
-        self.request(
-            reqwest::Method::GET,
-            &format!("/session/{session_id}/message?limit={limit}"),
-            None,
-            REQUEST_TIMEOUT,
-        )
-        .await
+        self.api
+            .request(
+                reqwest::Method::GET,
+                &format!("/session/{session_id}/message?limit={limit}"),
+                None,
+                REQUEST_TIMEOUT,
+            )
+            .await
     }
 
     /// Answers a permission request ("once") or rejects a question, so a turn never waits for a
@@ -272,7 +294,8 @@ impl Server {
         } else {
             (format!("/question/{request_id}/reject"), None)
         };
-        self.request(reqwest::Method::POST, &path, body, REQUEST_TIMEOUT)
+        self.api
+            .request(reqwest::Method::POST, &path, body, REQUEST_TIMEOUT)
             .await
             .map(|_| ())
     }
@@ -280,10 +303,11 @@ impl Server {
     /// Opens `GET /event` and waits for its `server.connected` event, so nothing posted after
     /// this returns can be missed.
     pub async fn subscribe(&self) -> Result<EventStream, HttpError> {
-        let response = self
+        let api = &self.api;
+        let response = api
             .client
-            .get(format!("{}/event", self.base))
-            .basic_auth(SERVER_USER, Some(&self.password))
+            .get(format!("{}/event", api.base))
+            .basic_auth(SERVER_USER, Some(&api.password))
             .header("accept", "text/event-stream")
             .send();
         let response = tokio::time::timeout(SUBSCRIBE_TIMEOUT, response)
@@ -312,6 +336,33 @@ impl Server {
             Some(Err(err)) => Err(HttpError::Transport(err)),
             None => Err(HttpError::Transport("/event closed at once".into())),
         }
+    }
+
+    /// Stops the server: TERM to its process group, a grace period, KILL to the group; then
+    /// kills what OpenCode started in process groups of its own (the agent's shell commands),
+    /// found by the per-spawn password every child inherits.
+    pub async fn stop(&mut self) {
+        let pid = self.process.pid();
+        let status = self.process.terminate(STOP_GRACE).await;
+        let stragglers = kill_marked(&format!("OPENCODE_SERVER_PASSWORD={}", self.api.password));
+        for task in self.log_tasks.drain(..) {
+            task.abort();
+        }
+        tracing::info!(pid, status = %describe(status), stragglers, "opencode serve stopped");
+    }
+}
+
+impl Api {
+    /// `GET /session/{id}/message`: the whole history of a session, oldest first
+    /// (`[{info, parts}]`; see [`crate::archive::from_opencode_messages`]), as JSON.
+    pub async fn all_messages(
+        &self,
+        session_id: &str,
+        timeout: Duration,
+    ) -> Result<Value, HttpError> {
+        let path = crate::archive::opencode_messages_path(session_id);
+        self.request(reqwest::Method::GET, &path, None, timeout)
+            .await
     }
 
     async fn request(
@@ -352,25 +403,12 @@ impl Server {
             HttpError::Transport(format!("{method} {path}: unreadable answer: {err}"))
         })
     }
-
-    /// Stops the server: TERM to its process group, a grace period, KILL to the group; then
-    /// kills what OpenCode started in process groups of its own (the agent's shell commands),
-    /// found by the per-spawn password every child inherits.
-    pub async fn stop(&mut self) {
-        let pid = self.process.pid();
-        let status = self.process.terminate(STOP_GRACE).await;
-        let stragglers = kill_marked(&format!("OPENCODE_SERVER_PASSWORD={}", self.password));
-        for task in self.log_tasks.drain(..) {
-            task.abort();
-        }
-        tracing::info!(pid, status = %describe(status), stragglers, "opencode serve stopped");
-    }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
         // CliProcess kills the group on drop; the agent's detached shells need the marker scan.
-        let _ = kill_marked(&format!("OPENCODE_SERVER_PASSWORD={}", self.password));
+        let _ = kill_marked(&format!("OPENCODE_SERVER_PASSWORD={}", self.api.password));
         for task in self.log_tasks.drain(..) {
             task.abort();
         }
