@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README, .ci/run): installs the pinned CLIs into .cli/ (reused when
-# present), checks formatting and lints, runs every test, then the README's demo.
+# present), checks formatting and lints, runs the README's demo, then every test (the test
+# runner's summary is the last line).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
@@ -22,11 +23,20 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "building every binary (the tests spawn them)"
 cargo build --workspace --bins --quiet
 
-step "cargo test"
-cargo test --workspace --no-fail-fast 2>&1 | tee target/test-output.txt
-# One closing line for CI: the sum of every test binary's result line.
-awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?/) p += $(i-1); if ($i ~ /^failed;?/) f += $(i-1); if ($i ~ /^ignored;?/) s += $(i-1) } }
-     END { printf "cargo: %d passed, %d failed, %d skipped\n", p, f, s }' target/test-output.txt
-
 step "the README demo"
 bash scripts/demo.sh
+
+step "tests"
+# cargo-nextest (when installed) runs the test binaries side by side, which matters here: the
+# end-to-end suites spend most of their time waiting on real CLIs. Plain `cargo test` otherwise.
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast --test-threads "${NANOCLAW_TEST_THREADS:-3}"
+else
+  output=$(mktemp)
+  trap 'rm -f "$output"' EXIT
+  cargo test --workspace --no-fail-fast 2>&1 | tee "$output"
+  # One closing line for CI: the sum of every test binary's result line.
+  awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?/) p += $(i-1); if ($i ~ /^failed;?/) f += $(i-1); if ($i ~ /^ignored;?/) s += $(i-1) } }
+       END { printf "cargo: %d passed, %d failed, %d skipped\n", p, f, s }' "$output"
+fi
+

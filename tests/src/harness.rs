@@ -3,7 +3,7 @@
 //! and the host CLI `nanoclaw`, all on loopback (inside a loopback-only network namespace when
 //! the machine allows it).
 //!
-//! ```ignore
+//! ```text
 //! #[test]
 //! fn chat_reply() {
 //!     if !e2e::harness::run_in_loopback_netns("chat_reply") { return; }
