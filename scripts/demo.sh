@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 DEMO_DIR=${DEMO_DIR:-.demo}
 echo "==> building agent-runner and nanoclaw"
 cargo build --quiet -p agent-runner -p host --bins
-BIN=target/debug
+BIN="${CARGO_TARGET_DIR:-target}/debug"
 
 rm -rf "$DEMO_DIR"
 export SESSION_DB="$DEMO_DIR/session.db"
