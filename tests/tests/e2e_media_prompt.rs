@@ -6,7 +6,7 @@
 //! - [`media_attachments`]: a chat message with a real tiny PNG and a real tiny PDF (base64
 //!   `data`) → both saved under `downloads/<messageId>/`, the prompt names them
 //!   (`[file available at: …]`), Claude gets native `image` + `document` blocks, Codex a local
-//!   image input (`input_image`);
+//!   image input (`input_image`), OpenCode the path lines only;
 //! - [`system_prompt_survives_resume_and_tracks_destinations`]: global + group `CLAUDE.md`, an
 //!   `@import`ed file and the runner addendum are in the first request, again in the first
 //!   request after a runner restart (resumed session), and a destination the host adds mid-session
@@ -14,7 +14,7 @@
 //! - [`extra_dir_file_is_readable`]: a file under `extra/notes/` (an additional directory given to
 //!   the CLI) read with the CLI's own tool; its text comes back in the next request.
 //!
-//! Adding a provider (OpenCode): one arm in each `match provider` below ([`read_file_step`],
+//! Adding a provider: one arm in each `match provider` below ([`read_file_step`],
 //! [`assert_native_media`]) and one `#[test]` per scenario (the CLI lookup is shared:
 //! `e2e::harness::CLI_ENV_VARS`).
 //!
@@ -45,6 +45,9 @@ fn read_file_step(provider: &str, path: &Path) -> Step {
             "exec_command",
             json!({"cmd": format!("cat '{}'", path.display())}),
         ),
+        // OpenCode's builtin file reader (its tools carry no prefix; MCP tools are
+        // `nanoclaw_<tool>`).
+        "opencode" => Step::raw_tool_call("read", json!({"filePath": path.display().to_string()})),
         other => panic!("no read tool known for provider {other}: add it to read_file_step"),
     }
 }
@@ -86,6 +89,23 @@ fn assert_native_media(provider: &str, request: &LoggedRequest, png: &[u8], pdf:
                 [format!("data:image/png;base64,{}", base64(png))],
                 "one local image input, the PNG's bytes: {blocks:#?}"
             );
+        }
+        "opencode" => {
+            // The provider posts text parts only: OpenCode gets the path lines (checked by the
+            // caller) and reads the files with its own tools when it needs them. Should image
+            // parts ever be sent, they must carry the PNG's bytes.
+            let blocks = last_user_blocks(request, "messages");
+            let images: Vec<&str> = blocks
+                .iter()
+                .filter(|b| b["type"] == "image_url")
+                .filter_map(|b| b["image_url"]["url"].as_str())
+                .collect();
+            let png_url = format!("data:image/png;base64,{}", base64(png));
+            assert!(
+                images.iter().all(|url| *url == png_url),
+                "image parts other than the PNG: {blocks:#?}"
+            );
+            let _ = pdf;
         }
         other => panic!("no media expectations for provider {other}: add them here"),
     }
@@ -468,6 +488,13 @@ fn codex_media_attachments() {
 }
 
 #[test]
+fn opencode_media_attachments() {
+    if start("opencode", "opencode_media_attachments") {
+        media_attachments("opencode");
+    }
+}
+
+#[test]
 fn claude_system_prompt_survives_resume_and_tracks_destinations() {
     if start(
         "claude",
@@ -488,6 +515,16 @@ fn codex_system_prompt_survives_resume_and_tracks_destinations() {
 }
 
 #[test]
+fn opencode_system_prompt_survives_resume_and_tracks_destinations() {
+    if start(
+        "opencode",
+        "opencode_system_prompt_survives_resume_and_tracks_destinations",
+    ) {
+        system_prompt_survives_resume_and_tracks_destinations("opencode");
+    }
+}
+
+#[test]
 fn claude_extra_dir_file_is_readable() {
     if start("claude", "claude_extra_dir_file_is_readable") {
         extra_dir_file_is_readable("claude");
@@ -498,5 +535,12 @@ fn claude_extra_dir_file_is_readable() {
 fn codex_extra_dir_file_is_readable() {
     if start("codex", "codex_extra_dir_file_is_readable") {
         extra_dir_file_is_readable("codex");
+    }
+}
+
+#[test]
+fn opencode_extra_dir_file_is_readable() {
+    if start("opencode", "opencode_extra_dir_file_is_readable") {
+        extra_dir_file_is_readable("opencode");
     }
 }

@@ -11,80 +11,21 @@
 use std::time::{Duration, Instant};
 
 use e2e::fake_model::{FakeModel, Step};
-use e2e::harness::{cli, run_in_loopback_netns, test_routing, text_of, Session, FAKE_KEY};
-use schema::MessageOut;
-use serde_json::{json, Value};
+use e2e::harness::{
+    chat_outs, descendants_matching, start_cli_test, system_actions, test_routing, text_of,
+    Session, FAKE_KEY,
+};
+use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
 
 /// Skips (CLI tests disabled), or re-runs the test in a loopback-only namespace; `true` = run
 /// the body here.
 fn start(test: &str) -> bool {
-    cli("opencode", "OPENCODE_PATH").is_some() && run_in_loopback_netns(test)
+    start_cli_test("opencode", test)
 }
 
-fn chat_outs(session: &Session) -> Vec<MessageOut> {
-    session
-        .outs()
-        .into_iter()
-        .filter(|o| o.kind == "chat")
-        .collect()
-}
-
-fn content(row: &MessageOut) -> Value {
-    serde_json::from_str(&row.content).unwrap_or(Value::Null)
-}
-
-fn system_actions(session: &Session, action: &str) -> Vec<Value> {
-    session
-        .outs()
-        .iter()
-        .filter(|o| o.kind == "system")
-        .map(content)
-        .filter(|c| c.get("action").and_then(Value::as_str) == Some(action))
-        .collect()
-}
-
-/// Descendant pids of `root` whose command line contains `needle`.
-fn descendants_matching(root: u32, needle: &str) -> Vec<u32> {
-    let mut all = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.first() == Some(&"Z") {
-            continue;
-        }
-        let cmd = String::from_utf8_lossy(
-            &std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default(),
-        )
-        .replace('\0', " ");
-        all.push((pid, fields[1].parse::<u32>().unwrap_or(0), cmd));
-    }
-    let mut found = Vec::new();
-    let mut frontier = vec![root];
-    let mut seen = vec![root];
-    while let Some(parent) = frontier.pop() {
-        for (pid, ppid, cmd) in &all {
-            if *ppid == parent && !seen.contains(pid) {
-                seen.push(*pid);
-                frontier.push(*pid);
-                if cmd.contains(needle) {
-                    found.push(*pid);
-                }
-            }
-        }
-    }
-    found
-}
-
+/// The `opencode serve` processes under the runner.
 fn servers(session: &Session) -> Vec<u32> {
     descendants_matching(session.runner_pid().unwrap(), "opencode serve")
 }
@@ -344,17 +285,7 @@ fn ask_user_question_answered_after_65s_with_nanoclaw_answer() {
     let mut session = Session::new();
     session.start_runner("opencode", &model, &[]);
     let id = session.send_chat("deploy it").id;
-    session.wait_until("the question row", WAIT, |s| {
-        s.outs()
-            .iter()
-            .any(|o| content(o).get("questionId").is_some())
-    });
-    let question = session
-        .outs()
-        .iter()
-        .map(content)
-        .find(|c| c.get("questionId").is_some())
-        .unwrap();
+    let question = session.wait_question(WAIT);
     let question_id = question["questionId"].as_str().unwrap().to_owned();
     assert_eq!(
         session.db.runner_state().unwrap().unwrap().status,

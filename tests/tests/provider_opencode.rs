@@ -12,301 +12,73 @@
 //!   and posted to `<dir>/<test>.jsonl` (see `provider/tests/fixtures/opencode/README.md`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use e2e::fake_model::{FakeModel, LoggedRequest, Step};
+use e2e::fake_model::Step;
+use e2e::harness::{descendants, live_processes, processes_with, processes_with_env};
+use e2e::provider_harness::{
+    answer, ask_for, drain_for, ends_turn, final_errors, input, is_result, results, session_id,
+    until_for, ProviderSetup, ProviderSpec, MARKER_VALUE, MARKER_VAR,
+};
 use provider::opencode::OpenCodeProvider;
 use provider::{
     AgentProvider, AgentQuery, ErrorClass, Prompt, ProviderError, ProviderEvent, ProviderSettings,
-    QueryInput,
 };
+use schema::SessionDb;
 use serde_json::json;
 
 const KEY: &str = "sk-opencode-provider-test-key";
-/// Set in the test process's environment and passed through to the CLI: the shell must not see
-/// it (it matches the default scrub pattern `*_SECRET`).
-const MARKER_VAR: &str = "NANOCLAW_MARKER_SECRET";
-const MARKER_VALUE: &str = "marker-secret-0451";
-const SYSTEM_PROMPT: &str = "You are the NanoClaw test agent. SYSTEM-MARKER-1.";
+/// Model "fake-model" on Chat Completions; the marker is passed through to the CLI: the shell
+/// must not see it.
+const SPEC: ProviderSpec = ProviderSpec::openai("opencode", KEY);
+/// How long to wait for each provider event (OpenCode's first prompt is slow to start).
 const EVENT_TIMEOUT: Duration = Duration::from_secs(60);
 
 // ---------------------------------------------------------------------------------------------
-// Harness
+// Harness (shared: e2e::provider_harness)
 // ---------------------------------------------------------------------------------------------
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// The opencode CLI, or `None` when CLI tests are skipped. Panics with instructions when
-/// missing.
-fn opencode_cli() -> Option<PathBuf> {
-    if std::env::var("NANOCLAW_SKIP_CLI_TESTS").as_deref() == Ok("1") {
-        eprintln!("NANOCLAW_SKIP_CLI_TESTS=1: skipping an opencode CLI test");
-        return None;
-    }
-    let path = std::env::var_os("OPENCODE_PATH")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".cli/node_modules/.bin/opencode"));
-    assert!(
-        path.exists(),
-        "the opencode CLI is missing at {}: run scripts/install-clis.sh (or set OPENCODE_PATH; \
-         NANOCLAW_SKIP_CLI_TESTS=1 skips these tests)",
-        path.display()
-    );
-    Some(path)
-}
-
-/// The mcp-tools binary, built once if needed.
-fn mcp_tools() -> PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Some(path) = std::env::var_os("MCP_TOOLS_PATH") {
-            return PathBuf::from(path);
-        }
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| repo_root().join("target"));
-        let path = target.join("debug/mcp-tools");
-        if !path.exists() {
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let status = Command::new(cargo)
-                .args(["build", "-p", "mcp-tools"])
-                .current_dir(repo_root())
-                .status()
-                .expect("run cargo build -p mcp-tools");
-            assert!(status.success(), "cargo build -p mcp-tools failed");
-        }
-        assert!(path.exists(), "mcp-tools not found at {}", path.display());
-        path
-    })
-    .clone()
-}
-
-fn netns_available() -> bool {
-    static OK: OnceLock<bool> = OnceLock::new();
-    *OK.get_or_init(|| {
-        Command::new("unshare")
-            .args(["-n", "sh", "-c", "ip link set lo up"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    })
-}
-
-/// Returns true when the caller should run the test body in this process. Otherwise re-runs
-/// `test` alone in a child process (inside a loopback-only network namespace when possible)
-/// with the marker secret in its environment, asserts it passed, and returns false.
-fn in_child(test: &str) -> bool {
-    if std::env::var_os("NANOCLAW_IN_CHILD").is_some() {
-        return true;
-    }
-    let netns = std::env::var("NANOCLAW_NETNS").as_deref() != Ok("0") && netns_available();
-    let exe = std::env::current_exe().unwrap();
-    let mut cmd = if netns {
-        let mut cmd = Command::new("unshare");
-        cmd.args(["-n", "sh", "-c", "ip link set lo up && exec \"$@\"", "sh"])
-            .arg(exe);
-        cmd
-    } else {
-        Command::new(exe)
-    };
-    let started = Instant::now();
-    let out = cmd
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env("NANOCLAW_IN_CHILD", "1")
-        .env(MARKER_VAR, MARKER_VALUE)
-        .stdin(Stdio::null())
-        .output()
-        .expect("re-run the test in a child process");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("----- {test} (loopback-only netns: {netns}) -----\n{stdout}{stderr}");
-    eprintln!("----- {test}: {:.2?} -----", started.elapsed());
-    assert!(out.status.success(), "{test} failed in the child process");
-    assert!(
-        stdout.contains(&format!("test {test} ... ok")),
-        "{test} did not run in the child process"
-    );
-    false
-}
 
 /// Skips (CLI tests disabled) or re-executes in a child; `Some(cli)` = run the body here.
 fn start(test: &str) -> Option<PathBuf> {
-    let cli = opencode_cli()?;
-    in_child(test).then_some(cli)
+    e2e::provider_harness::start("opencode", test)
 }
 
-struct Setup {
-    name: &'static str,
-    _dir: tempfile::TempDir,
-    fake: FakeModel,
-    settings: ProviderSettings,
-    db: schema::db::SessionDb,
+fn setup(name: &'static str, cli: PathBuf) -> ProviderSetup {
+    SPEC.setup(name, cli)
 }
 
-fn setup(name: &'static str, cli: PathBuf) -> Setup {
-    let dir = tempfile::Builder::new()
-        .prefix("nanoclaw-opencode-")
-        .tempdir()
-        .unwrap();
-    let workspace = dir.path().to_path_buf();
-    let fake = FakeModel::start().unwrap();
-    let mut settings = ProviderSettings::for_workspace(&workspace, "opencode");
-    std::fs::create_dir_all(&settings.agent_dir).unwrap();
-    let db = schema::db::SessionDb::open(&settings.session_db).unwrap();
-    settings.cli_path = Some(cli);
-    settings.mcp_tools_path = mcp_tools();
-    settings.model = Some("fake-model".into());
-    settings.base_url = Some(fake.openai_base_url());
-    settings.api_key = Some(KEY.into());
-    settings.max_retries = 1;
-    settings.watchdog = Duration::from_secs(60);
-    settings.env_policy.passthrough.push(MARKER_VAR.into());
-    Setup {
-        name,
-        _dir: dir,
-        fake,
-        settings,
-        db,
-    }
+trait Spawn {
+    fn provider(&self) -> OpenCodeProvider;
 }
 
-impl Setup {
+impl Spawn for ProviderSetup {
+    /// A provider; with `NANOCLAW_OPENCODE_CAPTURE=<dir>` it records what it read and posted to
+    /// `<dir>/<name>.jsonl`.
     fn provider(&self) -> OpenCodeProvider {
-        let provider = OpenCodeProvider::new(self.settings.clone()).unwrap();
-        if let Some(dir) = std::env::var_os("NANOCLAW_OPENCODE_CAPTURE") {
-            std::fs::create_dir_all(&dir).unwrap();
-            let path = Path::new(&dir).join(format!("{}.jsonl", self.name));
+        let provider = self.spawn(OpenCodeProvider::new);
+        if let Some(path) = self.capture_path("NANOCLAW_OPENCODE_CAPTURE") {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).unwrap();
+            }
             let _ = std::fs::remove_file(&path);
             provider.record_events(&path);
         }
         provider
     }
-
-    fn print_log(&self) {
-        for r in self.fake.requests() {
-            eprintln!("    {}", r.summary());
-        }
-    }
-
-    /// Model turns (no title requests).
-    fn turns(&self) -> Vec<LoggedRequest> {
-        self.fake.model_requests()
-    }
-
-    async fn wait_turns(&self, n: usize) {
-        self.fake
-            .wait_until_async(Duration::from_secs(40), |log| {
-                log.iter().filter(|r| r.is_model_turn()).count() >= n
-            })
-            .await
-            .unwrap_or_else(|err| panic!("{err}"));
-    }
 }
 
-fn input(text: &str, continuation: Option<&str>) -> QueryInput {
-    QueryInput {
-        prompt: Prompt::text(text),
-        continuation: continuation.map(str::to_owned),
-        system_prompt: Some(SYSTEM_PROMPT.into()),
-    }
-}
-
-/// Events until the stream closes.
+/// Events until the stream closes ([`EVENT_TIMEOUT`] per event).
 async fn drain(query: &mut AgentQuery) -> Vec<ProviderEvent> {
-    let mut events = Vec::new();
-    loop {
-        match tokio::time::timeout(EVENT_TIMEOUT, query.next_event()).await {
-            Ok(Some(event)) => {
-                eprintln!("  event: {event:?}");
-                events.push(event);
-            }
-            Ok(None) => return events,
-            Err(_) => panic!("no event for {EVENT_TIMEOUT:?}; so far: {events:#?}"),
-        }
-    }
+    drain_for(query, EVENT_TIMEOUT).await
 }
 
-/// Events until (and including) the first one matching `stop`.
+/// Events until (and including) the first one matching `stop` ([`EVENT_TIMEOUT`] per event).
 async fn until(
     query: &mut AgentQuery,
     stop: impl Fn(&ProviderEvent) -> bool,
 ) -> Vec<ProviderEvent> {
-    let mut events = Vec::new();
-    loop {
-        match tokio::time::timeout(EVENT_TIMEOUT, query.next_event()).await {
-            Ok(Some(event)) => {
-                eprintln!("  event: {event:?}");
-                let done = stop(&event);
-                events.push(event);
-                if done {
-                    return events;
-                }
-            }
-            Ok(None) => panic!("the stream closed early: {events:#?}"),
-            Err(_) => panic!("no event for {EVENT_TIMEOUT:?}; so far: {events:#?}"),
-        }
-    }
-}
-
-fn is_result(event: &ProviderEvent) -> bool {
-    matches!(event, ProviderEvent::Result { .. })
-}
-
-fn ends_turn(event: &ProviderEvent) -> bool {
-    is_result(event)
-        || matches!(
-            event,
-            ProviderEvent::Error {
-                ends_turn: true,
-                ..
-            }
-        )
-}
-
-fn session_id(events: &[ProviderEvent]) -> String {
-    events
-        .iter()
-        .rev()
-        .find_map(|e| match e {
-            ProviderEvent::Init { session_id } => Some(session_id.clone()),
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("no Init in {events:#?}"))
-}
-
-fn results(events: &[ProviderEvent]) -> Vec<(String, u64)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            ProviderEvent::Result { text, covers } => Some((text.clone(), *covers)),
-            _ => None,
-        })
-        .collect()
-}
-
-fn final_errors(events: &[ProviderEvent]) -> Vec<(ErrorClass, bool, String)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            ProviderEvent::Error {
-                classification,
-                retryable,
-                ends_turn: true,
-                message,
-            } => Some((*classification, *retryable, message.clone())),
-            _ => None,
-        })
-        .collect()
+    until_for(query, EVENT_TIMEOUT, stop).await
 }
 
 /// One query until its result or error; then `end` and the rest of the stream.
@@ -315,106 +87,12 @@ async fn ask(
     text: &str,
     continuation: Option<&str>,
 ) -> Vec<ProviderEvent> {
-    let mut query = provider.query(input(text, continuation)).unwrap();
-    let mut events = until(&mut query, ends_turn).await;
-    query.end();
-    events.extend(drain(&mut query).await);
-    events
+    ask_for(provider, input(text, continuation), EVENT_TIMEOUT).await
 }
 
-/// Live (non-zombie) processes: (pid, ppid, pgid, command line).
-fn live_processes() -> Vec<(u32, u32, u32, String)> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.first() == Some(&"Z") {
-            continue;
-        }
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        out.push((
-            pid,
-            fields[1].parse().unwrap_or(0),
-            fields[2].parse().unwrap_or(0),
-            cmdline,
-        ));
-    }
-    out
-}
-
-/// The live descendants of `root` (pid and command line).
-fn descendants(root: u32) -> Vec<(u32, String)> {
-    let all = live_processes();
-    let mut found: Vec<(u32, String)> = Vec::new();
-    let mut frontier = vec![root];
-    while let Some(parent) = frontier.pop() {
-        for (pid, ppid, _, cmd) in &all {
-            if *ppid == parent && !found.iter().any(|(p, _)| p == pid) {
-                found.push((*pid, cmd.clone()));
-                frontier.push(*pid);
-            }
-        }
-    }
-    found
-}
-
-/// Live processes whose command line contains `needle`.
-fn processes_with(needle: &str) -> Vec<(u32, String)> {
-    live_processes()
-        .into_iter()
-        .filter(|(_, _, _, cmd)| cmd.contains(needle))
-        .map(|(pid, _, _, cmd)| (pid, cmd))
-        .collect()
-}
-
-/// Live processes whose environment has the entry `entry` (`NAME=value`).
-fn processes_with_env(entry: &str) -> Vec<u32> {
-    live_processes()
-        .into_iter()
-        .map(|(pid, ..)| pid)
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .unwrap_or_default()
-                .split(|b| *b == 0)
-                .any(|e| e == entry.as_bytes())
-        })
-        .collect()
-}
-
-/// Waits for the question row mcp-tools writes; returns its question id.
-async fn question_id(db: &schema::db::SessionDb) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let rows = db.all_messages_out().unwrap();
-        let found = rows.iter().find_map(|row| {
-            let content: serde_json::Value = serde_json::from_str(&row.content).ok()?;
-            content.get("questionId")?.as_str().map(str::to_owned)
-        });
-        if let Some(id) = found {
-            return id;
-        }
-        assert!(Instant::now() < deadline, "no question row: {rows:#?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn answer(db: &schema::db::SessionDb, question_id: &str, option: &str) {
-    let answer =
-        json!({"type": "question_response", "questionId": question_id, "selectedOption": option});
-    db.insert_in(&schema::rows::NewMessageIn::new(
-        "system",
-        answer.to_string(),
-    ))
-    .unwrap();
+/// Waits (30 s at most) for the question row mcp-tools writes; returns its question id.
+async fn question_id(db: &SessionDb) -> String {
+    e2e::provider_harness::question_id(db, Duration::from_secs(30)).await
 }
 
 // ---------------------------------------------------------------------------------------------
