@@ -7,6 +7,7 @@
 //! [`ProviderEvent`]s, and calls [`AgentQuery::end`] once every prompt it sent is answered.
 
 pub mod archive;
+pub mod archive_job;
 pub mod claude;
 pub mod codex;
 pub mod mock;

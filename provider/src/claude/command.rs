@@ -184,11 +184,6 @@ pub(crate) fn settings_json(settings: &ProviderSettings, files: &LaunchFiles) ->
     Value::Object(json)
 }
 
-/// The conversations folder transcripts are archived to (`/workspace/agent/conversations`).
-pub(crate) fn conversations_dir(settings: &ProviderSettings) -> PathBuf {
-    settings.agent_dir.join("conversations")
-}
-
 /// Issue 5: the `PreCompact` hook that archives the transcript before Claude compacts its
 /// context, `{"PreCompact":[{"matcher":"","hooks":[{"type":"command","command":"'<runner>'
 /// archive-hook --conversations-dir '<agent dir>/conversations' --timezone '<tz>' --workspace
@@ -198,8 +193,11 @@ pub(crate) fn conversations_dir(settings: &ProviderSettings) -> PathBuf {
 /// runner binary to call.
 fn hooks(settings: &ProviderSettings) -> Option<Value> {
     let runner = settings.runner_exe.as_deref()?;
-    let mut hooks =
-        archive::claude_precompact_hooks(runner, &conversations_dir(settings), &settings.timezone);
+    let mut hooks = archive::claude_precompact_hooks(
+        runner,
+        &crate::archive_job::conversations_dir(settings),
+        &settings.timezone,
+    );
     if let Some(Value::String(command)) = hooks.pointer_mut("/PreCompact/0/hooks/0/command") {
         command.push_str(" --workspace ");
         command.push_str(&shell_quote(&settings.workspace.display().to_string()));

@@ -11,43 +11,15 @@
 //! query's, which may already run) are left for the archive after that query. Stopping the
 //! app-server (shutdown, another session) waits briefly for a running archive first.
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use chrono::Utc;
 use serde_json::Value;
-use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::sync::OwnedMutexGuard;
 
 use super::rpc::AppServer;
-use crate::archive::{self, RenderOptions};
+use crate::archive;
+use crate::archive_job::{self, ArchiveLock, READ_TIMEOUT};
 use crate::ProviderSettings;
-
-/// The longest an archive waits for `thread/read`.
-pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The longest stopping the app-server waits for a running archive.
-pub(crate) const STOP_WAIT: Duration = Duration::from_secs(15);
-
-/// The archive lock; held by the archive that runs.
-pub(crate) type ArchiveLock = Arc<Mutex<()>>;
-
-/// Takes the archive lock at once when it is free. A query calls this before it closes its
-/// stream, so that whatever the runner does next (stop the provider, start another session)
-/// finds the archive of this query already under way.
-pub(crate) fn reserve(lock: &ArchiveLock) -> Option<OwnedMutexGuard<()>> {
-    Arc::clone(lock).try_lock_owned().ok()
-}
-
-/// Waits (at most [`STOP_WAIT`]) until no archive runs; before the app-server is stopped.
-pub(crate) async fn wait_idle(lock: &ArchiveLock) {
-    if tokio::time::timeout(STOP_WAIT, lock.lock()).await.is_err() {
-        tracing::warn!(
-            "a transcript archive is still running after {} s; stopping codex anyway",
-            STOP_WAIT.as_secs()
-        );
-    }
-}
 
 /// Archives thread `thread_id`: takes the lock (unless `guard` already holds it), reads the
 /// thread, writes the new entries. Logs the outcome; never fails.
@@ -87,40 +59,10 @@ pub(crate) async fn archive_thread(
             return;
         }
     };
-    let dir = conversations_dir(settings);
-    let tz = archive::parse_tz(&settings.timezone);
-    let assistant_name = settings.assistant_name.clone();
-    let id = thread_id.to_owned();
-    let written = tokio::task::spawn_blocking(move || {
-        let mut transcript = archive::from_codex_thread(&finished_turns(thread));
-        if transcript.session_id.is_empty() {
-            transcript.session_id = id;
-        }
-        let opts = RenderOptions {
-            assistant_name,
-            ..RenderOptions::new(tz, Utc::now())
-        };
-        archive::archive_new_entries(&dir, &transcript, &opts)
+    archive_job::write_new_entries(settings, "codex", thread_id, move || {
+        archive::from_codex_thread(&finished_turns(thread))
     })
     .await;
-    match written {
-        Ok(Ok(Some(path))) => {
-            tracing::info!(thread = thread_id, path = %path.display(), "codex transcript archived")
-        }
-        Ok(Ok(None)) => tracing::debug!(thread = thread_id, "nothing new to archive"),
-        Ok(Err(err)) => tracing::warn!(
-            thread = thread_id,
-            dir = %conversations_dir(settings).display(),
-            %err,
-            "transcript not archived"
-        ),
-        Err(err) => tracing::warn!(thread = thread_id, %err, "the archive task failed"),
-    }
-}
-
-/// The conversations folder (`/workspace/agent/conversations`).
-pub(crate) fn conversations_dir(settings: &ProviderSettings) -> PathBuf {
-    settings.agent_dir.join("conversations")
 }
 
 /// The `thread/read` result without turns still in progress: their items may be incomplete, and
@@ -140,6 +82,8 @@ pub(crate) fn finished_turns(mut thread: Value) -> Value {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use crate::archive::RenderOptions;
+    use chrono::Utc;
     use serde_json::json;
 
     #[test]

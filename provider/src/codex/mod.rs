@@ -73,7 +73,7 @@ struct Shared {
     server: tokio::sync::Mutex<Option<Arc<AppServer>>>,
     transcript: std::sync::Mutex<Option<Transcript>>,
     /// Held by the transcript archive that runs (`archiving.rs`).
-    archive: archiving::ArchiveLock,
+    archive: crate::archive_job::ArchiveLock,
 }
 
 impl CodexProvider {
@@ -95,7 +95,7 @@ impl CodexProvider {
                 configured,
                 server: tokio::sync::Mutex::new(None),
                 transcript: std::sync::Mutex::new(None),
-                archive: archiving::ArchiveLock::default(),
+                archive: crate::archive_job::ArchiveLock::default(),
             }),
         })
     }
@@ -144,7 +144,7 @@ impl AgentProvider for CodexProvider {
             let server = self.shared.server.lock().await.take();
             if let Some(server) = server {
                 // The last query's archive reads the thread from this process.
-                archiving::wait_idle(&self.shared.archive).await;
+                crate::archive_job::wait_idle(&self.shared.archive, "codex").await;
                 server.terminate().await;
             }
         })
@@ -192,7 +192,7 @@ async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle: QueryHand
             "another session: restarting codex app-server"
         );
         // The previous session's archive reads its thread from this process.
-        archiving::wait_idle(&shared.archive).await;
+        crate::archive_job::wait_idle(&shared.archive, "codex").await;
         server.terminate().await;
         forget_server(&shared, &server).await;
         server = match live_server(&shared).await {
@@ -307,7 +307,7 @@ async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle: QueryHand
         if state.is_closed() {
             // The archive lock is taken before the stream closes, so a shutdown or another
             // session the runner starts next waits for this query's archive.
-            let guard = archiving::reserve(&shared.archive);
+            let guard = crate::archive_job::reserve(&shared.archive);
             drop(incoming);
             drop(handle);
             archiving::archive_thread(&shared.archive, guard, settings, &server, &thread_id).await;

@@ -14,26 +14,15 @@
 //! progress with its prompt. Stopping the server (shutdown) waits briefly for a running archive
 //! first.
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use chrono::Utc;
 use serde_json::Value;
-use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::sync::OwnedMutexGuard;
 
 use super::server::Api;
-use crate::archive::{self, RenderOptions};
+use crate::archive;
+use crate::archive_job::{self, ArchiveLock, READ_TIMEOUT};
 use crate::ProviderSettings;
-
-/// The longest an archive waits for `GET /session/{id}/message`.
-pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The longest stopping the server waits for a running archive.
-pub(crate) const STOP_WAIT: Duration = Duration::from_secs(15);
-
-/// The archive lock; held by the archive that runs.
-pub(crate) type ArchiveLock = Arc<Mutex<()>>;
 
 /// What one archive needs: where to read and up to where the history belongs to its query.
 #[derive(Debug)]
@@ -46,23 +35,6 @@ pub(crate) struct Job {
     /// sort in creation order, see `Shared::message_id`), so user messages from this id on are
     /// the next query's.
     pub cutoff: String,
-}
-
-/// Takes the archive lock at once when it is free. A query calls this before it releases the
-/// server, so that whatever the runner does next (stop the provider, send the next query) finds
-/// the archive of this query already under way.
-pub(crate) fn reserve(lock: &ArchiveLock) -> Option<OwnedMutexGuard<()>> {
-    Arc::clone(lock).try_lock_owned().ok()
-}
-
-/// Waits (at most [`STOP_WAIT`]) until no archive runs; before the server is stopped.
-pub(crate) async fn wait_idle(lock: &ArchiveLock) {
-    if tokio::time::timeout(STOP_WAIT, lock.lock()).await.is_err() {
-        tracing::warn!(
-            "a transcript archive is still running after {} s; stopping opencode anyway",
-            STOP_WAIT.as_secs()
-        );
-    }
 }
 
 /// Archives the job's session: takes the lock (unless `guard` already holds it), reads the
@@ -89,40 +61,10 @@ pub(crate) async fn archive_session(
             return;
         }
     };
-    let dir = conversations_dir(settings);
-    let tz = archive::parse_tz(&settings.timezone);
-    let assistant_name = settings.assistant_name.clone();
-    let id = session_id.clone();
-    let written = tokio::task::spawn_blocking(move || {
-        let mut transcript = archive::from_opencode_messages(&settled(messages, &cutoff));
-        if transcript.session_id.is_empty() {
-            transcript.session_id = id;
-        }
-        let opts = RenderOptions {
-            assistant_name,
-            ..RenderOptions::new(tz, Utc::now())
-        };
-        archive::archive_new_entries(&dir, &transcript, &opts)
+    archive_job::write_new_entries(settings, "opencode", &session_id, move || {
+        archive::from_opencode_messages(&settled(messages, &cutoff))
     })
     .await;
-    match written {
-        Ok(Ok(Some(path))) => {
-            tracing::info!(session = %session_id, path = %path.display(), "opencode transcript archived")
-        }
-        Ok(Ok(None)) => tracing::debug!(session = %session_id, "nothing new to archive"),
-        Ok(Err(err)) => tracing::warn!(
-            session = %session_id,
-            dir = %conversations_dir(settings).display(),
-            %err,
-            "transcript not archived"
-        ),
-        Err(err) => tracing::warn!(session = %session_id, %err, "the archive task failed"),
-    }
-}
-
-/// The conversations folder (`/workspace/agent/conversations`).
-pub(crate) fn conversations_dir(settings: &ProviderSettings) -> PathBuf {
-    settings.agent_dir.join("conversations")
 }
 
 /// The history without what may still change, so that no entry is archived half-way (an entry
@@ -165,6 +107,8 @@ pub(crate) fn settled(mut messages: Value, cutoff: &str) -> Value {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use crate::archive::RenderOptions;
+    use chrono::Utc;
     use serde_json::json;
 
     fn user(id: &str, text: &str) -> Value {

@@ -97,7 +97,7 @@ struct Shared {
     /// Pid of the running server, readable while a query holds `slot`.
     pid: Mutex<Option<u32>>,
     /// Held by the transcript archive that runs (`archiving.rs`).
-    archive: archiving::ArchiveLock,
+    archive: crate::archive_job::ArchiveLock,
 }
 
 #[derive(Debug, Default)]
@@ -125,7 +125,7 @@ impl OpenCodeProvider {
                 ids: Mutex::new(IdClock::default()),
                 record: Mutex::new(None),
                 pid: Mutex::new(None),
-                archive: archiving::ArchiveLock::default(),
+                archive: crate::archive_job::ArchiveLock::default(),
             }),
         })
     }
@@ -172,7 +172,7 @@ impl AgentProvider for OpenCodeProvider {
             let mut slot = self.shared.slot.lock().await;
             if let Some(mut server) = slot.take() {
                 // The last query's archive reads the history from this server.
-                archiving::wait_idle(&self.shared.archive).await;
+                crate::archive_job::wait_idle(&self.shared.archive, "opencode").await;
                 server.stop().await;
             }
             *lock(&self.shared.pid) = None;
@@ -351,7 +351,7 @@ async fn run_query(
         session_id,
         cutoff: shared.message_id(),
     };
-    let guard = archiving::reserve(&shared.archive);
+    let guard = crate::archive_job::reserve(&shared.archive);
     drop(slot);
     archiving::archive_session(&shared.archive, guard, &shared.settings, job).await;
 }
