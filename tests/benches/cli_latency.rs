@@ -19,7 +19,20 @@ fn measure(provider: &str, messages: usize) {
     for i in 0..messages {
         let sent = Instant::now();
         let id = session.send_chat(&format!("ping {i}")).id;
-        session.wait_reply(&id, Duration::from_secs(120));
+        // Poll every 2 ms (the harness's own wait polls every 25 ms, too coarse for this).
+        while session
+            .db
+            .replies_to(&id)
+            .unwrap()
+            .iter()
+            .all(|o| o.kind != "chat")
+        {
+            assert!(
+                sent.elapsed() < Duration::from_secs(120),
+                "no reply from {provider}"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
         times.push(sent.elapsed().as_secs_f64() * 1000.0);
     }
     session.stop_runner();
