@@ -9,7 +9,7 @@ use chrono_tz::Tz;
 use r2d2::{Pool, PooledConnection};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::cron::Schedule;
 use crate::rows::*;
@@ -1040,14 +1040,4 @@ pub(crate) fn schedule_next_occurrence(
     next_row.source_session_id = row.source_session_id.clone();
     insert_in_tx(tx, &next_row)?;
     Ok(())
-}
-
-/// Parses a stored timestamp, for callers that want to report a bad one.
-pub fn parse_stored(value: &str) -> Result<DateTime<Utc>, Error> {
-    parse_ts(value)
-}
-
-/// Value helper: the JSON `null` for `None`.
-pub fn opt_json(value: Option<&str>) -> Value {
-    value.map_or(Value::Null, |text| Value::String(text.to_owned()))
 }
