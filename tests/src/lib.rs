@@ -6,7 +6,10 @@
 //!   CLI lookup, netns re-exec, row, request, process and archive helpers.
 //! * [`provider_harness`]: a provider driven directly against its real CLI and the fake model
 //!   (setup, child re-exec with a marker secret, event collection).
+//! * [`scenarios`]: the acceptance and archiving scenarios shared by every CLI, each a function
+//!   taking the provider name (the `e2e_<cli>.rs` / `archive_<cli>.rs` tests call them).
 
 pub mod fake_model;
 pub mod harness;
 pub mod provider_harness;
+pub mod scenarios;
