@@ -937,17 +937,8 @@ impl FakeModel {
     ) -> Result<Vec<LoggedRequest>, WaitTimeout> {
         let start = Instant::now();
         loop {
-            {
-                let inner = self.shared.lock();
-                if done(&inner.log) {
-                    return Ok(inner.log.clone());
-                }
-            }
-            if start.elapsed() >= timeout {
-                return Err(WaitTimeout {
-                    waited: start.elapsed(),
-                    got: self.requests(),
-                });
+            if let Some(outcome) = self.check_log(start, timeout, &done) {
+                return outcome;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -970,20 +961,33 @@ impl FakeModel {
     ) -> Result<Vec<LoggedRequest>, WaitTimeout> {
         let start = Instant::now();
         loop {
-            {
-                let inner = self.shared.lock();
-                if done(&inner.log) {
-                    return Ok(inner.log.clone());
-                }
-            }
-            if start.elapsed() >= timeout {
-                return Err(WaitTimeout {
-                    waited: start.elapsed(),
-                    got: self.requests(),
-                });
+            if let Some(outcome) = self.check_log(start, timeout, &done) {
+                return outcome;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// One check of a wait: `Some(Ok(log))` when `done` holds, `Some(Err(..))` past the timeout,
+    /// `None` to keep waiting. Shared by the sync and async waits.
+    fn check_log(
+        &self,
+        start: Instant,
+        timeout: Duration,
+        done: &impl Fn(&[LoggedRequest]) -> bool,
+    ) -> Option<Result<Vec<LoggedRequest>, WaitTimeout>> {
+        {
+            let inner = self.shared.lock();
+            if done(&inner.log) {
+                return Some(Ok(inner.log.clone()));
+            }
+        }
+        (start.elapsed() >= timeout).then(|| {
+            Err(WaitTimeout {
+                waited: start.elapsed(),
+                got: self.requests(),
+            })
+        })
     }
 
     /// Stop the server: hung and stalled streams are released, connections are closed after a
