@@ -241,20 +241,12 @@ impl Runner {
                 }
                 continue;
             }
-            let first_poll = self.first_poll;
-            let limit = self.options.max_messages;
             let now = (self.options.clock)();
-            let eligible = self
-                .call(move |db| db.eligible(now, first_poll, limit))
-                .await;
+            let claimed = self.claim_work(now, self.first_poll).await;
             self.first_poll = false;
-            match eligible {
-                Ok(eligible) if eligible.wakes => {
-                    let ids: Vec<String> = eligible.rows.iter().map(|r| r.id.clone()).collect();
-                    let claimed = self.call(move |db| db.claim(&ids)).await?;
-                    for work in self.split_work(claimed) {
-                        self.deferred.push_back(work);
-                    }
+            match claimed {
+                Ok(work) if !work.is_empty() => {
+                    self.deferred.extend(work);
                     continue;
                 }
                 Ok(_) => {}
@@ -703,15 +695,8 @@ impl Runner {
     /// Claims rows that arrived mid-turn, through the same gates, and prepares the part that can
     /// go into the running query. Commands and what follows them wait for the query to end.
     async fn follow_up(&mut self) -> Result<Option<Prepared>> {
-        let limit = self.options.max_messages;
         let now = (self.options.clock)();
-        let eligible = self.call(move |db| db.eligible(now, false, limit)).await?;
-        if !eligible.wakes {
-            return Ok(None);
-        }
-        let ids: Vec<String> = eligible.rows.iter().map(|r| r.id.clone()).collect();
-        let claimed = self.call(move |db| db.claim(&ids)).await?;
-        let mut work = self.split_work(claimed).into_iter();
+        let mut work = self.claim_work(now, false).await?.into_iter();
         let first = work.next();
         self.deferred.extend(work);
         match first {
@@ -722,6 +707,21 @@ impl Runner {
             }
             None => Ok(None),
         }
+    }
+
+    /// One poll: the eligible rows at `now` (every gate of SPEC §5.2), claimed and cut into work
+    /// items; nothing when they may not wake the agent.
+    async fn claim_work(&self, now: chrono::DateTime<Utc>, first_poll: bool) -> Result<Vec<Work>> {
+        let limit = self.options.max_messages;
+        let eligible = self
+            .call(move |db| db.eligible(now, first_poll, limit))
+            .await?;
+        if !eligible.wakes {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<String> = eligible.rows.iter().map(|r| r.id.clone()).collect();
+        let claimed = self.call(move |db| db.claim(&ids)).await?;
+        Ok(self.split_work(claimed))
     }
 
     /// Writes the reply of covered prompts and completes their rows in ONE transaction.
