@@ -231,8 +231,12 @@ impl CliProcess {
     }
 
     /// Stops the whole group: TERM, up to `grace` for the leader to exit, then KILL to the group
-    /// regardless, and reaps the leader.
+    /// regardless, and reaps the leader. Descendants that moved to a process group or session of
+    /// their own (Codex starts MCP servers that way, OpenCode and Claude run shell commands so)
+    /// are not reached by the group signals: they are collected before the TERM and killed
+    /// afterwards if they are still the same processes.
     pub async fn terminate(&mut self, grace: Duration) -> Option<ExitStatus> {
+        let escaped = descendants(self.pid());
         self.stdin.take();
         let _ = killpg(self.pgid, Signal::SIGTERM);
         let status = match tokio::time::timeout(grace, self.child.wait()).await {
@@ -240,11 +244,52 @@ impl CliProcess {
             Err(_) => None,
         };
         let _ = killpg(self.pgid, Signal::SIGKILL);
+        for (pid, started) in escaped {
+            // Same start time: not a recycled pid.
+            if stat_fields(pid).map(|(_, s)| s) == Some(started) {
+                tracing::debug!(pid, "killing a leftover CLI descendant outside its group");
+                let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
         match status {
             Some(status) => Some(status),
             None => self.child.wait().await.ok(),
         }
     }
+}
+
+/// Parent pid and start time (clock ticks since boot) from `/proc/<pid>/stat`.
+fn stat_fields(pid: i32) -> Option<(i32, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces and parentheses: split after the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // fields[0] = state (field 3), [1] = ppid (4), [19] = starttime (22).
+    let ppid = fields.get(1)?.parse().ok()?;
+    let started = fields.get(19)?.parse().ok()?;
+    Some((ppid, started))
+}
+
+/// Every descendant of `root` with its start time, from `/proc`.
+fn descendants(root: u32) -> Vec<(i32, u64)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let all: Vec<(i32, i32, u64)> = entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| stat_fields(pid).map(|(ppid, started)| (pid, ppid, started)))
+        .collect();
+    let mut found: Vec<(i32, u64)> = Vec::new();
+    let mut frontier = vec![root as i32];
+    while let Some(parent) = frontier.pop() {
+        for (pid, ppid, started) in &all {
+            if *ppid == parent && !found.iter().any(|(p, _)| p == pid) {
+                found.push((*pid, *started));
+                frontier.push(*pid);
+            }
+        }
+    }
+    found
 }
 
 impl Drop for CliProcess {
@@ -354,6 +399,42 @@ mod tests {
         assert!(
             stat.is_empty() || stat.contains(") Z "),
             "grandchild still running: {stat}"
+        );
+    }
+
+    #[tokio::test]
+    async fn terminate_kills_descendants_that_left_the_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("escaped.pid");
+        let script = format!("setsid sleep 60 & echo $! > {}; wait", pidfile.display());
+        let command = CliCommand::new("/bin/sh", dir.path())
+            .args(["-c", script.as_str()])
+            .env("PATH", "/usr/bin:/bin");
+        let mut process = CliProcess::spawn(&command).unwrap();
+        let mut escaped = None;
+        for _ in 0..100 {
+            if let Ok(text) = std::fs::read_to_string(&pidfile) {
+                if let Ok(pid) = text.trim().parse::<i32>() {
+                    escaped = Some(pid);
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let escaped = escaped.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let group = nix::unistd::getpgid(Some(Pid::from_raw(escaped))).unwrap();
+        assert_ne!(
+            group.as_raw() as u32,
+            process.pid(),
+            "the test process did not leave the group"
+        );
+        process.terminate(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let stat = std::fs::read_to_string(format!("/proc/{escaped}/stat")).unwrap_or_default();
+        assert!(
+            stat.is_empty() || stat.contains(") Z "),
+            "escaped descendant still running: {stat}"
         );
     }
 

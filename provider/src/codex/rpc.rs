@@ -304,71 +304,14 @@ impl AppServer {
     }
 
     /// Stops the whole process group (TERM, grace, KILL) and reaps the leader. Codex starts each
-    /// MCP server in a process group of its own, so the group kill does not reach them: they are
-    /// collected first and killed after the group if they outlived it (a TERMed Codex stops
-    /// them itself; a KILLed one leaves them to notice stdin EOF, which may take seconds).
+    /// MCP server in a process group of its own; `CliProcess::terminate` also kills such
+    /// descendants (a KILLed Codex would leave them to notice stdin EOF, which may take seconds).
     pub async fn terminate(&self) {
         let mut process = self.process.lock().await;
-        let escaped = descendants(self.pid);
         let status = process.terminate(TERMINATE_GRACE).await;
         self.alive.store(false, Ordering::SeqCst);
-        for (pid, started) in escaped {
-            if start_time(pid) == Some(started) {
-                tracing::debug!(pid, "killing a leftover codex child");
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-        }
         tracing::info!(pid = self.pid, ?status, "codex app-server stopped");
     }
-}
-
-/// (pid, parent pid, start time) of every process, from `/proc`.
-fn processes() -> Vec<(i32, i32, u64)> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(|pid| {
-            let (ppid, started) = stat_fields(pid)?;
-            Some((pid, ppid, started))
-        })
-        .collect()
-}
-
-/// Parent pid and start time (clock ticks since boot) from `/proc/<pid>/stat`.
-fn stat_fields(pid: i32) -> Option<(i32, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may contain spaces and parentheses: split after the last ')'.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    // fields[0] = state (field 3), [1] = ppid (4), [19] = starttime (22).
-    let ppid = fields.get(1)?.parse().ok()?;
-    let started = fields.get(19)?.parse().ok()?;
-    Some((ppid, started))
-}
-
-fn start_time(pid: i32) -> Option<u64> {
-    stat_fields(pid).map(|(_, started)| started)
-}
-
-/// Every descendant of `root` with its start time (to avoid killing a recycled pid later).
-fn descendants(root: u32) -> Vec<(i32, u64)> {
-    let all = processes();
-    let mut found = Vec::new();
-    let mut frontier = vec![root as i32];
-    while let Some(parent) = frontier.pop() {
-        for (pid, ppid, started) in &all {
-            if *ppid == parent && !found.iter().any(|(p, _)| p == pid) {
-                found.push((*pid, *started));
-                frontier.push(*pid);
-            }
-        }
-    }
-    found
 }
 
 /// Routes one stdout line.
