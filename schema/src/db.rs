@@ -617,6 +617,28 @@ impl SessionDb {
         self.set_state(&format!("{QUESTION_KEY_PREFIX}{question_id}"), &value)
     }
 
+    /// Asks a question in ONE transaction: records it as open until `deadline` (see
+    /// [`Db::open_question`]), writes the question row and, when `set_waiting` is true, switches
+    /// `runner_state.status` from `busy` to `waiting_user`. A reader that sees the question row
+    /// therefore also sees the waiting status. Returns the inserted row and whether the status
+    /// was switched (false when the runner was not `busy`).
+    pub fn post_question(
+        &self,
+        question_id: &str,
+        deadline: DateTime<Utc>,
+        row: &NewMessageOut,
+        set_waiting: bool,
+    ) -> Result<(Inserted, bool), Error> {
+        let value = json!({ "deadline": format_ts(deadline) }).to_string();
+        self.write(|tx| {
+            set_state_tx(tx, &format!("{QUESTION_KEY_PREFIX}{question_id}"), &value)?;
+            let inserted = insert_out_tx(tx, row)?;
+            let switched = set_waiting
+                && swap_runner_status_tx(tx, RunnerStatus::Busy, RunnerStatus::WaitingUser)?;
+            Ok((inserted, switched))
+        })
+    }
+
     /// Closes an open question.
     pub fn close_question(&self, question_id: &str) -> Result<bool, Error> {
         self.delete_state(&format!("{QUESTION_KEY_PREFIX}{question_id}"))
@@ -680,12 +702,7 @@ impl SessionDb {
 
     /// Sets the status to `to` only when it is currently `from`; true when it changed.
     pub fn swap_runner_status(&self, from: RunnerStatus, to: RunnerStatus) -> Result<bool, Error> {
-        self.write(|tx| {
-            Ok(tx.execute(
-                "UPDATE runner_state SET status = ?2, updated_at = ?3 WHERE id = 1 AND status = ?1",
-                params![from.as_str(), to.as_str(), now_ts()],
-            )? > 0)
-        })
+        self.write(|tx| swap_runner_status_tx(tx, from, to))
     }
 
     /// Records the tool the agent is in (or none).
@@ -934,6 +951,18 @@ pub(crate) fn insert_out_tx(tx: &Transaction<'_>, row: &NewMessageOut) -> Result
         row.content,
     ])?;
     Ok(Inserted { id, seq })
+}
+
+/// Sets `runner_state.status` to `to` if it is `from`; true when it was switched.
+fn swap_runner_status_tx(
+    tx: &Transaction<'_>,
+    from: RunnerStatus,
+    to: RunnerStatus,
+) -> Result<bool, Error> {
+    Ok(tx.execute(
+        "UPDATE runner_state SET status = ?2, updated_at = ?3 WHERE id = 1 AND status = ?1",
+        params![from.as_str(), to.as_str(), now_ts()],
+    )? > 0)
 }
 
 pub(crate) fn set_state_tx(tx: &Transaction<'_>, key: &str, value: &str) -> Result<(), Error> {

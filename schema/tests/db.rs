@@ -283,6 +283,39 @@ fn answers_are_held_only_while_the_question_is_open() {
 }
 
 #[test]
+fn a_posted_question_row_is_never_seen_without_its_state() {
+    let (_dir, db) = open();
+    db.set_runner_state(RunnerStatus::Busy, Some(1), Some("mock"))
+        .unwrap();
+    let deadline = Utc::now() + chrono::Duration::seconds(30);
+    let mut row = NewMessageOut::new(
+        OutKind::ChatSdk,
+        Routing::default(),
+        &json!({"type": "ask_question"}),
+    );
+    row.id = Some("question-row".into());
+    let (inserted, switched) = db.post_question("q1", deadline, &row, true).unwrap();
+    assert!(switched);
+    assert_eq!(inserted.seq % 2, 1, "an odd messages_out seq");
+    assert_eq!(db.runner_state().unwrap().unwrap().status, "waiting_user");
+    assert!(
+        db.state("question:q1").unwrap().is_some(),
+        "recorded as open"
+    );
+    // Not busy (another question already switched it): the status is left alone.
+    let mut second = row.clone();
+    second.id = Some("question-row-2".into());
+    let (_, switched) = db.post_question("q2", deadline, &second, true).unwrap();
+    assert!(!switched);
+    // A failed row write (its id is taken) leaves no open question and no status change.
+    db.swap_runner_status(RunnerStatus::WaitingUser, RunnerStatus::Busy)
+        .unwrap();
+    assert!(db.post_question("q3", deadline, &row, true).is_err());
+    assert!(db.state("question:q3").unwrap().is_none());
+    assert_eq!(db.runner_state().unwrap().unwrap().status, "busy");
+}
+
+#[test]
 fn next_due_and_counts() {
     let (_dir, db) = open();
     assert_eq!(db.next_due().unwrap(), None);

@@ -1,17 +1,17 @@
 //! `ask_user_question`: write a question row, then wait (event-driven, with [`DbWatcher`]) until
 //! an answer row arrives, the deadline passes, or the client cancels the call.
 //!
-//! Protocol with the runner (SPEC §5.2): the question is recorded as open
-//! (`open_question(id, deadline)`) BEFORE the question row is written, so the runner's poll
-//! holds back answers to it until the deadline. The answer is taken with `take_answer`, which
+//! Protocol with the runner (SPEC §5.2): the question is recorded as open (until its deadline)
+//! in the same transaction that writes the question row, so the runner's poll holds back
+//! answers to it until the deadline. The answer is taken with `take_answer`, which
 //! completes the answer row atomically. On timeout or cancellation the question is closed; an
 //! answer that arrives later is then an ordinary message the runner hands to the agent.
 //! While any question of this process waits, `runner_state.status` is `waiting_user` (if it
-//! was `busy`); the last one to finish puts `busy` back.
+//! was `busy`), switched in that same transaction; the last one to finish puts `busy` back.
 
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use schema::content::out;
 use schema::{DbWatcher, NewMessageOut, OutKind, QuestionAnswer, RunnerStatus};
 use serde_json::{json, Value};
@@ -45,19 +45,36 @@ struct WaitingState {
 }
 
 impl Waiting {
-    /// Registers a waiting question; the first one switches `busy` → `waiting_user`.
-    async fn enter(&self, db: &Db) {
+    /// Posts the question (see [`Db::post_question`]) and registers it as waiting: the first
+    /// waiting question of this process switches `busy` → `waiting_user` in the same
+    /// transaction as the question row, so no reader sees the question with the runner `busy`.
+    async fn enter(
+        &self,
+        db: &Db,
+        question_id: &str,
+        deadline: DateTime<Utc>,
+        title: &str,
+        question: &str,
+        options: &[Value],
+    ) -> ToolResult<()> {
+        // Held across the write so two questions cannot both believe they are the first.
         let mut state = self.state.lock().await;
-        if state.count == 0 {
-            state.swapped = db
-                .run(|db| Ok(db.swap_runner_status(RunnerStatus::Busy, RunnerStatus::WaitingUser)?))
-                .await
-                .unwrap_or_else(|err| {
-                    tracing::warn!(%err, "could not set runner status to waiting_user");
-                    false
-                });
+        let first = state.count == 0;
+        let qid = question_id.to_owned();
+        let content = out::ask_question(question_id, title, question, options);
+        let (_, switched) = db
+            .run(move |db| {
+                let route = routing::resolve(db, &Target::default())?;
+                let row = NewMessageOut::new(OutKind::ChatSdk, route.routing, &content)
+                    .replying_to(route.in_reply_to);
+                Ok(db.post_question(&qid, deadline, &row, first)?)
+            })
+            .await?;
+        if first {
+            state.swapped = switched;
         }
         state.count += 1;
+        Ok(())
     }
 
     /// Unregisters a question; the last one switches `waiting_user` → `busy` back.
@@ -135,25 +152,9 @@ pub async fn ask_user_question(
 
     // The watcher exists before the question row, so no answer can slip between them.
     let mut watcher = ctx.db.run(|db| Ok(DbWatcher::new(db)?)).await?;
-    let qid = question_id.clone();
-    ctx.db
-        .run(move |db| {
-            db.open_question(&qid, deadline)?;
-            let route = routing::resolve(db, &Target::default())?;
-            let content = out::ask_question(&qid, &title, &question, &options);
-            let row = NewMessageOut::new(OutKind::ChatSdk, route.routing, &content)
-                .replying_to(route.in_reply_to);
-            match db.insert_out(&row) {
-                Ok(inserted) => Ok(inserted.seq),
-                Err(err) => {
-                    let _ = db.close_question(&qid);
-                    Err(err.into())
-                }
-            }
-        })
+    ctx.waiting
+        .enter(&ctx.db, &question_id, deadline, &title, &question, &options)
         .await?;
-
-    ctx.waiting.enter(&ctx.db).await;
     let outcome = wait_for_answer(ctx, &question_id, deadline, &mut watcher, &cancel).await;
     let qid = question_id.clone();
     if let Err(err) = ctx.db.run(move |db| Ok(db.close_question(&qid)?)).await {
