@@ -283,11 +283,17 @@ pub fn restart_resumes_the_same_session(provider: &str) {
     session.stop_runner();
 }
 
+/// Retry delay the fake model asks OpenCode for in the API error scenarios.
+pub const OPENCODE_RETRY_AFTER_MS: u64 = 1_500;
+
 /// The failing model answer for HTTP `status` in scenario 5.
 fn api_error_step(provider: &str, status: u16) -> Step {
     match provider {
         // OpenCode's retries are hard-coded with a growing backoff; it honours retry-after-ms.
-        "opencode" => Step::error(status, format!("fake {status} error")).retry_after_ms(300),
+        // The provider aborts on the retry notice past the limit; the delay must leave that
+        // abort time to land on a loaded 2-core CI machine (300 ms once did not: a third try).
+        "opencode" => Step::error(status, format!("fake {status} error"))
+            .retry_after_ms(OPENCODE_RETRY_AFTER_MS),
         _ if status == 429 => Step::error(429, "fake 429 error").retry_after_secs(1),
         _ => Step::error(500, "fake 500 error").retry_after_ms(50),
     }

@@ -21,6 +21,7 @@ use e2e::provider_harness::{
     answer, ask_for, drain_for, ends_turn, final_errors, input, is_result, results, session_id,
     until_for, ProviderSetup, ProviderSpec, MARKER_VALUE, MARKER_VAR,
 };
+use e2e::scenarios;
 use provider::opencode::OpenCodeProvider;
 use provider::{
     AgentProvider, AgentQuery, ErrorClass, Prompt, ProviderError, ProviderEvent, ProviderSettings,
@@ -412,7 +413,10 @@ async fn api_errors_are_bounded_and_classified() {
         let step = if status == 0 {
             Step::drop_connection()
         } else {
-            Step::error(status, format!("fake {status} error")).retry_after_ms(300)
+            // Long enough for the abort after the retry notice to land before OpenCode's
+            // next try, even on a loaded machine.
+            Step::error(status, format!("fake {status} error"))
+                .retry_after_ms(scenarios::OPENCODE_RETRY_AFTER_MS)
         };
         s.fake.set_script(std::iter::repeat_n(step, 10));
         let started = Instant::now();
