@@ -474,7 +474,9 @@ async fn bad_input_is_handled_never_stuck() {
 
 #[tokio::test]
 async fn the_heartbeat_beats_during_a_slow_turn_and_status_tracks_the_query() {
-    let mut f = Fixture::with_delay(Duration::from_millis(2600));
+    // Long enough that the check 1.5 s after "busy" is seen still lands inside the turn on a
+    // loaded machine.
+    let mut f = Fixture::with_delay(Duration::from_millis(4000));
     f.start();
     let id = f.chat("slow one");
     f.wait_for("busy", |f| {
