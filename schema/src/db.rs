@@ -619,9 +619,9 @@ impl SessionDb {
 
     /// Asks a question in ONE transaction: records it as open until `deadline` (see
     /// [`SessionDb::open_question`]), writes the question row and, when `set_waiting` is true,
-    /// switches `runner_state.status` from `busy` to `waiting_user`. A reader that sees the question row
-    /// therefore also sees the waiting status. Returns the inserted row and whether the status
-    /// was switched (false when the runner was not `busy`).
+    /// switches `runner_state.status` from `busy` to `waiting_user`. A reader that sees the
+    /// question row therefore also sees the waiting status. Returns the inserted row and whether
+    /// the status was switched (false when the runner was not `busy`).
     pub fn post_question(
         &self,
         question_id: &str,

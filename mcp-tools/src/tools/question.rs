@@ -46,8 +46,9 @@ struct WaitingState {
 
 impl Waiting {
     /// Posts the question (see [`schema::SessionDb::post_question`]) and registers it as
-    /// waiting: the first waiting question of this process switches `busy` → `waiting_user` in the same
-    /// transaction as the question row, so no reader sees the question with the runner `busy`.
+    /// waiting: the first waiting question of this process switches `busy` → `waiting_user` in
+    /// the same transaction as the question row, so no reader sees the question with the runner
+    /// `busy`.
     async fn enter(
         &self,
         db: &Db,
