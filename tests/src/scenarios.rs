@@ -2,10 +2,11 @@
 //! shared by every CLI provider: each scenario is a function taking the provider name
 //! (`"claude"`, `"codex"`, `"opencode"`), with small per-provider arms where the CLIs really
 //! differ (a builtin tool's name, a stored-id shape, extra checks one CLI allows). The test files
-//! `e2e_<cli>.rs` and `archive_<cli>.rs` hold one `#[test]` per (scenario, CLI) that calls them,
-//! after [`crate::harness::start_cli_test`], plus the tests only one CLI has.
+//! `e2e_<cli>.rs` and `archive_<cli>.rs` declare one `#[test]` per (scenario, CLI) with
+//! [`scenario_tests!`], plus the tests only one CLI has.
 //!
-//! Adding a provider: one arm in each `match provider` below and one `#[test]` per scenario.
+//! Adding a provider: one arm in each `match provider` below and one `scenario_tests!` entry per
+//! scenario.
 
 use std::fmt::Debug;
 use std::time::{Duration, Instant};
@@ -17,6 +18,32 @@ use crate::harness::{
     archives, archives_text, chat_outs, claude_user_texts, codex_user_texts, descendants_matching,
     system_actions, test_routing, text_of, today_in, Session, FAKE_KEY,
 };
+
+/// Declares one `#[test]` per shared scenario for the CLI `$cli`. Each test starts with
+/// [`crate::harness::start_cli_test`] under its own name (skip, or re-run inside a loopback-only
+/// namespace), then calls the scenario with `$cli` and the extra arguments. An entry is
+/// `name(args);` for the scenario of the same name, or `name = scenario(args);` when the test
+/// name says more (e.g. how long a question is held).
+#[macro_export]
+macro_rules! scenario_tests {
+    (@one $cli:expr; [$(#[$attr:meta])*] $test:ident [$scenario:ident] ($($arg:expr),*)) => {
+        $(#[$attr])*
+        #[test]
+        fn $test() {
+            if $crate::harness::start_cli_test($cli, stringify!($test)) {
+                $crate::scenarios::$scenario($cli $(, $arg)*);
+            }
+        }
+    };
+    (@one $cli:expr; [$(#[$attr:meta])*] $test:ident [] ($($arg:expr),*)) => {
+        $crate::scenario_tests!(@one $cli; [$(#[$attr])*] $test [$test] ($($arg),*));
+    };
+    ($cli:expr; $($(#[$attr:meta])* $test:ident $(= $scenario:ident)? ($($arg:expr),*);)*) => {
+        $(
+            $crate::scenario_tests!(@one $cli; [$(#[$attr])*] $test [$($scenario)?] ($($arg),*));
+        )*
+    };
+}
 
 /// How long each step of a scenario may take.
 pub const WAIT: Duration = Duration::from_secs(60);

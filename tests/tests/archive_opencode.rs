@@ -9,30 +9,15 @@
 //! Needs `cargo build --workspace --bins` and the opencode CLI (`scripts/install-clis.sh`); a
 //! missing CLI fails the tests unless `NANOCLAW_SKIP_CLI_TESTS=1`.
 
-use e2e::harness::start_cli_test;
-use e2e::scenarios;
-
 const CLI: &str = "opencode";
 
-fn start(test: &str) -> bool {
-    start_cli_test(CLI, test)
-}
+e2e::scenario_tests! { CLI;
+    /// A query with a send_message call and a text answer is archived after it completes (the
+    /// user's text, the tool call summarised, the reply); the next query's entries are added to the
+    /// same day's archive of the session, without losing, repeating or replacing anything.
+    each_query_is_archived_without_losing_earlier_entries();
 
-/// A query with a send_message call and a text answer is archived after it completes (the
-/// user's text, the tool call summarised, the reply); the next query's entries are added to the
-/// same day's archive of the session, without losing, repeating or replacing anything.
-#[test]
-fn each_query_is_archived_without_losing_earlier_entries() {
-    if start("each_query_is_archived_without_losing_earlier_entries") {
-        scenarios::each_query_is_archived_without_losing_earlier_entries(CLI);
-    }
-}
-
-/// After a restart the runner resumes the session in a new `opencode serve`; the next archive
-/// holds only the entries after the ones archived before the restart.
-#[test]
-fn archiving_after_a_restart_adds_only_the_new_entries() {
-    if start("archiving_after_a_restart_adds_only_the_new_entries") {
-        scenarios::archiving_after_a_restart_adds_only_the_new_entries(CLI);
-    }
+    /// After a restart the runner resumes the session in a new `opencode serve`; the next archive
+    /// holds only the entries after the ones archived before the restart.
+    archiving_after_a_restart_adds_only_the_new_entries();
 }

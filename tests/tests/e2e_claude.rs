@@ -17,7 +17,7 @@ use std::time::Duration;
 use e2e::fake_model::{FakeModel, Step};
 use e2e::harness::claude_user_texts as user_texts;
 use e2e::harness::{chat_outs, start_cli_test, test_routing, text_of, Session};
-use e2e::scenarios::{self, WAIT};
+use e2e::scenarios::WAIT;
 use schema::NewMessageIn;
 use serde_json::json;
 
@@ -29,25 +29,44 @@ fn start(test: &str) -> bool {
     start_cli_test(CLI, test)
 }
 
-/// Scenario 1: A chat message → the model's text reply → one `messages_out` row with the routing copied.
-#[test]
-fn chat_message_gets_one_reply_with_the_routing() {
-    if start("chat_message_gets_one_reply_with_the_routing") {
-        scenarios::chat_message_gets_one_reply_with_the_routing(CLI);
-    }
+e2e::scenario_tests! { CLI;
+    /// Scenario 1: A chat message → the model's text reply → one `messages_out` row with the
+    /// routing copied.
+    chat_message_gets_one_reply_with_the_routing();
+
+    /// Scenario 2: The model calls send_message through mcp-tools → that row exists; the turn's
+    /// final text (the same words) is not delivered twice.
+    send_message_tool_row_is_not_delivered_twice();
+
+    /// Scenario 4: Restart: the runner is killed and started again; the next message resumes the
+    /// same Claude session (the model's request carries the earlier history).
+    restart_resumes_the_same_session();
+
+    /// Scenario 5: Model API 500 and 429 (with retry headers): bounded retries, an Error, a
+    /// `query_error` system row, the rows left for the host's sweep; the next message is answered
+    /// normally.
+    api_errors_write_query_error_and_leave_rows_for_the_sweep();
+
+    /// Scenario 6: The CLI process is killed mid-turn: Error, the runner survives, the next message
+    /// is answered.
+    killed_cli_mid_turn_runner_survives();
+
+    /// Scenario 7: ask_user_question round trip, answered with the host CLI `nanoclaw answer` while
+    /// the tool blocks; the answer reaches the model.
+    ask_user_question_answered_with_nanoclaw_answer(Duration::from_secs(3));
+
+    /// Scenario 8: A marker secret in the runner's environment is absent from the environment of a
+    /// shell command the agent runs; so is the model API key (Claude reads it through apiKeyHelper,
+    /// not its environment).
+    shell_command_never_sees_secrets();
+
+    /// Scenario 9: A stored continuation naming a session that no longer exists → a fresh session,
+    /// the message answered, the stored continuation replaced.
+    stale_continuation_is_replaced_by_a_fresh_session();
 }
 
-/// Scenario 2: The model calls send_message through mcp-tools → that row exists; the turn's final text
-/// (the same words) is not delivered twice.
-#[test]
-fn send_message_tool_row_is_not_delivered_twice() {
-    if start("send_message_tool_row_is_not_delivered_twice") {
-        scenarios::send_message_tool_row_is_not_delivered_twice(CLI);
-    }
-}
-
-/// Scenario 3: Follow-up mid-turn: the first answer stalls, a second message arrives and is pushed; the
-/// model's next request contains it, both messages end `completed`. Claude queues a prompt
+/// Scenario 3: Follow-up mid-turn: the first answer stalls, a second message arrives and is pushed;
+/// the model's next request contains it, both messages end `completed`. Claude queues a prompt
 /// written while the answer streams, so each message gets its own turn and reply.
 #[test]
 fn follow_up_mid_turn_reaches_the_model_and_both_complete() {
@@ -81,8 +100,8 @@ fn follow_up_mid_turn_reaches_the_model_and_both_complete() {
     session.stop_runner();
 }
 
-/// Scenario 3b: Follow-up while a tool runs: Claude folds it into the running turn (the model sees it
-/// beside the tool result), one reply answers both and both rows complete together.
+/// Scenario 3b: Follow-up while a tool runs: Claude folds it into the running turn (the model sees
+/// it beside the tool result), one reply answers both and both rows complete together.
 #[test]
 fn follow_up_during_a_tool_joins_the_running_turn() {
     if !start("follow_up_during_a_tool_joins_the_running_turn") {
@@ -112,61 +131,6 @@ fn follow_up_during_a_tool_joins_the_running_turn() {
     assert_eq!(chats.len(), 1, "{chats:#?}");
     assert_eq!(text_of(&chats[0]), "Answering both.");
     session.stop_runner();
-}
-
-/// Scenario 4: Restart: the runner is killed and started again; the next message resumes the same Claude
-/// session (the model's request carries the earlier history).
-#[test]
-fn restart_resumes_the_same_session() {
-    if start("restart_resumes_the_same_session") {
-        scenarios::restart_resumes_the_same_session(CLI);
-    }
-}
-
-/// Scenario 5: Model API 500 and 429 (with retry headers): bounded retries, an Error, a `query_error`
-/// system row, the rows left for the host's sweep; the next message is answered normally.
-#[test]
-fn api_errors_write_query_error_and_leave_rows_for_the_sweep() {
-    if start("api_errors_write_query_error_and_leave_rows_for_the_sweep") {
-        scenarios::api_errors_write_query_error_and_leave_rows_for_the_sweep(CLI);
-    }
-}
-
-/// Scenario 6: The CLI process is killed mid-turn: Error, the runner survives, the next message is
-/// answered.
-#[test]
-fn killed_cli_mid_turn_runner_survives() {
-    if start("killed_cli_mid_turn_runner_survives") {
-        scenarios::killed_cli_mid_turn_runner_survives(CLI);
-    }
-}
-
-/// Scenario 7: ask_user_question round trip, answered with the host CLI `nanoclaw answer` while the tool
-/// blocks; the answer reaches the model.
-#[test]
-fn ask_user_question_answered_with_nanoclaw_answer() {
-    if start("ask_user_question_answered_with_nanoclaw_answer") {
-        scenarios::ask_user_question_answered_with_nanoclaw_answer(CLI, Duration::from_secs(3));
-    }
-}
-
-/// Scenario 8: A marker secret in the runner's environment is absent from the environment of a shell
-/// command the agent runs; so is the model API key (Claude reads it through apiKeyHelper, not
-/// its environment).
-#[test]
-fn shell_command_never_sees_secrets() {
-    if start("shell_command_never_sees_secrets") {
-        scenarios::shell_command_never_sees_secrets(CLI);
-    }
-}
-
-/// Scenario 9: A stored continuation naming a session that no longer exists → a fresh session, the
-/// message answered, the stored continuation replaced.
-#[test]
-fn stale_continuation_is_replaced_by_a_fresh_session() {
-    if start("stale_continuation_is_replaced_by_a_fresh_session") {
-        scenarios::stale_continuation_is_replaced_by_a_fresh_session(CLI);
-    }
 }
 
 /// Issue 6: an image attachment reaches Claude as a native image block beside the prompt text.

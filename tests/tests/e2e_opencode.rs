@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use e2e::fake_model::{FakeModel, Step};
 use e2e::harness::{descendants_matching, start_cli_test, Session};
-use e2e::scenarios::{self, cli_pids, WAIT};
+use e2e::scenarios::{cli_pids, WAIT};
 
 const CLI: &str = "opencode";
 
@@ -26,87 +26,45 @@ fn start(test: &str) -> bool {
     start_cli_test(CLI, test)
 }
 
-/// Scenario 1: A chat message → the model's text reply → one `messages_out` row with the
-/// routing copied.
-#[test]
-fn chat_message_gets_one_reply_with_the_routing() {
-    if start("chat_message_gets_one_reply_with_the_routing") {
-        scenarios::chat_message_gets_one_reply_with_the_routing(CLI);
-    }
-}
+e2e::scenario_tests! { CLI;
+    /// Scenario 1: A chat message → the model's text reply → one `messages_out` row with the
+    /// routing copied.
+    chat_message_gets_one_reply_with_the_routing();
 
-/// Scenario 2: The model calls send_message through mcp-tools → that row exists; the turn's
-/// final text (the same words) is not delivered twice.
-#[test]
-fn send_message_tool_row_is_not_delivered_twice() {
-    if start("send_message_tool_row_is_not_delivered_twice") {
-        scenarios::send_message_tool_row_is_not_delivered_twice(CLI);
-    }
-}
+    /// Scenario 2: The model calls send_message through mcp-tools → that row exists; the turn's
+    /// final text (the same words) is not delivered twice.
+    send_message_tool_row_is_not_delivered_twice();
 
-/// Scenario 3: Follow-up mid-turn: the first answer stalls, a second message arrives, the
-/// model's next request contains it (abort-and-restart: the first stays in the history), both
-/// messages end `completed` with one reply.
-#[test]
-fn follow_up_mid_turn_reaches_the_model_and_both_complete() {
-    if start("follow_up_mid_turn_reaches_the_model_and_both_complete") {
-        scenarios::follow_up_mid_turn_reaches_the_model_and_both_complete(CLI);
-    }
-}
+    /// Scenario 3: Follow-up mid-turn: the first answer stalls, a second message arrives, the
+    /// model's next request contains it (abort-and-restart: the first stays in the history), both
+    /// messages end `completed` with one reply.
+    follow_up_mid_turn_reaches_the_model_and_both_complete();
 
-/// Scenario 4: Restart: the runner is killed and started again; the next message resumes the
-/// same OpenCode session (the model's request carries the earlier history).
-#[test]
-fn restart_resumes_the_same_session() {
-    if start("restart_resumes_the_same_session") {
-        scenarios::restart_resumes_the_same_session(CLI);
-    }
-}
+    /// Scenario 4: Restart: the runner is killed and started again; the next message resumes the
+    /// same OpenCode session (the model's request carries the earlier history).
+    restart_resumes_the_same_session();
 
-/// Scenario 5: Model API 500 and 429 (with `retry-after-ms`): bounded retries, an Error, a
-/// `query_error` system row, the rows left for the host's sweep; the next message is answered.
-#[test]
-fn api_errors_write_query_error_and_leave_rows_for_the_sweep() {
-    if start("api_errors_write_query_error_and_leave_rows_for_the_sweep") {
-        scenarios::api_errors_write_query_error_and_leave_rows_for_the_sweep(CLI);
-    }
-}
+    /// Scenario 5: Model API 500 and 429 (with `retry-after-ms`): bounded retries, an Error, a
+    /// `query_error` system row, the rows left for the host's sweep; the next message is answered.
+    api_errors_write_query_error_and_leave_rows_for_the_sweep();
 
-/// Scenario 6: The CLI process is killed mid-turn: Error, the runner survives (and retries on
-/// a new server), the next message is answered.
-#[test]
-fn killed_cli_mid_turn_runner_survives() {
-    if start("killed_cli_mid_turn_runner_survives") {
-        scenarios::killed_cli_mid_turn_runner_survives(CLI);
-    }
-}
+    /// Scenario 6: The CLI process is killed mid-turn: Error, the runner survives (and retries on
+    /// a new server), the next message is answered.
+    killed_cli_mid_turn_runner_survives();
 
-/// Scenario 7: ask_user_question round trip, answered with `nanoclaw answer` after 65 s: past
-/// the MCP SDK's 60 s request timeout that OpenCode uses unless configured (measured), so this
-/// proves the generated MCP timeout. Slow by nature: the only such OpenCode test.
-#[test]
-fn ask_user_question_answered_after_65s_with_nanoclaw_answer() {
-    if start("ask_user_question_answered_after_65s_with_nanoclaw_answer") {
-        scenarios::ask_user_question_answered_with_nanoclaw_answer(CLI, Duration::from_secs(65));
-    }
-}
+    /// Scenario 7: ask_user_question round trip, answered with `nanoclaw answer` after 65 s: past
+    /// the MCP SDK's 60 s request timeout that OpenCode uses unless configured (measured), so this
+    /// proves the generated MCP timeout. Slow by nature: the only such OpenCode test.
+    ask_user_question_answered_after_65s_with_nanoclaw_answer =
+        ask_user_question_answered_with_nanoclaw_answer(Duration::from_secs(65));
 
-/// Scenario 8: A marker secret in the runner's environment is absent from the environment of a
-/// shell command the agent runs; so is the model API key (OpenCode reads it from a file).
-#[test]
-fn shell_command_never_sees_secrets() {
-    if start("shell_command_never_sees_secrets") {
-        scenarios::shell_command_never_sees_secrets(CLI);
-    }
-}
+    /// Scenario 8: A marker secret in the runner's environment is absent from the environment of a
+    /// shell command the agent runs; so is the model API key (OpenCode reads it from a file).
+    shell_command_never_sees_secrets();
 
-/// Scenario 9: A stored continuation naming a session that no longer exists → a fresh session,
-/// the message answered, the stored continuation replaced.
-#[test]
-fn stale_continuation_is_replaced_by_a_fresh_session() {
-    if start("stale_continuation_is_replaced_by_a_fresh_session") {
-        scenarios::stale_continuation_is_replaced_by_a_fresh_session(CLI);
-    }
+    /// Scenario 9: A stored continuation naming a session that no longer exists → a fresh session,
+    /// the message answered, the stored continuation replaced.
+    stale_continuation_is_replaced_by_a_fresh_session();
 }
 
 /// A graceful stop leaves no OpenCode process behind (the server's group and its shells).
