@@ -31,29 +31,35 @@ pub enum SendKind {
 }
 
 impl SendKind {
-    /// Parses a kind name: `chat`, `chat-sdk`, `task`, `webhook` or `system`.
+    /// Parses a kind name: `chat`, `chat-sdk`, `task`, `webhook` or `system` (the schema's
+    /// names, [`InKind::parse`]).
     pub fn parse(name: &str) -> Result<Self> {
-        Ok(match name {
-            "chat" => Self::Chat,
-            "chat-sdk" => Self::ChatSdk,
-            "task" => Self::Task,
-            "webhook" => Self::Webhook,
-            "system" => Self::System,
-            other => {
+        Ok(match InKind::parse(name) {
+            InKind::Chat => Self::Chat,
+            InKind::ChatSdk => Self::ChatSdk,
+            InKind::Task => Self::Task,
+            InKind::Webhook => Self::Webhook,
+            InKind::System => Self::System,
+            InKind::Other(other) => {
                 bail!("unknown kind {other:?}: expected chat, chat-sdk, task, webhook or system")
             }
         })
     }
 
-    /// The `kind` column value.
-    pub fn as_str(self) -> &'static str {
+    /// The schema's kind.
+    pub fn in_kind(self) -> InKind {
         match self {
-            Self::Chat => "chat",
-            Self::ChatSdk => "chat-sdk",
-            Self::Task => "task",
-            Self::Webhook => "webhook",
-            Self::System => "system",
+            Self::Chat => InKind::Chat,
+            Self::ChatSdk => InKind::ChatSdk,
+            Self::Task => InKind::Task,
+            Self::Webhook => InKind::Webhook,
+            Self::System => InKind::System,
         }
+    }
+
+    /// The `kind` column value.
+    pub fn name(self) -> String {
+        self.in_kind().as_str().to_owned()
     }
 }
 
@@ -190,7 +196,7 @@ pub fn build_row(
             ),
         },
     };
-    let mut row = NewMessageIn::new(kind.as_str(), content.to_string());
+    let mut row = NewMessageIn::new(kind.name(), content.to_string());
     row.id = request.id.clone();
     if kind == SendKind::ChatSdk && request.content.is_none() {
         // The serialized message carries its own id: make it the row id too.
@@ -270,10 +276,10 @@ fn check_flags(request: &SendRequest) -> Result<()> {
     ];
     for (flag, set, kinds) in flags {
         if set && !kinds.contains(&kind) {
-            let names: Vec<&str> = kinds.iter().map(|k| k.as_str()).collect();
+            let names: Vec<String> = kinds.iter().map(|k| k.name()).collect();
             bail!(
                 "{flag} does not apply to --kind {} (it is for {})",
-                kind.as_str(),
+                kind.name(),
                 names.join(", ")
             );
         }
@@ -290,10 +296,8 @@ fn raw_content(kind: SendKind, raw: &str) -> Result<Value> {
     if !value.is_object() {
         bail!("--content must be a JSON object, got {raw}");
     }
-    if let InboundContent::Unparsable { reason, .. } =
-        InboundContent::parse(&InKind::parse(kind.as_str()), raw)
-    {
-        bail!("--content does not fit --kind {}: {reason}", kind.as_str());
+    if let InboundContent::Unparsable { reason, .. } = InboundContent::parse(&kind.in_kind(), raw) {
+        bail!("--content does not fit --kind {}: {reason}", kind.name());
     }
     Ok(value)
 }
@@ -301,7 +305,7 @@ fn raw_content(kind: SendKind, raw: &str) -> Result<Value> {
 fn required<'a>(value: &'a Option<String>, flag: &str, kind: SendKind) -> Result<&'a str> {
     match value.as_deref() {
         Some(text) if !text.trim().is_empty() => Ok(text),
-        _ => bail!("--kind {} needs {flag} (or --content JSON)", kind.as_str()),
+        _ => bail!("--kind {} needs {flag} (or --content JSON)", kind.name()),
     }
 }
 

@@ -19,6 +19,14 @@ fn write(db: &SessionDb, kind: OutKind, route: Route, content: &Value) -> ToolRe
     Ok(db.insert_out(&row)?.seq)
 }
 
+/// Writes an edit or reaction row: routed like its target message, replying to the current
+/// batch.
+fn write_on_target(db: &SessionDb, target: TargetMessage, content: &Value) -> ToolResult<i64> {
+    let mut route = routing::resolve(db, &Target::default())?;
+    route.routing = target.routing;
+    write(db, OutKind::Chat, route, content)
+}
+
 /// `send_message`.
 pub async fn send_message(ctx: &Ctx, p: SendMessageParams) -> ToolResult {
     check_text(&ctx.config, "text", &p.text)?;
@@ -187,14 +195,8 @@ pub async fn edit_message(ctx: &Ctx, p: EditMessageParams) -> ToolResult {
                     "message {seq} is not a chat message and cannot be edited"
                 )));
             }
-            let mut route = routing::resolve(db, &Target::default())?;
-            route.routing = target.routing;
-            write(
-                db,
-                OutKind::Chat,
-                route,
-                &out::edit(&target.platform_message_id, &p.text),
-            )
+            let content = out::edit(&target.platform_message_id, &p.text);
+            write_on_target(db, target, &content)
         })
         .await?;
     Ok(format!("Message {seq} edited (seq {written})."))
@@ -227,14 +229,8 @@ pub async fn add_reaction(ctx: &Ctx, p: AddReactionParams) -> ToolResult {
                     "message {seq} is not a chat message; reactions go on chat messages"
                 )));
             }
-            let mut route = routing::resolve(db, &Target::default())?;
-            route.routing = target.routing;
-            write(
-                db,
-                OutKind::Chat,
-                route,
-                &out::reaction(&target.platform_message_id, &emoji),
-            )
+            let content = out::reaction(&target.platform_message_id, &emoji);
+            write_on_target(db, target, &content)
         })
         .await?;
     Ok(format!("Reacted {shown} to message {seq} (seq {written})."))

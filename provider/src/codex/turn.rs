@@ -132,6 +132,11 @@ pub struct QueryState {
 }
 
 impl QueryState {
+    /// The running turn, if a notification for `turn_id` belongs to it.
+    fn active_turn(&mut self, turn_id: Option<&str>) -> Option<&mut ActiveTurn> {
+        self.active.as_mut().filter(|t| t.owns(turn_id))
+    }
+
     /// A query whose first prompt is `first`; `steer` selects native `turn/steer` for pushes.
     pub fn new(first: Prompt, steer: bool) -> Self {
         Self {
@@ -360,11 +365,7 @@ impl QueryState {
             }
             "item/agentMessage/delta" => {
                 if let Some(delta) = parse::<AgentMessageDelta>(method, params) {
-                    if let Some(turn) = self
-                        .active
-                        .as_mut()
-                        .filter(|t| t.owns(delta.turn_id.as_deref()))
-                    {
+                    if let Some(turn) = self.active_turn(delta.turn_id.as_deref()) {
                         turn.deltas
                             .entry(delta.item_id)
                             .or_default()
@@ -428,11 +429,7 @@ impl QueryState {
         now: Instant,
         actions: &mut Vec<Action>,
     ) {
-        let Some(turn) = self
-            .active
-            .as_mut()
-            .filter(|t| t.owns(n.turn_id.as_deref()))
-        else {
+        let Some(turn) = self.active_turn(n.turn_id.as_deref()) else {
             return;
         };
         let item = n.item;
@@ -474,11 +471,7 @@ impl QueryState {
     }
 
     fn on_error(&mut self, n: ErrorNotification, actions: &mut Vec<Action>) {
-        let Some(turn) = self
-            .active
-            .as_mut()
-            .filter(|t| t.owns(n.turn_id.as_deref()))
-        else {
+        let Some(turn) = self.active_turn(n.turn_id.as_deref()) else {
             return;
         };
         if n.will_retry {
