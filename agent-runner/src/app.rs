@@ -47,12 +47,10 @@ pub struct Args {
 }
 
 /// Logs to stderr (`RUST_LOG`, default info), without colours when stderr is not a terminal.
+/// Through [`logging::Stderr`]: a dead or full stderr pipe must never panic or block the runner
+/// (a panic in the signal task once left it deaf to SIGTERM).
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+    let _ = logging::subscriber("info")
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .try_init();
@@ -111,7 +109,9 @@ fn load_config(cli: &Args) -> Result<Config> {
 
 async fn run(config: Config) -> Result<()> {
     let db_path = config.path("sessionDb").context("sessionDb is not set")?;
+    ensure_db_exists(&db_path, config.flag("createSessionDb"))?;
     let lock = lock::RunnerLock::acquire(&db_path)?;
+    let identity = DbIdentity::of(&db_path)?;
     let timezone = schema::cron::parse_tz(&config.timezone_name())?;
     let db = SessionDb::open_with(
         &db_path,
@@ -120,7 +120,12 @@ async fn run(config: Config) -> Result<()> {
             ..OpenOptions::default()
         },
     )
-    .with_context(|| format!("opening the session DB {}", db_path.display()))?;
+    .map_err(|err| match err {
+        // Already names the path and the cause.
+        schema::Error::Open { .. } => anyhow::Error::from(err),
+        other => anyhow::Error::from(other)
+            .context(format!("opening the session DB {}", db_path.display())),
+    })?;
     let provider = create_provider(&config, &db_path)?;
     tracing::info!(
         provider = provider.name(),
@@ -162,10 +167,107 @@ async fn run(config: Config) -> Result<()> {
         query_retries: u32::try_from(config.number("queryRetries")).unwrap_or(2),
         prompt_sources: Some(crate::system_prompt::PromptSources::from_config(&config)),
     };
+    let heartbeat = options.heartbeat;
     let runner = Runner::new(db, provider, options)?;
-    runner.run(shutdown_signal()).await?;
+    let lost = Arc::new(std::sync::Mutex::new(None::<String>));
+    let lost_reason = lost.clone();
+    let stop = async move {
+        tokio::select! {
+            () = shutdown_signal() => {}
+            reason = identity.lost(heartbeat) => {
+                tracing::error!(%reason, "stopping: the session DB is gone from its path");
+                *lost_reason.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(reason);
+            }
+        }
+    };
+    let result = runner.run(stop).await;
     drop(lock);
+    result?;
+    let reason = lost
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take();
+    if let Some(reason) = reason {
+        anyhow::bail!("{reason}: exiting so that a restarted runner serves the DB the host writes");
+    }
     Ok(())
+}
+
+/// Refuses a missing DB (a typo in `--db`, a volume not mounted) unless creating one was asked
+/// for: an empty DB nobody writes to would sit idle forever.
+fn ensure_db_exists(db_path: &Path, create: bool) -> Result<()> {
+    match std::fs::metadata(db_path) {
+        Ok(meta) if meta.is_file() => Ok(()),
+        Ok(_) => anyhow::bail!("the session DB {} is not a regular file", db_path.display()),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound && create => {
+            tracing::info!(db = %db_path.display(), "creating an empty session DB (createSessionDb)");
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(db_path)
+            {
+                Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => Err(err)
+                    .with_context(|| format!("creating the session DB {}", db_path.display())),
+                _ => Ok(()),
+            }
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => anyhow::bail!(
+            "the session DB {} does not exist: the host creates it (`nanoclaw init --workspace <dir>`) \
+             and mounts it; check --db / SESSION_DB and the volume. To let the runner create an \
+             empty one, set createSessionDb (NANOCLAW_CREATE_DB=true or --set createSessionDb=true)",
+            db_path.display()
+        ),
+        Err(err) => {
+            Err(err).with_context(|| format!("reading the session DB {}", db_path.display()))
+        }
+    }
+}
+
+/// The identity (device, inode) of the DB file the runner opened, to notice the file at the
+/// path being deleted or replaced: the runner would otherwise serve the old inode forever
+/// while the host writes to the new file.
+struct DbIdentity {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+impl DbIdentity {
+    fn of(path: &Path) -> Result<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path)
+            .with_context(|| format!("reading the session DB {}", path.display()))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+
+    /// What changed at the path, checked with `stat` (which opens nothing) every `every`;
+    /// resolves only when it changed.
+    async fn lost(&self, every: Duration) -> String {
+        use std::os::unix::fs::MetadataExt;
+        let mut ticker = tokio::time::interval(every);
+        loop {
+            ticker.tick().await;
+            match std::fs::metadata(&self.path) {
+                Ok(meta) if meta.dev() == self.dev && meta.ino() == self.ino => {}
+                Ok(_) => {
+                    return format!(
+                        "the session DB {} was replaced by another file",
+                        self.path.display()
+                    )
+                }
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                    return format!("the session DB {} was deleted", self.path.display())
+                }
+                Err(err) => {
+                    tracing::debug!(%err, "cannot check the session DB's identity; trying again")
+                }
+            }
+        }
+    }
 }
 
 /// The environment of pre-agent scripts: the same allow-list and scrubbing as the CLI gets,

@@ -78,6 +78,13 @@ const FIELDS: &[Field] = &[
         "the session DB",
     ),
     field(
+        "createSessionDb",
+        "NANOCLAW_CREATE_DB",
+        Kind::Bool,
+        "false",
+        "create an empty session DB when none exists (normally the host creates it: nanoclaw init)",
+    ),
+    field(
         "provider",
         "AGENT_PROVIDER",
         Kind::Text,

@@ -10,7 +10,9 @@
 //! Text and attribute values are XML-escaped (`& < > "`, not `'`) so a message can never close
 //! its element or forge another one. JSON bodies (webhook payloads, script output, system
 //! results, unknown kinds) are pretty-printed and escape only `& < >`: that is enough to keep the
-//! element closed, and leaving `"` alone keeps them readable as JSON. Texts are never truncated.
+//! element closed, and leaving `"` alone keeps them readable as JSON. Texts are never truncated;
+//! only unparsable content is, to 4 KiB, after its base64 runs are left out ([`unparsable_text`]):
+//! it is a malformed row, not something a person wrote, and may hold a whole attachment.
 //!
 //! Formatting does no I/O and cannot fail: a missing field drops its attribute, a bad timestamp
 //! drops the `time` attribute, content that is not JSON reads as a chat message (SPEC §4, §13).
@@ -167,6 +169,91 @@ fn attachment_name(att: &Attachment) -> String {
         .unwrap_or_else(|| "attachment".to_owned())
 }
 
+/// Most bytes of unparsable content shown: enough to see what the row was (all of it is in the DB
+/// and the log line); more would only crowd the prompt.
+const MAX_UNPARSABLE_BYTES: usize = 4096;
+
+/// Shortest run of base64 characters treated as encoded data rather than text.
+const MIN_BASE64_RUN: usize = 100;
+
+/// A line of line-wrapped base64 (MIME wraps at 76) is at least this long; shorter pieces
+/// between line breaks (a list of words) are not joined into one run.
+const MIN_BASE64_LINE: usize = 40;
+
+/// Unparsable content as the agent reads it: runs of base64 (an attachment's `data`, also cut off
+/// or line-wrapped) replaced by a note, then cut at [`MAX_UNPARSABLE_BYTES`].
+fn unparsable_text(raw: &str) -> Cow<'_, str> {
+    let text = omit_base64(raw);
+    if text.len() <= MAX_UNPARSABLE_BYTES {
+        return text;
+    }
+    let mut end = MAX_UNPARSABLE_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!(
+        "{}… [{} more bytes not shown]",
+        &text[..end],
+        text.len() - end
+    ))
+}
+
+/// Replaces each run of at least [`MIN_BASE64_RUN`] base64 characters (either alphabet, `=`
+/// padding, line breaks between lines of at least [`MIN_BASE64_LINE`]) with
+/// `[base64 data left out: N characters]`.
+fn omit_base64(text: &str) -> Cow<'_, str> {
+    let bytes = text.as_bytes();
+    let is_base64 =
+        |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=' | b'-' | b'_');
+    let mut out = String::new();
+    // Bytes of `text` already copied to `out` (or replaced).
+    let mut copied = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if !is_base64(bytes[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut end;
+        loop {
+            let line_start = i;
+            while i < bytes.len() && is_base64(bytes[i]) {
+                i += 1;
+            }
+            end = i;
+            let line_break = line_break_len(&bytes[i..]);
+            let continues = bytes.get(i + line_break).is_some_and(|&b| is_base64(b));
+            if line_break == 0 || !continues || i - line_start < MIN_BASE64_LINE {
+                break;
+            }
+            i += line_break;
+        }
+        if end - start >= MIN_BASE64_RUN {
+            // Base64 characters are ASCII, so `start` and `end` are char boundaries.
+            out.push_str(&text[copied..start]);
+            out.push_str(&format!(
+                "[base64 data left out: {} characters]",
+                end - start
+            ));
+            copied = end;
+        }
+    }
+    if copied == 0 {
+        return Cow::Borrowed(text);
+    }
+    out.push_str(&text[copied..]);
+    Cow::Owned(out)
+}
+
+/// Length of the line break `rest` starts with: a real one or its JSON escape (`\n`); 0 for none.
+fn line_break_len(rest: &[u8]) -> usize {
+    [&b"\r\n"[..], b"\n", b"\r", br"\r\n", br"\n", br"\r"]
+        .iter()
+        .find(|line_break| rest.starts_with(line_break))
+        .map_or(0, |line_break| line_break.len())
+}
+
 /// A row rendered as one element, sorted into the chat block or the trailing list.
 enum Rendered {
     Chat(String),
@@ -210,7 +297,7 @@ fn render_row(prompt_row: &PromptRow<'_>, ctx: &FormatContext<'_>) -> Rendered {
             let kind = row.kind.as_str();
             let view = ChatView {
                 sender: None,
-                text: Cow::Borrowed(raw),
+                text: unparsable_text(raw),
                 reply_to: None,
                 kind: (!matches!(kind, "chat" | "chat-sdk")).then_some(kind),
             };
@@ -970,15 +1057,129 @@ mod tests {
         check(
             vec![
                 raw_input(2, "chat", "2026-02-04T18:00:00Z", "{not json <b>"),
-                // Wrong shape for its kind, and a kind that is not a chat: labelled.
-                raw_input(4, "task", "2026-02-04T18:00:00Z", r#"{"prompt": 5}"#),
+                // JSON but not an object, and a kind that is not a chat: labelled.
+                raw_input(4, "task", "2026-02-04T18:00:00Z", r#"["prompt", 5]"#),
             ],
             expect![[r#"
                 <context timezone="America/Los_Angeles" />
                 <messages>
                 <message id="2" time="Feb 4, 2026, 10:00 AM">{not json &lt;b&gt;</message>
-                <message id="4" kind="task" time="Feb 4, 2026, 10:00 AM">{&quot;prompt&quot;: 5}</message>
+                <message id="4" kind="task" time="Feb 4, 2026, 10:00 AM">[&quot;prompt&quot;, 5]</message>
                 </messages>"#]],
+        );
+    }
+
+    #[test]
+    fn unparsable_content_shows_no_base64() {
+        let blob = "iVBORw0KGgo+".repeat(50);
+        check(
+            vec![
+                // Cut off inside the data: not JSON.
+                raw_input(
+                    2,
+                    "chat",
+                    "2026-02-04T18:00:00Z",
+                    &format!(r#"{{"sender":"Ann","attachments":[{{"name":"a.png","data":"{blob}"#),
+                ),
+                // JSON, but not an object.
+                input(
+                    4,
+                    "chat",
+                    "2026-02-04T18:00:00Z",
+                    json!([{"text": "hi", "data": blob}]),
+                ),
+                raw_input(
+                    6,
+                    "chat",
+                    "2026-02-04T18:00:00Z",
+                    &format!("data:image/png;base64,{blob} and then words"),
+                ),
+            ],
+            expect![[r#"
+                <context timezone="America/Los_Angeles" />
+                <messages>
+                <message id="2" time="Feb 4, 2026, 10:00 AM">{&quot;sender&quot;:&quot;Ann&quot;,&quot;attachments&quot;:[{&quot;name&quot;:&quot;a.png&quot;,&quot;data&quot;:&quot;[base64 data left out: 600 characters]</message>
+                <message id="4" time="Feb 4, 2026, 10:00 AM">[{&quot;data&quot;:&quot;[base64 data left out: 600 characters]&quot;,&quot;text&quot;:&quot;hi&quot;}]</message>
+                <message id="6" time="Feb 4, 2026, 10:00 AM">data:image/png;base64,[base64 data left out: 600 characters] and then words</message>
+                </messages>"#]],
+        );
+    }
+
+    #[test]
+    fn long_unparsable_content_is_capped() {
+        let raw = "word ".repeat(2000);
+        let message = message(&raw_input(2, "chat", "2026-02-04T18:00:00Z", &raw));
+        let prompt_row = PromptRow {
+            row: &message,
+            content: InboundContent::parse(&message.kind(), &message.content),
+            attachments: Vec::new(),
+            script_output: None,
+        };
+        let ctx = FormatContext {
+            timezone: Tz::UTC,
+            destinations: &[],
+        };
+        let prompt = format_prompt(&[prompt_row], &ctx);
+        assert!(prompt.len() < 4096 + 200, "{} bytes", prompt.len());
+        expect!["rd word word word w… [5904 more bytes not shown]</message>"]
+            .assert_eq(&prompt[prompt.len() - 60..]);
+    }
+
+    #[test]
+    fn base64_runs_are_left_out() {
+        let line = "QUJD".repeat(19);
+        let wrapped = format!("before {line}\n{line}\r\n{line}\nQUJD= after");
+        let escaped = format!(r#"{{"data":"{line}\n{line}"}}"#);
+        expect![[r#"
+            [
+                "before [base64 data left out: 237 characters] after",
+                "{\"data\":\"[base64 data left out: 154 characters]\"}",
+            ]
+        "#]]
+        .assert_debug_eq(&[omit_base64(&wrapped), omit_base64(&escaped)]);
+        // Text stays: a list of words one per line, a hash, a URL.
+        let words = "apple\nbanana\n".repeat(20);
+        let hash = "0123456789abcdef".repeat(4);
+        let url = "https://example.com/a/b/c?sig=0123456789abcdef0123456789abcdef";
+        for text in [words.as_str(), &hash, url] {
+            assert!(matches!(omit_base64(text), Cow::Borrowed(_)), "{text}");
+        }
+    }
+
+    /// A field of an unexpected type is coerced or dropped; the rest of the row stands.
+    #[test]
+    fn fields_of_unexpected_types_keep_the_message() {
+        check(
+            vec![
+                input(
+                    2,
+                    "chat",
+                    "2026-02-04T18:00:00Z",
+                    json!({"sender": "Ann", "text": "see file", "attachments": [
+                        {"name": 5, "mimeType": 7, "size": "12", "data": "aGk="}]}),
+                )
+                .with_attachments(vec![AttachmentNote::Available {
+                    path: "/workspace/downloads/msg-2/5".to_owned(),
+                }]),
+                input(
+                    4,
+                    "chat",
+                    "2026-02-04T18:00:00Z",
+                    json!({"sender": 42, "text": {"rich": true},
+                           "replyTo": {"id": 3, "sender": "Bob", "text": 9}}),
+                ),
+                raw_input(6, "task", "2026-02-04T18:00:00Z", r#"{"prompt": 5}"#),
+            ],
+            expect![[r#"
+                <context timezone="America/Los_Angeles" />
+                <messages>
+                <message id="2" sender="Ann" time="Feb 4, 2026, 10:00 AM">see file
+                [file available at: /workspace/downloads/msg-2/5]</message>
+                <message id="4" sender="42" time="Feb 4, 2026, 10:00 AM" reply_to="3">
+                  <quoted_message from="Bob">9</quoted_message>
+                </message>
+                </messages>
+                <task time="Feb 4, 2026, 10:00 AM">5</task>"#]],
         );
     }
 

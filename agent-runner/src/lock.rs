@@ -1,8 +1,15 @@
-//! The single-runner lock: an exclusive `flock` on `<db>.lock`, held for the process lifetime.
-//! The kernel drops it when the process dies, so a crash never leaves a stale lock.
+//! The single-runner lock: an exclusive `flock` on the session DB file itself, held for the
+//! process lifetime. Locking the file (not a name beside it) keys the lock on the DB's identity:
+//! a second runner that reaches the same DB through a symlink, a hard link or a bind mount is
+//! refused too. The kernel drops the lock when the process dies, so a crash never leaves a stale
+//! lock. The holder's pid is written to `<db>.lock` (resolved path) for the refusal message.
+//!
+//! `flock` locks are independent of SQLite's POSIX (`fcntl`) locks on Linux, and this
+//! descriptor is opened before the process's first SQLite connection and closed after its last,
+//! so it never costs SQLite a lock (see the `fsguard` crate for why closing one could).
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -12,50 +19,80 @@ use nix::fcntl::{Flock, FlockArg};
 #[derive(Debug)]
 pub struct RunnerLock {
     _lock: Flock<File>,
-    path: PathBuf,
+    pid_file: PathBuf,
 }
 
 impl RunnerLock {
-    /// Takes the lock beside `db_path`, or fails naming the holder's pid.
+    /// Takes the lock on the DB at `db_path` (which must exist), or fails naming the holder's
+    /// pid.
     pub fn acquire(db_path: &Path) -> Result<Self> {
-        let mut name = db_path.as_os_str().to_owned();
+        let resolved = std::fs::canonicalize(db_path)
+            .with_context(|| format!("resolving the session DB {}", db_path.display()))?;
+        let mut name = resolved.as_os_str().to_owned();
         name.push(".lock");
-        let path = PathBuf::from(name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .with_context(|| format!("opening the runner lock {}", path.display()))?;
-        let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        let pid_file = PathBuf::from(name);
+        let file = File::open(&resolved)
+            .with_context(|| format!("opening the session DB {} to lock it", db_path.display()))?;
+        let lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(lock) => lock,
-            Err((mut file, _)) => {
-                let mut holder = String::new();
-                let _ = file.read_to_string(&mut holder);
-                let holder = holder.trim();
-                let who = if holder.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (pid {holder})")
-                };
+            Err((file, _)) => {
+                let holder = file
+                    .metadata()
+                    .ok()
+                    .and_then(|meta| flock_holder(&meta))
+                    .or_else(|| {
+                        let text = std::fs::read_to_string(&pid_file).ok()?;
+                        Some(text.trim().to_owned()).filter(|pid| !pid.is_empty())
+                    });
+                let who = holder
+                    .map(|pid| format!(" (pid {pid})"))
+                    .unwrap_or_default();
                 bail!(
-                    "another agent-runner{who} is already running on {}: only one runner may own a session DB (lock {})",
+                    "another agent-runner{who} is already running on {} (reached as {}): only one runner may own a session DB",
+                    resolved.display(),
                     db_path.display(),
-                    path.display()
                 );
             }
         };
-        lock.set_len(0).context("writing the runner lock")?;
-        lock.seek(SeekFrom::Start(0))
+        let mut pid = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&pid_file)
+            .with_context(|| format!("opening the runner lock {}", pid_file.display()))?;
+        pid.set_len(0).context("writing the runner lock")?;
+        pid.seek(SeekFrom::Start(0))
             .context("writing the runner lock")?;
-        write!(lock, "{}", std::process::id()).context("writing the runner lock")?;
-        lock.flush().context("writing the runner lock")?;
-        Ok(Self { _lock: lock, path })
+        write!(pid, "{}", std::process::id()).context("writing the runner lock")?;
+        Ok(Self {
+            _lock: lock,
+            pid_file,
+        })
     }
 
-    /// The lock file.
+    /// The file holding the runner's pid.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.pid_file
     }
+}
+
+/// The pid holding an exclusive `flock` on the file of `meta`, from `/proc/locks` (whose lines
+/// read `1: FLOCK  ADVISORY  WRITE <pid> <major>:<minor>:<inode> 0 EOF`, device numbers in
+/// hex): found whatever name the holder opened the file by.
+fn flock_holder(meta: &std::fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = meta.dev();
+    let wanted = format!(
+        "{:02x}:{:02x}:{}",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev),
+        meta.ino()
+    );
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let is_flock = fields.get(1) == Some(&"FLOCK") && fields.get(3) == Some(&"WRITE");
+        (is_flock && fields.get(5) == Some(&wanted.as_str()))
+            .then(|| fields.get(4).map(|p| (*p).to_owned()))?
+    })
 }

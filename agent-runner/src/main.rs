@@ -45,7 +45,9 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(err) => {
-            eprintln!("agent-runner: cannot start the async runtime: {err}");
+            logging::print_line(&format!(
+                "agent-runner: cannot start the async runtime: {err}"
+            ));
             return ExitCode::from(1);
         }
     };
@@ -58,10 +60,13 @@ fn main() -> ExitCode {
         set: cli.set,
         command: cli.command.unwrap_or(Command::Run),
     })) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => {
+            logging::flush_at_exit();
+            ExitCode::SUCCESS
+        }
         Err(err) => {
             tracing::error!("{err:#}");
-            eprintln!("agent-runner: {err:#}");
+            logging::print_line(&format!("agent-runner: {err:#}"));
             ExitCode::from(1)
         }
     }

@@ -117,14 +117,16 @@ async fn resolve(
     };
     let mut client: Option<Result<reqwest::Client, String>> = None;
     for attachment in attachments {
-        let name = display_name(attachment);
+        // The name shown in notes and logs; a saved file may also get an extension from its
+        // magic bytes.
+        let name = file_name(attachment, &[]);
         let result = match source(attachment) {
             Some(Source::LocalPath(local)) => resolve_local(&workspace, local).await,
-            Some(Source::Data(data)) => save_data(&target, &name, data, limits).await,
+            Some(Source::Data(data)) => save_data(&target, attachment, data, limits).await,
             Some(Source::Url(url)) => {
                 let client = client.get_or_insert_with(|| build_client(limits, use_proxy));
                 match client {
-                    Ok(client) => download(client, &target, &name, url, limits).await,
+                    Ok(client) => download(client, &target, attachment, url, limits).await,
                     Err(err) => Err(err.clone()),
                 }
             }
@@ -226,8 +228,10 @@ fn source(attachment: &Attachment) -> Option<Source<'_>> {
 }
 
 /// The safe file name of an attachment: its `name`, else the last segment of its URL or local
-/// path; an image or PDF without an extension gets one from its declared type.
-fn display_name(attachment: &Attachment) -> String {
+/// path. A name without an extension gets one from the declared MIME type (parameters and case
+/// ignored), else from the attachment's `type` ([`extension_for_kind`]), else from `head`, the
+/// first bytes of the file when they are known (empty otherwise), by [`sniff`].
+fn file_name(attachment: &Attachment, head: &[u8]) -> String {
     let raw = attachment
         .name
         .clone()
@@ -246,17 +250,20 @@ fn display_name(attachment: &Attachment) -> String {
         })
         .unwrap_or_default();
     let name = safe_file_name(&raw);
-    if split_extension(&name).1.is_empty() {
-        let extension = attachment
-            .mime_type
-            .as_deref()
-            .and_then(normalise_mime)
-            .and_then(extension_for);
-        if let Some(extension) = extension {
-            return format!("{name}.{extension}");
-        }
+    if !split_extension(&name).1.is_empty() {
+        return name;
     }
-    name
+    let extension = attachment
+        .mime_type
+        .as_deref()
+        .and_then(extension_for_mime)
+        .or_else(|| attachment.kind.as_deref().and_then(extension_for_kind))
+        .or_else(|| sniff(&head[..head.len().min(SNIFF_BYTES)]).and_then(extension_for_mime));
+    match extension {
+        // Through safe_file_name again: a name at the length limit is shortened, not the extension.
+        Some(extension) => safe_file_name(&format!("{name}.{extension}")),
+        None => name,
+    }
 }
 
 /// Decodes `%XX` escapes of a URL path segment (invalid escapes stay as they are).
@@ -294,8 +301,16 @@ async fn resolve_local(workspace: &Path, local: &str) -> Result<PathBuf, String>
         return Err(format!("localPath {local} is outside the workspace"));
     }
     match tokio::fs::metadata(&canonical).await {
-        Ok(meta) if meta.is_file() => Ok(canonical),
-        Ok(_) => Err(format!("localPath {local} is not a regular file")),
+        Ok(meta) if meta.is_file() => {}
+        Ok(_) => return Err(format!("localPath {local} is not a regular file")),
+        Err(err) => return Err(format!("cannot read localPath {local}: {err}")),
+    }
+    // The session DB lives in the workspace: a localPath may name it (or a link to it).
+    match fsguard::check(&canonical) {
+        Ok(()) => Ok(canonical),
+        Err(err) if fsguard::is_refused(&err) => Err(format!(
+            "localPath {local} is the session database; it is never read as an attachment"
+        )),
         Err(err) => Err(format!("cannot read localPath {local}: {err}")),
     }
 }
@@ -372,7 +387,7 @@ impl Drop for PartialFile {
 /// padding and line breaks optional).
 async fn save_data(
     target: &DownloadDir<'_>,
-    name: &str,
+    attachment: &Attachment,
     data: &str,
     limits: &MediaLimits,
 ) -> Result<PathBuf, String> {
@@ -403,14 +418,26 @@ async fn save_data(
     if bytes.len() as u64 > limits.max_bytes {
         return Err(too_large(bytes.len() as u64, limits.max_bytes));
     }
-    let (mut file, partial) = target.create(name).await?;
-    file.write_all(&bytes)
-        .await
-        .map_err(|err| format!("cannot write {name}: {err}"))?;
+    let (mut file, partial, name) = start_file(target, attachment, &bytes).await?;
     file.flush()
         .await
         .map_err(|err| format!("cannot write {name}: {err}"))?;
     Ok(partial.keep())
+}
+
+/// Creates the file of an attachment once its first bytes are known (they may name it, see
+/// [`file_name`]) and writes them.
+async fn start_file(
+    target: &DownloadDir<'_>,
+    attachment: &Attachment,
+    head: &[u8],
+) -> Result<(tokio::fs::File, PartialFile, String), String> {
+    let name = file_name(attachment, head);
+    let (mut file, partial) = target.create(&name).await?;
+    file.write_all(head)
+        .await
+        .map_err(|err| format!("cannot write {name}: {err}"))?;
+    Ok((file, partial, name))
 }
 
 fn too_large(bytes: u64, max: u64) -> String {
@@ -445,7 +472,7 @@ fn build_client(limits: &MediaLimits, use_proxy: bool) -> Result<reqwest::Client
 async fn download(
     client: &reqwest::Client,
     target: &DownloadDir<'_>,
-    name: &str,
+    attachment: &Attachment,
     url: &str,
     limits: &MediaLimits,
 ) -> Result<PathBuf, String> {
@@ -471,7 +498,9 @@ async fn download(
                 return Err(too_large(length, limits.max_bytes));
             }
         }
-        let (mut file, partial) = target.create(name).await?;
+        // The first bytes are held back until there are enough to name the file by them.
+        let mut head = Vec::new();
+        let mut started: Option<(tokio::fs::File, PartialFile, String)> = None;
         let mut received: u64 = 0;
         while let Some(chunk) = response
             .chunk()
@@ -485,10 +514,24 @@ async fn download(
                     limits.max_bytes, limits.max_bytes
                 ));
             }
-            file.write_all(&chunk)
-                .await
-                .map_err(|err| format!("cannot write {name}: {err}"))?;
+            match &mut started {
+                Some((file, _, name)) => file
+                    .write_all(&chunk)
+                    .await
+                    .map_err(|err| format!("cannot write {name}: {err}"))?,
+                None => {
+                    head.extend_from_slice(&chunk);
+                    if head.len() >= SNIFF_BYTES {
+                        started = Some(start_file(target, attachment, &head).await?);
+                    }
+                }
+            }
         }
+        let (mut file, partial, name) = match started {
+            Some(started) => started,
+            // The whole body was shorter than the head.
+            None => start_file(target, attachment, &head).await?,
+        };
         file.flush()
             .await
             .map_err(|err| format!("cannot write {name}: {err}"))?;
@@ -534,7 +577,13 @@ fn error_chain(err: &dyn std::error::Error) -> String {
 
 /// The native block of an available file, if it is an image or PDF the API accepts.
 async fn native_media(path: &Path, attachment: &Attachment) -> Option<MediaFile> {
-    let mut file = tokio::fs::File::open(path).await.ok()?;
+    // Through fsguard: closing a descriptor of a DB file would drop the DB's locks.
+    let owned = path.to_path_buf();
+    let file = tokio::task::spawn_blocking(move || fsguard::open(&owned))
+        .await
+        .ok()?
+        .ok()?;
+    let mut file = tokio::fs::File::from_std(file);
     let size = file.metadata().await.ok()?.len();
     let mut head = Vec::with_capacity(SNIFF_BYTES);
     (&mut file)
@@ -598,15 +647,19 @@ fn sniff(head: &[u8]) -> Option<&'static str> {
     }
 }
 
-/// A declared MIME type, if it is one of the supported ones (`image/jpg` counts as JPEG).
-fn normalise_mime(declared: &str) -> Option<&'static str> {
-    let essence = declared
+/// The essence of a declared MIME type: `Text/Plain; charset=utf-8` → `text/plain`.
+fn mime_essence(declared: &str) -> String {
+    declared
         .split(';')
         .next()
         .unwrap_or("")
         .trim()
-        .to_ascii_lowercase();
-    match essence.as_str() {
+        .to_ascii_lowercase()
+}
+
+/// A declared MIME type, if it is one of the supported ones (`image/jpg` counts as JPEG).
+fn normalise_mime(declared: &str) -> Option<&'static str> {
+    match mime_essence(declared).as_str() {
         "image/png" => Some("image/png"),
         "image/jpeg" | "image/jpg" | "image/pjpeg" => Some("image/jpeg"),
         "image/gif" => Some("image/gif"),
@@ -627,13 +680,62 @@ fn mime_for_extension(extension: &str) -> Option<&'static str> {
     }
 }
 
-fn extension_for(mime_type: &str) -> Option<&'static str> {
-    match mime_type {
-        "image/png" => Some("png"),
-        "image/jpeg" => Some("jpg"),
-        "image/gif" => Some("gif"),
-        "image/webp" => Some("webp"),
-        "application/pdf" => Some("pdf"),
+/// The usual extension of a declared MIME type (parameters and case ignored), for the common
+/// chat attachment types; `None` for others (`application/octet-stream`).
+fn extension_for_mime(declared: &str) -> Option<&'static str> {
+    let extension = match mime_essence(declared).as_str() {
+        "image/png" => "png",
+        "image/jpeg" | "image/jpg" | "image/pjpeg" => "jpg",
+        "image/gif" => "gif",
+        "image/webp" => "webp",
+        "image/heic" => "heic",
+        "image/heif" => "heif",
+        "image/bmp" => "bmp",
+        "image/tiff" => "tif",
+        "image/svg+xml" => "svg",
+        "application/pdf" => "pdf",
+        "text/plain" => "txt",
+        "text/markdown" => "md",
+        "text/csv" => "csv",
+        "text/html" => "html",
+        "text/calendar" => "ics",
+        "text/vcard" | "text/x-vcard" => "vcf",
+        "application/json" => "json",
+        "application/xml" | "text/xml" => "xml",
+        "application/zip" => "zip",
+        "application/gzip" => "gz",
+        "application/msword" => "doc",
+        "application/vnd.openxmlformats-officedocument.wordprocessingml.document" => "docx",
+        "application/vnd.ms-excel" => "xls",
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet" => "xlsx",
+        "application/vnd.ms-powerpoint" => "ppt",
+        "application/vnd.openxmlformats-officedocument.presentationml.presentation" => "pptx",
+        "audio/ogg" | "audio/opus" => "ogg",
+        "audio/mpeg" | "audio/mp3" => "mp3",
+        "audio/mp4" | "audio/m4a" | "audio/x-m4a" => "m4a",
+        "audio/aac" => "aac",
+        "audio/wav" | "audio/wave" | "audio/x-wav" => "wav",
+        "audio/flac" => "flac",
+        "audio/amr" => "amr",
+        "audio/webm" | "video/webm" => "webm",
+        "video/mp4" => "mp4",
+        "video/quicktime" => "mov",
+        "video/3gpp" => "3gp",
+        _ => return None,
+    };
+    Some(extension)
+}
+
+/// The extension implied by a chat platform's attachment `type` (any case), where that type
+/// always has the same format in practice (Telegram, WhatsApp): a photo is a JPEG, a sticker a
+/// WebP, a voice note Ogg/Opus, and an animation an MP4 (the platforms convert GIFs to silent
+/// MP4 clips; a real GIF is still named `.gif` by its MIME type or magic bytes).
+fn extension_for_kind(kind: &str) -> Option<&'static str> {
+    match kind.trim().to_ascii_lowercase().as_str() {
+        "photo" => Some("jpg"),
+        "sticker" => Some("webp"),
+        "voice" => Some("ogg"),
+        "animation" => Some("mp4"),
         _ => None,
     }
 }
@@ -1065,7 +1167,8 @@ mod tests {
         )
         .await;
         let paths: Vec<PathBuf> = resolved.notes.iter().map(available).collect();
-        assert_eq!(paths[0], ws.join("downloads/msg-1/attachment"));
+        assert_eq!(paths[0], ws.join("downloads/msg-1/attachment.png"));
+        assert_eq!(paths[1], ws.join("downloads/msg-1/image.png"));
         assert_eq!(paths[3], ws.join("downloads/msg-1/doc.pdf"));
         assert_eq!(
             resolved.media,
@@ -1082,6 +1185,77 @@ mod tests {
                     path: paths[3].clone(),
                     mime_type: "application/pdf".to_owned()
                 },
+            ]
+        );
+    }
+
+    /// A nameless attachment is named by its MIME type (parameters and case ignored), else by
+    /// its `type` (any case), else by its magic bytes; a name's own extension always wins.
+    #[tokio::test]
+    async fn nameless_attachments_get_an_extension() {
+        let base = serve().await;
+        let (_root, ws) = workspace();
+        let nameless = |mime_type: Option<&str>, kind: Option<&str>, body: &[u8]| Attachment {
+            kind: kind.map(str::to_owned),
+            mime_type: mime_type.map(str::to_owned),
+            data: Some(base64::engine::general_purpose::STANDARD.encode(body)),
+            ..Attachment::default()
+        };
+        let jpeg = b"\xFF\xD8\xFF\xE0\0\x10JFIF\0";
+        let resolved = run(
+            &ws,
+            &[
+                nameless(Some("text/plain; charset=utf-8"), None, b"hello"),
+                nameless(Some("audio/ogg"), Some("file"), b"OggS\0\x02"),
+                nameless(None, Some("VOICE"), b"OggS\0\x02"),
+                nameless(None, Some("photo"), jpeg),
+                nameless(None, Some("Sticker"), b"RIFF\0\0\0\0WEBPVP8 "),
+                nameless(None, Some("animation"), b"\0\0\0\x18ftypmp42"),
+                // An unknown declared type and kind: the magic bytes decide.
+                nameless(Some("application/octet-stream"), Some("file"), PNG),
+                // The MIME type comes before the kind, and the kind before the content.
+                nameless(Some("Audio/OGG"), Some("photo"), PNG),
+                nameless(None, Some("photo"), PNG),
+                // Nothing to go by: no extension.
+                nameless(None, None, b"just bytes"),
+                Attachment {
+                    name: Some("notes".to_owned()),
+                    ..nameless(Some("text/plain"), None, b"hi")
+                },
+                Attachment {
+                    name: Some("clip.oga".to_owned()),
+                    ..nameless(Some("audio/ogg"), Some("voice"), b"OggS\0\x02")
+                },
+                // A download is named by its bytes too.
+                url(format!("{base}/image")),
+            ],
+        )
+        .await;
+        let names: Vec<String> = resolved
+            .notes
+            .iter()
+            .map(|note| {
+                let path = available(note);
+                assert_eq!(path.parent(), Some(ws.join("downloads/msg-1").as_path()));
+                path.file_name().unwrap().to_string_lossy().into_owned()
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "attachment.txt",
+                "attachment.ogg",
+                "attachment-1.ogg",
+                "attachment.jpg",
+                "attachment.webp",
+                "attachment.mp4",
+                "attachment.png",
+                "attachment-2.ogg",
+                "attachment-1.jpg",
+                "attachment",
+                "notes.txt",
+                "clip.oga",
+                "image.png",
             ]
         );
     }

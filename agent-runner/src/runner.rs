@@ -166,6 +166,10 @@ pub struct Runner {
     first_poll: bool,
     /// Work cut from batches that must wait for the active query to end.
     deferred: VecDeque<Work>,
+    /// Cancelled when the runner stops; DB calls waiting for disk space watch it.
+    stop: CancellationToken,
+    /// Whether the DB's disk is full, shared with the heartbeat (logged once per episode).
+    disk_full: Arc<DiskFull>,
 }
 
 impl Runner {
@@ -183,13 +187,15 @@ impl Runner {
             watcher,
             first_poll: true,
             deferred: VecDeque::new(),
+            stop: CancellationToken::new(),
+            disk_full: Arc::default(),
         })
     }
 
     /// Runs until `shutdown` resolves: startup recovery, heartbeat, then the poll loop. On the
     /// way out the query is aborted, the CLI's process group killed and the status `stopped`.
     pub async fn run(mut self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
-        let stop = CancellationToken::new();
+        let stop = self.stop.clone();
         let stop_on_signal = stop.clone();
         tokio::spawn(async move {
             shutdown.await;
@@ -216,16 +222,27 @@ impl Runner {
             )
         })
         .await?;
-        let heartbeat = spawn_heartbeat(self.db.clone(), self.options.heartbeat, stop.clone());
+        let heartbeat = spawn_heartbeat(
+            self.db.clone(),
+            self.options.heartbeat,
+            stop.clone(),
+            self.disk_full.clone(),
+        );
 
         let result = self.poll_loop(&stop).await;
 
         self.provider.shutdown().await;
         stop.cancel();
         let _ = heartbeat.await;
+        // On a full disk `stopped` cannot be written: the host then sees the last status with a
+        // stale heartbeat, as after a crash, and that is no reason to exit non-zero.
         let final_state = self
             .call(|db| db.set_runner_status(RunnerStatus::Stopped))
-            .await;
+            .await
+            .or_else(|err| match err.is::<StoppedWhileDiskFull>() {
+                true => Ok(()),
+                false => Err(err),
+            });
         tracing::info!("runner stopped");
         result.and(final_state)
     }
@@ -236,7 +253,8 @@ impl Runner {
                 return Ok(());
             }
             if let Some(work) = self.deferred.pop_front() {
-                if self.process(work, stop).await? {
+                let stopped = self.process(work, stop).await.or_else(stopped_while_full)?;
+                if stopped {
                     return Ok(());
                 }
                 continue;
@@ -250,6 +268,7 @@ impl Runner {
                     continue;
                 }
                 Ok(_) => {}
+                Err(err) if err.is::<StoppedWhileDiskFull>() => return Ok(()),
                 Err(err) => tracing::error!(error = %format!("{err:#}"), "poll failed; retrying"),
             }
             let wait = self.idle_wait(now).await;
@@ -349,7 +368,8 @@ impl Runner {
         )
         .replying_to(Some(row.id.clone()));
         let ids = vec![row.id.clone()];
-        self.call(move |db| db.complete(&ids, &[reply])).await?;
+        let replies = [reply];
+        self.call(move |db| db.complete(&ids, &replies)).await?;
         tracing::info!(message = %row.id, "session cleared");
         Ok(())
     }
@@ -371,29 +391,43 @@ impl Runner {
         let mut finished_early = Vec::new();
         for row in rows {
             let kind = row.kind();
-            let content = InboundContent::parse(&kind, &row.content);
+            let (content, problems) = InboundContent::parse_with_problems(&kind, &row.content);
+            for problem in &problems {
+                tracing::warn!(
+                    message = %row.id,
+                    field = %problem.field,
+                    issue = %problem.issue,
+                    "content field of an unexpected type; the rest of the message stands"
+                );
+            }
             if let InboundContent::Unparsable { reason, .. } = &content {
                 tracing::warn!(message = %row.id, %reason, "unparsable content; passing it on as text");
             }
             if let InKind::Other(kind) = &kind {
                 tracing::warn!(message = %row.id, %kind, "unknown message kind; passing it on labelled");
             }
-            if let Some(after) = &row.process_after {
-                if schema::time::parse_ts(after).is_err() {
-                    tracing::warn!(message = %row.id, process_after = %after, "unparsable process_after; treated as due");
-                }
-            }
+            // (A row whose process_after cannot be read never gets here: the poll takes it out of
+            // the queue, see `SessionDb::eligible`.)
             let mut script_output = None;
             if let InboundContent::Task(task) = &content {
                 if let Some(script) = task.script.as_deref().filter(|s| !s.trim().is_empty()) {
-                    match run_script(
+                    let run = run_script(
                         script,
                         &self.options.agent_dir,
                         &self.options.script_env,
                         &self.options.script_limits,
-                    )
-                    .await
-                    {
+                    );
+                    let outcome = tokio::select! {
+                        outcome = run => outcome,
+                        // Shutdown must not wait out the script's timeout (Docker allows 10 s):
+                        // dropping the run SIGKILLs its process group at once. The claimed rows
+                        // stay `processing` for the next start's recovery, as after a query.
+                        () = self.stop.cancelled() => {
+                            tracing::info!(task = %row.id, "stopping: pre-agent script killed");
+                            return Ok(None);
+                        }
+                    };
+                    match outcome {
                         ScriptOutcome::Wake { data } => {
                             script_output = Some(data.unwrap_or(serde_json::Value::Null))
                         }
@@ -799,17 +833,47 @@ impl Runner {
             .ok()
     }
 
-    /// Runs a blocking DB call off the async workers.
+    /// Runs a blocking DB call off the async workers. A call that fails because the disk is
+    /// full is retried (backoff 100 ms doubling to 5 s) until it succeeds or the runner stops:
+    /// what it writes (a reply, a completion, a claim) waits in memory, so a turn is never run
+    /// again for want of space. Once stopping, it gives up with [`StoppedWhileDiskFull`].
     async fn call<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&SessionDb) -> Result<T, schema::Error> + Send + 'static,
+        F: Fn(&SessionDb) -> Result<T, schema::Error> + Send + Sync + 'static,
     {
-        let db = self.db.clone();
-        tokio::task::spawn_blocking(move || f(&db))
-            .await
-            .context("a DB task panicked")?
-            .map_err(anyhow::Error::from)
+        let f = Arc::new(f);
+        let mut backoff = DISK_FULL_FIRST_RETRY;
+        let mut waited = false;
+        loop {
+            let db = self.db.clone();
+            let attempt = Arc::clone(&f);
+            let err = match tokio::task::spawn_blocking(move || attempt(&db))
+                .await
+                .context("a DB task panicked")?
+            {
+                Ok(value) => {
+                    if waited {
+                        self.disk_full.cleared();
+                    }
+                    return Ok(value);
+                }
+                Err(err) if err.is_disk_full() => err,
+                Err(err) => return Err(err.into()),
+            };
+            self.disk_full.hit(&err);
+            waited = true;
+            if self.stop.is_cancelled() {
+                return Err(anyhow::Error::from(err).context(StoppedWhileDiskFull));
+            }
+            tokio::select! {
+                _ = self.stop.cancelled() => {
+                    return Err(anyhow::Error::from(err).context(StoppedWhileDiskFull));
+                }
+                _ = sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(DISK_FULL_MAX_RETRY);
+        }
     }
 }
 
@@ -835,6 +899,69 @@ fn target_of(rows: &[MessageIn]) -> Target {
     }
 }
 
+/// First wait before a write that failed on a full disk is tried again.
+const DISK_FULL_FIRST_RETRY: Duration = Duration::from_millis(100);
+/// Longest wait between two tries of a write on a full disk.
+const DISK_FULL_MAX_RETRY: Duration = Duration::from_secs(5);
+
+/// Whether the session DB's disk is full, shared by the loop and the heartbeat so the condition
+/// is logged once when it starts and once when a write succeeds again, not per retry or tick.
+#[derive(Debug, Default)]
+struct DiskFull {
+    since: std::sync::Mutex<Option<Instant>>,
+}
+
+impl DiskFull {
+    /// A write failed for lack of space.
+    fn hit(&self, err: &schema::Error) {
+        let mut since = self.since.lock().unwrap_or_else(|p| p.into_inner());
+        if since.is_none() {
+            *since = Some(Instant::now());
+            tracing::warn!(
+                error = %err,
+                "session DB disk full: writes are retried until space returns (results kept in \
+                 memory, heartbeat stale meanwhile)"
+            );
+        }
+    }
+
+    /// A write succeeded.
+    fn cleared(&self) {
+        let since = self.since.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(since) = since {
+            tracing::info!(
+                waited_secs = since.elapsed().as_secs_f64(),
+                "session DB writable again after a full disk"
+            );
+        }
+    }
+}
+
+/// A DB write gave up waiting for disk space because the runner is stopping. The rows of the
+/// turn stay `processing` and the next start puts them back to `pending`, as after a crash.
+#[derive(Debug)]
+struct StoppedWhileDiskFull;
+
+impl std::fmt::Display for StoppedWhileDiskFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stopping while the session DB's disk is full")
+    }
+}
+
+/// Turns [`StoppedWhileDiskFull`] into a normal stop (`Ok(true)`: shutdown requested), with a
+/// log line; any other error passes through.
+fn stopped_while_full(err: anyhow::Error) -> Result<bool> {
+    if err.is::<StoppedWhileDiskFull>() {
+        tracing::warn!(
+            "stopping while the session DB's disk is full: unwritten results are dropped; rows \
+             in progress stay processing and are retried at the next start"
+        );
+        Ok(true)
+    } else {
+        Err(err)
+    }
+}
+
 /// Merges unanswered prompts into one, for a retry.
 fn merge(prepared: Vec<Prepared>) -> Option<Prepared> {
     let mut iter = prepared.into_iter();
@@ -849,10 +976,13 @@ fn merge(prepared: Vec<Prepared>) -> Option<Prepared> {
     Some(merged)
 }
 
+/// Refreshes `heartbeat_at` every `every`. On a full disk the refresh fails: that is logged once
+/// (through `disk_full`), the host sees the heartbeat go stale, and fresh again once a write fits.
 fn spawn_heartbeat(
     db: SessionDb,
     every: Duration,
     stop: CancellationToken,
+    disk_full: Arc<DiskFull>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(every);
@@ -863,7 +993,8 @@ fn spawn_heartbeat(
                 _ = ticker.tick() => {
                     let db = db.clone();
                     match tokio::task::spawn_blocking(move || db.heartbeat()).await {
-                        Ok(Ok(())) => {}
+                        Ok(Ok(())) => disk_full.cleared(),
+                        Ok(Err(err)) if err.is_disk_full() => disk_full.hit(&err),
                         Ok(Err(err)) => tracing::warn!(%err, "heartbeat failed"),
                         Err(err) => tracing::warn!(%err, "heartbeat task failed"),
                     }

@@ -381,15 +381,23 @@ impl std::fmt::Display for ReadProblem {
 }
 
 /// Reads a regular file of at most [`MAX_FILE_BYTES`], as UTF-8 (invalid bytes replaced).
+/// Opened through `fsguard`: a CLAUDE.md or an import may name the session DB itself.
 fn read_limited(path: &Path) -> Result<String, ReadProblem> {
-    let meta = std::fs::metadata(path).map_err(|err| ReadProblem::Io(err.to_string()))?;
+    use std::io::Read;
+    let io = |err: std::io::Error| ReadProblem::Io(err.to_string());
+    let meta = std::fs::metadata(path).map_err(io)?;
     if !meta.is_file() {
         return Err(ReadProblem::NotAFile);
     }
-    if meta.len() > MAX_FILE_BYTES {
-        return Err(ReadProblem::TooLarge(meta.len()));
+    let file = fsguard::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    if len > MAX_FILE_BYTES {
+        return Err(ReadProblem::TooLarge(len));
     }
-    let bytes = std::fs::read(path).map_err(|err| ReadProblem::Io(err.to_string()))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 

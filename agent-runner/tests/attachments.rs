@@ -1,14 +1,20 @@
 //! Issue 6 acceptance for inbound attachments: a URL served from loopback is saved; a 404, an
 //! oversized body, a slow body past the timeout, a `../../etc/passwd` path and invalid base64
 //! each give the `[attachment unavailable: …]` line in the prompt AND a log entry.
+//!
+//! Issue 9 point 6: an attachment field of an unexpected type (a numeric `name` or `mimeType`,
+//! an object, `size` as text) leaves the rest of the message standing, and base64 data never
+//! reaches the prompt, not even from content that cannot be read at all.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_runner::format::{format_prompt, AttachmentNote, FormatContext, PromptRow};
-use agent_runner::media::{resolve_attachments, MediaLimits};
+use agent_runner::media::{resolve_attachments, MediaLimits, ResolvedAttachments};
+use base64::Engine as _;
 use schema::{Attachment, InboundContent, MessageIn, NewMessageIn, SessionDb};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -158,4 +164,130 @@ async fn failures_give_the_unavailable_line_and_a_log_entry() {
         !workspace.join("downloads/msg-1/big.bin").exists(),
         "a partial oversized file was kept"
     );
+}
+
+/// Stores `content` as chat row `msg-1` in a fresh DB in `workspace`, then does what the runner
+/// does with it: parses it, resolves its attachments and formats the prompt.
+async fn through_the_runner(
+    workspace: &Path,
+    kind: &str,
+    content: &str,
+) -> (InboundContent, ResolvedAttachments, String) {
+    let db = SessionDb::open(workspace.join("session.db")).unwrap();
+    let mut row = NewMessageIn::new(kind, content);
+    row.id = Some("msg-1".into());
+    db.insert_in(&row).unwrap();
+    let stored: MessageIn = db.message_in("msg-1").unwrap().unwrap();
+    let content = InboundContent::parse(&stored.kind(), &stored.content);
+    let attachments = match &content {
+        InboundContent::Chat(chat) => chat.attachments.clone(),
+        InboundContent::ChatSdk(sdk) => sdk.attachments.clone(),
+        _ => Vec::new(),
+    };
+    let resolved =
+        resolve_attachments("msg-1", &attachments, workspace, &MediaLimits::default()).await;
+    let prompt = format_prompt(
+        &[PromptRow {
+            row: &stored,
+            content: content.clone(),
+            attachments: resolved.notes.clone(),
+            script_output: None,
+        }],
+        &FormatContext {
+            timezone: chrono_tz::UTC,
+            destinations: &[],
+        },
+    );
+    (content, resolved, prompt)
+}
+
+fn base64_of(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// One bad field per case; the message keeps its sender and text and the file is saved.
+#[tokio::test]
+async fn fields_of_unexpected_types_keep_the_message() {
+    let cases = [
+        ("numeric name", serde_json::json!({"name": 12345})),
+        (
+            "numeric mimeType",
+            serde_json::json!({"name": "a.txt", "mimeType": 42}),
+        ),
+        (
+            "object-valued field",
+            serde_json::json!({"name": "a.txt", "url": {"href": "https://x.example/a"}}),
+        ),
+        (
+            "size as a string",
+            serde_json::json!({"name": "a.txt", "size": "5"}),
+        ),
+    ];
+    for (case, mut attachment) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path();
+        attachment["data"] = base64_of(b"hello").into();
+        let content = serde_json::json!({
+            "sender": "Ann", "senderId": "U1", "text": "see attached",
+            "attachments": [attachment],
+        });
+        let (parsed, resolved, prompt) =
+            through_the_runner(workspace, "chat", &content.to_string()).await;
+        assert!(
+            matches!(&parsed, InboundContent::Chat(chat) if chat.sender.as_deref() == Some("Ann")),
+            "{case}: {parsed:?}"
+        );
+        let [AttachmentNote::Available { path }] = resolved.notes.as_slice() else {
+            panic!("{case}: not saved: {:?}", resolved.notes);
+        };
+        assert_eq!(std::fs::read(path).unwrap(), b"hello", "{case}");
+        assert!(path.contains("downloads/msg-1/"), "{case}: {path}");
+        assert!(prompt.contains(r#"sender="Ann""#), "{case}: {prompt}");
+        assert!(prompt.contains("see attached"), "{case}: {prompt}");
+        assert!(
+            prompt.contains(&format!("[file available at: {path}]")),
+            "{case}: {prompt}"
+        );
+    }
+}
+
+/// 300 KB of base64 with a bad field is saved as a file, not pasted into the prompt; content that
+/// cannot be read at all is shown capped and without its base64.
+#[tokio::test]
+async fn base64_never_reaches_the_prompt() {
+    let payload: Vec<u8> = (0..225_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let data = base64_of(&payload);
+    assert!(data.len() >= 300_000);
+    let probe = &data[1000..1100];
+
+    let dir = tempfile::tempdir().unwrap();
+    let content = serde_json::json!({
+        "sender": "Ann", "text": "big one",
+        "attachments": [{"name": 7, "mimeType": "application/octet-stream", "data": data}],
+    });
+    let (_, resolved, prompt) = through_the_runner(dir.path(), "chat", &content.to_string()).await;
+    let [AttachmentNote::Available { path }] = resolved.notes.as_slice() else {
+        panic!("not saved: {:?}", resolved.notes);
+    };
+    assert_eq!(std::fs::read(path).unwrap(), payload);
+    assert!(prompt.len() < 2048, "{} bytes", prompt.len());
+    assert!(!prompt.contains(probe));
+
+    let unreadable = [
+        // Cut off mid-payload: not JSON.
+        content.to_string()[..200_000].to_owned(),
+        // JSON, but not an object.
+        serde_json::json!([{"text": "big one", "data": data}]).to_string(),
+        serde_json::Value::String(data.clone()).to_string(),
+    ];
+    for raw in unreadable {
+        let dir = tempfile::tempdir().unwrap();
+        let (parsed, _, prompt) = through_the_runner(dir.path(), "chat", &raw).await;
+        assert!(
+            matches!(parsed, InboundContent::Unparsable { .. }),
+            "{parsed:?}"
+        );
+        assert!(prompt.len() < 8192, "{} bytes", prompt.len());
+        assert!(!prompt.contains(probe), "{prompt}");
+    }
 }

@@ -460,15 +460,50 @@ async fn bad_input_is_handled_never_stuck() {
     let huge = f.chat(&"x".repeat(5 * 1024 * 1024));
     let mut bad_time = chat("bad times");
     bad_time.timestamp = Some("yesterday-ish".into());
-    bad_time.process_after = Some("not a time".into());
     let bad_time = f.insert(bad_time);
+    // When it is due is unknown: never run on a guess, taken out of the queue and reported.
+    let mut bad_due = chat("bad due time");
+    bad_due.process_after = Some("not a time".into());
+    let bad_due = f.insert(bad_due);
     for id in [&malformed, &unknown, &huge, &bad_time] {
         f.wait_completed(id).await;
     }
+    f.wait_for("the bad due time taken out", |f| {
+        f.row(&bad_due).status == "failed"
+    })
+    .await;
     let all: String = f.mock.prompts().iter().map(|p| p.text.clone()).collect();
     assert!(all.contains("{not json"));
     assert!(all.contains("carrier-pigeon"));
     assert!(all.contains("bad times"));
+    assert!(!all.contains("bad due time"));
+    let report = f
+        .outs()
+        .into_iter()
+        .find(|o| o.in_reply_to.as_deref() == Some(bad_due.as_str()))
+        .unwrap();
+    assert_eq!(report.kind, "system");
+    assert_eq!(report.routing, routing());
+    let report: Value = serde_json::from_str(&report.content).unwrap();
+    assert_eq!(report["action"], "row_unusable");
+    assert_eq!(report["payload"]["value"], "not a time");
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_timestamp_with_a_compact_offset_keeps_its_time_in_the_prompt() {
+    let mut f = Fixture::new();
+    f.start();
+    let mut hhmm = chat("compact");
+    hhmm.timestamp = Some("2027-06-01T09:00:00+0200".into());
+    let mut hh = chat("hours only");
+    hh.timestamp = Some("2027-06-01T09:30:00+02".into());
+    for id in [f.insert(hhmm), f.insert(hh)] {
+        f.wait_completed(&id).await;
+    }
+    let all: String = f.mock.prompts().iter().map(|p| p.text.clone()).collect();
+    assert!(all.contains(r#"time="Jun 1, 2027, 7:00 AM""#), "{all}");
+    assert!(all.contains(r#"time="Jun 1, 2027, 7:30 AM""#), "{all}");
     f.stop().await;
 }
 

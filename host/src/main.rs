@@ -210,21 +210,20 @@ struct SweepArgs {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    // A dead or full stderr pipe must neither panic nor block the CLI (see `logging`).
+    let _ = logging::subscriber("warn").try_init();
     let cli = Cli::parse();
     match run(cli) {
-        Ok(code) => code,
+        Ok(code) => {
+            logging::flush_at_exit();
+            code
+        }
         Err(err) => {
             if is_broken_pipe(&err) {
+                logging::flush_at_exit();
                 return ExitCode::SUCCESS;
             }
-            eprintln!("nanoclaw: error: {err:#}");
+            logging::print_line(&format!("nanoclaw: error: {err:#}"));
             ExitCode::FAILURE
         }
     }
@@ -341,7 +340,7 @@ fn cmd_send(db_path: &std::path::Path, as_json: bool, args: SendArgs) -> Result<
         print_json(&sent)?;
     } else {
         for note in &sent.notes {
-            eprintln!("note: {note}");
+            logging::print_line(&format!("note: {note}"));
         }
         print(&format!("id={} seq={}\n", sent.id, sent.seq))?;
     }
@@ -413,7 +412,7 @@ fn cmd_answer(db_path: &std::path::Path, as_json: bool, args: AnswerArgs) -> Res
         }))?;
     } else {
         if answered.question.is_none() {
-            eprintln!("note: no such question was asked; sent anyway (--force)");
+            logging::print_line("note: no such question was asked; sent anyway (--force)");
         }
         print(&format!(
             "id={} seq={} selectedOption={}\n",

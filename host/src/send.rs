@@ -296,8 +296,18 @@ fn raw_content(kind: SendKind, raw: &str) -> Result<Value> {
     if !value.is_object() {
         bail!("--content must be a JSON object, got {raw}");
     }
-    if let InboundContent::Unparsable { reason, .. } = InboundContent::parse(&kind.in_kind(), raw) {
+    // The runner reads a field of the wrong type leniently; the host writes none in the first place.
+    let (parsed, problems) = InboundContent::parse_with_problems(&kind.in_kind(), raw);
+    if let InboundContent::Unparsable { reason, .. } = parsed {
         bail!("--content does not fit --kind {}: {reason}", kind.name());
+    }
+    if !problems.is_empty() {
+        let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        bail!(
+            "--content does not fit --kind {}: {}",
+            kind.name(),
+            problems.join("; ")
+        );
     }
     Ok(value)
 }

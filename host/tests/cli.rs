@@ -892,3 +892,38 @@ fn status_reports_runner_counts_next_due_and_tasks() {
     assert_eq!(tasks[0]["seriesId"], tasks[0]["id"]);
     assert_eq!(report["destinations"], json!(["team"]));
 }
+
+/// The write end of a pipe whose read end is already closed: every write fails with EPIPE.
+fn dead_pipe() -> Stdio {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    writer.into()
+}
+
+#[test]
+fn a_dead_stderr_pipe_never_panics() {
+    // Issue 10: writing a log line or the final error to a broken stderr used to panic (101).
+    let (_dir, db_path) = workspace();
+    let run = |db: &Path| {
+        Command::new(BIN)
+            .env_remove("SESSION_DB")
+            .env("RUST_LOG", "debug")
+            .env("TZ", "UTC")
+            .arg("--db")
+            .arg(db)
+            .arg("status")
+            .stdin(Stdio::null())
+            .stderr(dead_pipe())
+            .output()
+            .unwrap()
+    };
+    let output = run(&db_path);
+    assert!(output.status.success(), "{:?}", output.status);
+    assert!(
+        stdout(&output).contains("nothing pending"),
+        "{}",
+        stdout(&output)
+    );
+    let output = run(&db_path.with_file_name("missing.db"));
+    assert_eq!(output.status.code(), Some(1), "{:?}", output.status);
+}

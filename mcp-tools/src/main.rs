@@ -5,22 +5,20 @@ use anyhow::Context;
 use clap::Parser;
 use mcp_tools::{Args, Config, NanoclawServer};
 use schema::{OpenOptions, SessionDb};
-use tracing_subscriber::EnvFilter;
 
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+    // A dead or full stderr pipe must neither panic nor block the server (see `logging`).
+    let _ = logging::subscriber("warn,mcp_tools=info")
         .with_ansi(false)
-        .with_env_filter(
-            EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new("warn,mcp_tools=info")),
-        )
-        .init();
+        .try_init();
     match run() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => {
+            logging::flush_at_exit();
+            std::process::ExitCode::SUCCESS
+        }
         Err(err) => {
             tracing::error!("{err:#}");
-            eprintln!("mcp-tools: {err:#}");
+            logging::print_line(&format!("mcp-tools: {err:#}"));
             std::process::ExitCode::FAILURE
         }
     }

@@ -606,7 +606,8 @@ pub fn archive_new_entries(
         })
         .max_by_key(|a| (a.modified, a.path.clone()));
     if let Some(today) = today {
-        let mut file = std::fs::OpenOptions::new().append(true).open(&today.path)?;
+        // Through fsguard: an agent can replace an archive with a link to the session DB.
+        let mut file = fsguard::open_with(&today.path, fsguard::Access::Append)?;
         file.write_all(render_entries(new, opts).as_bytes())?;
         file.sync_all()?;
         return Ok(Some(today.path.clone()));
@@ -655,7 +656,7 @@ fn session_archives(dir: &Path, transcript: &Transcript) -> io::Result<Vec<Sessi
 fn read_header(path: &Path) -> Option<(String, String)> {
     use std::io::Read as _;
     let mut head = Vec::with_capacity(1024);
-    std::fs::File::open(path)
+    fsguard::open(path)
         .ok()?
         .take(4096)
         .read_to_end(&mut head)
@@ -672,7 +673,7 @@ fn read_header(path: &Path) -> Option<(String, String)> {
 
 /// The entry id of the last end marker in an archive.
 fn last_marker(path: &Path) -> io::Result<Option<String>> {
-    let text = std::fs::read_to_string(path)?;
+    let text = fsguard::read_to_string(path)?;
     Ok(text
         .lines()
         .rev()
@@ -1980,5 +1981,42 @@ mod tests {
         assert_eq!(parse_tz(":Europe/Paris"), chrono_tz::Europe::Paris);
         assert_eq!(parse_tz("Mars/Olympus"), Tz::UTC);
         assert_eq!(parse_tz(""), Tz::UTC);
+    }
+
+    /// Issue 9.1: archive files the agent replaced with links to the session DB's files are
+    /// neither read nor appended to; the DB and its locks are untouched and the entries go to a
+    /// new file.
+    #[test]
+    fn archive_links_to_the_session_db_are_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("session.db");
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES (1);")
+            .unwrap();
+        fsguard::protect_db(&db);
+        let shm = dir.path().join("session.db-shm");
+        let before = std::fs::read(&db).unwrap();
+        let archives = dir.path().join("conversations");
+        std::fs::create_dir(&archives).unwrap();
+        let full = opencode();
+        let day = RenderOptions::new(Tz::UTC, at("2026-02-04T10:00:00Z"));
+        let name = "2026-02-04-can-you-check-the-build-tell-me-if-it-s-green.md";
+        std::os::unix::fs::symlink(&shm, archives.join(name)).unwrap();
+        std::fs::hard_link(&db, archives.join("2026-02-04-a.md")).unwrap();
+        let written = archive_new_entries(&archives, &full, &day)
+            .unwrap()
+            .unwrap();
+        assert!(
+            written.ends_with(name.replace(".md", "-2.md")),
+            "{}",
+            written.display()
+        );
+        assert!(fsguard::testing::locked_by_another_process(&shm));
+        assert_eq!(std::fs::read(&db).unwrap(), before);
+        assert_eq!(
+            conn.query_row("SELECT x FROM t", [], |r| r.get::<_, i64>(0))
+                .unwrap(),
+            1
+        );
     }
 }

@@ -8,6 +8,8 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use r2d2::{Pool, PooledConnection};
 use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::functions::FunctionFlags;
+use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use serde_json::json;
 
@@ -45,12 +47,36 @@ impl Default for OpenOptions {
 }
 
 /// Applies the connection pragmas in the order SPEC §3 requires: busy_timeout first, so that
-/// switching to WAL (which needs a lock) already waits instead of failing.
+/// switching to WAL (which needs a lock) already waits instead of failing. Then registers the
+/// SQL functions the shared queries use (see [`register_functions`]).
 pub fn configure_connection(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<()> {
     conn.busy_timeout(busy_timeout)?;
     conn.execute_batch(
         "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
-    )
+    )?;
+    register_functions(conn)
+}
+
+/// Registers the SQL functions through which queries read stored values exactly as Rust does,
+/// so SQL and Rust never disagree about a row:
+/// - `ts_millis(x)`: the instant `x` names, as Unix milliseconds, read by [`parse_ts`] (every
+///   form it accepts, e.g. the `+0200` offsets that SQLite's `julianday()` rejects); NULL when `x`
+///   is NULL or no readable time.
+/// - `flag_of(x, default)`: a 0/1 flag column read as `MessageIn::read` reads it (`'true'`,
+///   `' 1 '`, …; `default` for an unreadable value).
+pub fn register_functions(conn: &Connection) -> rusqlite::Result<()> {
+    let flags = FunctionFlags::SQLITE_UTF8
+        | FunctionFlags::SQLITE_DETERMINISTIC
+        | FunctionFlags::SQLITE_INNOCUOUS;
+    conn.create_scalar_function("ts_millis", 1, flags, |ctx| {
+        Ok(lossy_text(ctx.get_raw(0))
+            .and_then(|text| parse_ts(&text).ok())
+            .map(|at| at.timestamp_millis()))
+    })?;
+    conn.create_scalar_function("flag_of", 2, flags, |ctx| {
+        let default = lenient_flag(ctx.get_raw(1), false);
+        Ok(lenient_flag(ctx.get_raw(0), default))
+    })
 }
 
 /// A handle on one session DB: a small pool of configured connections. Cheap to clone.
@@ -138,18 +164,21 @@ pub fn continuation_key(provider: &str) -> String {
 }
 
 /// The predicate that makes a pending row eligible (SPEC §5.2), with `?1` = now and `?2` = first
-/// poll. An unparsable `process_after` counts as due, so a bad timestamp never strands a row.
+/// poll. Times compare through `ts_millis()`, flags read through `flag_of()` (see
+/// [`register_functions`]). A row whose `process_after` cannot be read is selected too: the poll
+/// takes it out of the queue ([`SessionDb::eligible`]) rather than run it on a guess or leave it
+/// pending unseen.
 const ELIGIBLE_WHERE: &str = "m.status = 'pending'
-  AND (m.process_after IS NULL OR julianday(m.process_after) IS NULL
-       OR julianday(m.process_after) <= julianday(?1))
-  AND (m.on_wake = 0 OR ?2)
+  AND (m.process_after IS NULL OR ts_millis(m.process_after) IS NULL
+       OR ts_millis(m.process_after) <= ts_millis(?1))
+  AND (NOT flag_of(m.on_wake, 0) OR ?2)
   AND NOT (json_valid(m.content)
        AND ((m.kind = 'system' AND json_extract(m.content, '$.type') = 'question_response')
             OR (m.kind = 'chat' AND json_extract(m.content, '$.selectedOption') IS NOT NULL))
        AND EXISTS (SELECT 1 FROM session_state s
                    WHERE s.key = 'question:' || json_extract(m.content, '$.questionId')
                      AND (json_extract(s.value, '$.deadline') IS NULL
-                          OR julianday(json_extract(s.value, '$.deadline')) > julianday(?1))))";
+                          OR ts_millis(json_extract(s.value, '$.deadline')) > ts_millis(?1))))";
 
 impl SessionDb {
     /// Opens (creating if needed) the DB at `path` with default options.
@@ -165,7 +194,22 @@ impl SessionDb {
                 return Err(Error::MissingDirectory(parent.to_path_buf()));
             }
         }
+        // Before the first connection: from now on this process never opens these files as
+        // input (an open and close would drop the connections' locks; see `fsguard`).
+        fsguard::protect_db(&path);
         let busy_timeout = options.busy_timeout;
+        // One connection first, outside the pool: a file that is not a database (or cannot be
+        // opened) fails here at once with its path, where the pool would retry until timeout.
+        let first = Connection::open(&path)
+            .and_then(|conn| {
+                configure_connection(&conn, busy_timeout)?;
+                conn.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()))?;
+                Ok(conn)
+            })
+            .map_err(|cause| Error::Open {
+                path: path.clone(),
+                cause,
+            })?;
         let manager = SqliteConnectionManager::file(&path)
             .with_init(move |conn| configure_connection(conn, busy_timeout));
         let pool = Pool::builder()
@@ -173,6 +217,7 @@ impl SessionDb {
             .min_idle(Some(1))
             .connection_timeout(busy_timeout.max(Duration::from_secs(1)))
             .build(manager)?;
+        drop(first);
         let db = Self {
             pool,
             path,
@@ -251,20 +296,20 @@ impl SessionDb {
 
     // ----- reading --------------------------------------------------------------------------
 
-    /// One `messages_in` row by id.
+    /// One `messages_in` row by id (`None` too for an [`UnusableRow`]).
     pub fn message_in(&self, id: &str) -> Result<Option<MessageIn>, Error> {
         let conn = self.conn()?;
         let sql = format!("SELECT {IN_COLUMNS} FROM messages_in m WHERE id = ?1");
-        Ok(conn.query_row(&sql, [id], MessageIn::from_row).optional()?)
+        let row = conn.query_row(&sql, [id], MessageIn::read).optional()?;
+        Ok(usable_rows(row.map(Ok))?.pop())
     }
 
-    /// One `messages_in` row by seq.
+    /// One `messages_in` row by seq (`None` too for an [`UnusableRow`]).
     pub fn message_in_by_seq(&self, seq: i64) -> Result<Option<MessageIn>, Error> {
         let conn = self.conn()?;
         let sql = format!("SELECT {IN_COLUMNS} FROM messages_in m WHERE seq = ?1");
-        Ok(conn
-            .query_row(&sql, [seq], MessageIn::from_row)
-            .optional()?)
+        let row = conn.query_row(&sql, [seq], MessageIn::read).optional()?;
+        Ok(usable_rows(row.map(Ok))?.pop())
     }
 
     /// One `messages_out` row by seq.
@@ -279,19 +324,18 @@ impl SessionDb {
     /// The highest seq in either table (0 for an empty DB).
     pub fn max_seq(&self) -> Result<i64, Error> {
         let conn = self.conn()?;
-        Ok(conn.query_row(
-            "SELECT MAX(COALESCE((SELECT MAX(seq) FROM messages_in), 0),
-                        COALESCE((SELECT MAX(seq) FROM messages_out), 0))",
-            [],
-            |r| r.get(0),
-        )?)
+        highest_seq(&conn)
     }
 
-    /// `messages_out` rows with seq above `after`, oldest first.
+    /// `messages_out` rows with seq above `after`, oldest first. A row whose seq is no number
+    /// (TEXT, BLOB) has no place in that order and is left out: SQLite sorts it above every number,
+    /// so it would come back after every `after` and a follower would print it forever.
     pub fn messages_out_after(&self, after: i64, limit: usize) -> Result<Vec<MessageOut>, Error> {
         let conn = self.conn()?;
-        let sql =
-            format!("SELECT {OUT_COLUMNS} FROM messages_out WHERE seq > ?1 ORDER BY seq LIMIT ?2");
+        let sql = format!(
+            "SELECT {OUT_COLUMNS} FROM messages_out
+             WHERE seq > ?1 AND seq <= 9223372036854775807 ORDER BY seq LIMIT ?2"
+        );
         let mut stmt = conn.prepare_cached(&sql)?;
         let rows = stmt.query_map(params![after, limit as i64], MessageOut::from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -307,22 +351,22 @@ impl SessionDb {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// `messages_in` rows with the given status, in seq order.
+    /// `messages_in` rows with the given status, in seq order; [`UnusableRow`]s are left out.
     pub fn messages_in_with_status(&self, status: InStatus) -> Result<Vec<MessageIn>, Error> {
         let conn = self.conn()?;
         let sql = format!("SELECT {IN_COLUMNS} FROM messages_in m WHERE status = ?1 ORDER BY seq");
         let mut stmt = conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map([status.as_str()], MessageIn::from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let rows = usable_rows(stmt.query_map([status.as_str()], MessageIn::read)?)?;
+        Ok(rows)
     }
 
-    /// Every `messages_in` row, in seq order (tests, diagnostics).
+    /// Every `messages_in` row, in seq order (tests, diagnostics); [`UnusableRow`]s are left out.
     pub fn all_messages_in(&self) -> Result<Vec<MessageIn>, Error> {
         let conn = self.conn()?;
         let sql = format!("SELECT {IN_COLUMNS} FROM messages_in m ORDER BY seq");
         let mut stmt = conn.prepare(&sql)?;
-        let rows = stmt.query_map([], MessageIn::from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let rows = usable_rows(stmt.query_map([], MessageIn::read)?)?;
+        Ok(rows)
     }
 
     /// Every `messages_out` row, in seq order.
@@ -334,35 +378,54 @@ impl SessionDb {
 
     /// The rows a poll at `now` may take (SPEC §5.2): pending, due, `on_wake` only on the first
     /// poll, not an answer to a question still open; ordered by seq; `limit` applied last.
+    ///
+    /// A row met on the way that the queue cannot use (an [`UnusableRow`]: id not text, seq not
+    /// an integer, or a `process_after` that is no readable time) is taken out of the queue
+    /// first, so it never blocks the rows behind it and never runs on a guessed time: see
+    /// `quarantine_tx`.
     pub fn eligible(
         &self,
         now: DateTime<Utc>,
         first_poll: bool,
         limit: usize,
     ) -> Result<Eligible, Error> {
-        let conn = self.conn()?;
         let now = format_ts(now);
-        let sql = format!(
-            "SELECT {IN_COLUMNS} FROM messages_in m WHERE {ELIGIBLE_WHERE} ORDER BY m.seq LIMIT ?3"
-        );
-        let mut stmt = conn.prepare_cached(&sql)?;
-        let rows: Vec<MessageIn> = stmt
-            .query_map(
-                params![now, first_poll, limit.max(1) as i64],
-                MessageIn::from_row,
-            )?
-            .collect::<Result<_, _>>()?;
-        if rows.is_empty() {
-            return Ok(Eligible::default());
-        }
-        let wakes = rows.iter().any(|row| row.trigger)
-            || {
+        let limit = i64::try_from(limit.max(1)).unwrap_or(i64::MAX);
+        loop {
+            let mut unusable = Vec::new();
+            let (rows, wakes) = {
+                let conn = self.conn()?;
                 let sql = format!(
-                "SELECT EXISTS (SELECT 1 FROM messages_in m WHERE {ELIGIBLE_WHERE} AND m.trigger = 1)"
-            );
-                conn.query_row(&sql, params![now, first_poll], |r| r.get::<_, bool>(0))?
+                    "SELECT {IN_COLUMNS} FROM messages_in m WHERE {ELIGIBLE_WHERE}
+                     ORDER BY m.seq LIMIT ?3"
+                );
+                let mut stmt = conn.prepare_cached(&sql)?;
+                let read = stmt.query_map(params![now, first_poll, limit], MessageIn::read)?;
+                let rows = queue_rows(read, &mut unusable)?;
+                // Context rows only: they go first when a triggering row is eligible further on.
+                let wakes = rows.iter().any(|row| row.trigger)
+                    || (!rows.is_empty() && {
+                        let sql = format!(
+                            "SELECT {IN_COLUMNS} FROM messages_in m
+                             WHERE {ELIGIBLE_WHERE} AND flag_of(m.trigger, 1)
+                             ORDER BY m.seq LIMIT 1"
+                        );
+                        let mut stmt = conn.prepare_cached(&sql)?;
+                        let read = stmt.query_map(params![now, first_poll], MessageIn::read)?;
+                        !queue_rows(read, &mut unusable)?.is_empty()
+                    });
+                (rows, wakes)
             };
-        Ok(Eligible { rows, wakes })
+            // Taking rows out may leave room under the limit for rows behind them: read again.
+            // Each round takes at least one row out of `pending`, so this ends.
+            if unusable.is_empty() || self.write(|tx| quarantine_tx(tx, &unusable))? == 0 {
+                return Ok(if rows.is_empty() {
+                    Eligible::default()
+                } else {
+                    Eligible { rows, wakes }
+                });
+            }
+        }
     }
 
     /// Claims rows still `pending`: `processing`, `tries+1`, `status_changed=now`. Returns the
@@ -379,9 +442,11 @@ impl SessionDb {
                  RETURNING {IN_COLUMNS}"
             );
             let mut stmt = tx.prepare_cached(&sql)?;
-            let mut rows: Vec<MessageIn> = stmt
-                .query_map(params![ids_json, now_ts()], MessageIn::from_row)?
-                .collect::<Result<_, _>>()?;
+            let read = stmt.query_map(params![ids_json, now_ts()], MessageIn::read)?;
+            let mut unusable = Vec::new();
+            let mut rows = split_rows(read, &mut unusable)?;
+            // A row changed by someone else since the poll read it: out of the queue too.
+            quarantine_tx(tx, &unusable)?;
             rows.sort_by_key(|row| row.seq);
             Ok(rows)
         })
@@ -417,10 +482,10 @@ impl SessionDb {
                  WHERE m.status IN ('pending', 'processing') AND m.id IN (SELECT value FROM json_each(?1))
                  RETURNING {IN_COLUMNS}"
             );
-            let completed: Vec<MessageIn> = tx
-                .prepare_cached(&sql)?
-                .query_map(params![ids_json, format_ts(now)], MessageIn::from_row)?
-                .collect::<Result<_, _>>()?;
+            let completed = usable_rows(
+                tx.prepare_cached(&sql)?
+                    .query_map(params![ids_json, format_ts(now)], MessageIn::read)?,
+            )?;
             for row in completed.iter().filter(|row| row.recurrence.is_some()) {
                 schedule_next_occurrence(tx, row, now, timezone)?;
             }
@@ -436,7 +501,8 @@ impl SessionDb {
                  WHERE status = 'processing' RETURNING id",
             )?;
             let ids = stmt
-                .query_map([now_ts()], |r| r.get(0))?
+                .query_map([now_ts()], |r| r.get_ref(0).map(lossy_text))?
+                .filter_map(Result::transpose)
                 .collect::<Result<_, _>>()?;
             Ok(ids)
         })
@@ -462,20 +528,28 @@ impl SessionDb {
         let stale_before = now - chrono::Duration::from_std(policy.stale_after).unwrap_or_default();
         self.write(|tx| {
             let active: Vec<String> = active_batch_ids(tx, stale_before)?;
+            // Read leniently and changed by rowid: a row with a BLOB id or TEXT tries must not
+            // stop the sweep.
             let mut stmt = tx.prepare(
-                "SELECT id, tries FROM messages_in WHERE status = 'processing'
-                 AND (status_changed IS NULL OR julianday(status_changed) IS NULL
-                      OR julianday(status_changed) <= julianday(?1))",
+                "SELECT rowid, id, tries FROM messages_in WHERE status = 'processing'
+                 AND (status_changed IS NULL OR ts_millis(status_changed) IS NULL
+                      OR ts_millis(status_changed) <= ts_millis(?1))",
             )?;
-            let stale: Vec<(String, i64)> = stmt
-                .query_map([format_ts(stale_before)], |r| Ok((r.get(0)?, r.get(1)?)))?
+            let stale: Vec<(i64, String, i64)> = stmt
+                .query_map([format_ts(stale_before)], |r| {
+                    Ok((
+                        r.get(0)?,
+                        lossy_text(r.get_ref(1)?).unwrap_or_default(),
+                        lenient_int(r.get_ref(2)?).unwrap_or(0),
+                    ))
+                })?
                 .collect::<Result<_, _>>()?;
             let mut report = SweepReport::default();
-            for (id, tries) in stale.into_iter().filter(|(id, _)| !active.contains(id)) {
+            for (rowid, id, tries) in stale.into_iter().filter(|(_, id, _)| !active.contains(id)) {
                 if tries >= policy.max_tries {
                     tx.execute(
-                        "UPDATE messages_in SET status = 'failed', status_changed = ?2 WHERE id = ?1",
-                        params![id, format_ts(now)],
+                        "UPDATE messages_in SET status = 'failed', status_changed = ?2 WHERE rowid = ?1",
+                        params![rowid, format_ts(now)],
                     )?;
                     report.failed.push(id);
                 } else {
@@ -484,8 +558,8 @@ impl SessionDb {
                     let retry_at = now + chrono::Duration::from_std(delay).unwrap_or_default();
                     tx.execute(
                         "UPDATE messages_in SET status = 'pending', status_changed = ?2, process_after = ?3
-                         WHERE id = ?1",
-                        params![id, format_ts(now), format_ts(retry_at)],
+                         WHERE rowid = ?1",
+                        params![rowid, format_ts(now), format_ts(retry_at)],
                     )?;
                     report.reset.push(id);
                 }
@@ -504,10 +578,12 @@ impl SessionDb {
                 |r| r.get(0),
             )?)
         };
+        // An unreadable process_after counts as due: the runner's next poll must see the row to
+        // take it out of the queue (`eligible`).
         let due = conn.query_row(
             "SELECT COUNT(*) FROM messages_in WHERE status = 'pending'
-             AND (process_after IS NULL OR julianday(process_after) IS NULL
-                  OR julianday(process_after) <= julianday(?1))",
+             AND (process_after IS NULL OR ts_millis(process_after) IS NULL
+                  OR ts_millis(process_after) <= ts_millis(?1))",
             [format_ts(now)],
             |r| r.get(0),
         )?;
@@ -522,20 +598,20 @@ impl SessionDb {
 
     /// The earliest instant a pending row becomes due: `None` when nothing is pending, `now`
     /// (or earlier) when something is due already. A host uses it to wake a sleeping container.
+    /// A row without a readable `process_after` is due at once (the runner's poll takes a row
+    /// with an unreadable one out of the queue, see [`SessionDb::eligible`]).
     pub fn next_due(&self) -> Result<Option<DateTime<Utc>>, Error> {
         let conn = self.conn()?;
         let mut stmt = conn.prepare_cached(
-            "SELECT process_after FROM messages_in WHERE status = 'pending'
-             ORDER BY CASE WHEN process_after IS NULL OR julianday(process_after) IS NULL THEN 0
-                      ELSE julianday(process_after) END
-             LIMIT 1",
+            "SELECT ts_millis(process_after) FROM messages_in WHERE status = 'pending'
+             ORDER BY COALESCE(ts_millis(process_after), -9223372036854775808) LIMIT 1",
         )?;
-        let first: Option<Option<String>> = stmt.query_row([], |r| r.get(0)).optional()?;
-        Ok(match first {
-            None => None,
-            Some(None) => Some(DateTime::<Utc>::MIN_UTC),
-            Some(Some(text)) => Some(parse_ts(&text).unwrap_or(DateTime::<Utc>::MIN_UTC)),
-        })
+        let first: Option<Option<i64>> = stmt.query_row([], |r| r.get(0)).optional()?;
+        Ok(first.map(|millis| {
+            millis
+                .and_then(DateTime::<Utc>::from_timestamp_millis)
+                .unwrap_or(DateTime::<Utc>::MIN_UTC)
+        }))
     }
 
     /// The earliest `process_after` of a pending row that is later than `after`: when a runner
@@ -545,14 +621,13 @@ impl SessionDb {
     pub fn next_due_after(&self, after: DateTime<Utc>) -> Result<Option<DateTime<Utc>>, Error> {
         let conn = self.conn()?;
         let mut stmt = conn.prepare_cached(
-            "SELECT strftime('%Y-%m-%dT%H:%M:%fZ', process_after) FROM messages_in
-             WHERE status = 'pending' AND julianday(process_after) > julianday(?1)
-             ORDER BY julianday(process_after) LIMIT 1",
+            "SELECT ts_millis(process_after) AS at FROM messages_in
+             WHERE status = 'pending' AND at > ?1 ORDER BY at LIMIT 1",
         )?;
-        let first: Option<Option<String>> = stmt
-            .query_row([format_ts(after)], |r| r.get(0))
+        let first: Option<i64> = stmt
+            .query_row([after.timestamp_millis()], |r| r.get(0))
             .optional()?;
-        Ok(first.flatten().and_then(|text| parse_ts(&text).ok()))
+        Ok(first.and_then(DateTime::<Utc>::from_timestamp_millis))
     }
 
     // ----- session_state --------------------------------------------------------------------
@@ -655,10 +730,8 @@ impl SessionDb {
                  AND m.kind IN ('system', 'chat') AND json_valid(m.content)
                  AND json_extract(m.content, '$.questionId') = ?1 ORDER BY m.seq"
             );
-            let candidates: Vec<MessageIn> = tx
-                .prepare_cached(&sql)?
-                .query_map([question_id], MessageIn::from_row)?
-                .collect::<Result<_, _>>()?;
+            let candidates =
+                usable_rows(tx.prepare_cached(&sql)?.query_map([question_id], MessageIn::read)?)?;
             for row in candidates {
                 let content = crate::InboundContent::parse(&row.kind(), &row.content);
                 if let Some(answer) = content.question_answer() {
@@ -872,20 +945,149 @@ fn has_column(tx: &Transaction<'_>, table: &str, column: &str) -> Result<bool, E
     Ok(false)
 }
 
-/// The next free seq of the given parity above every seq in both tables. Must run inside the
-/// writing transaction so two writers can never take the same number.
-fn next_seq(tx: &Transaction<'_>, odd: bool) -> Result<i64, Error> {
-    let max: i64 = tx.query_row(
-        "SELECT MAX(COALESCE((SELECT MAX(seq) FROM messages_in), 0),
-                    COALESCE((SELECT MAX(seq) FROM messages_out), 0))",
+/// The highest numeric seq in either table; 0 when there is none (or only negative ones).
+/// SQLite sorts TEXT and BLOB above every number, so a plain `MAX(seq)` would return a bad row's
+/// text seq and fail every insert; the `seq <= i64::MAX` bound leaves such values out and still
+/// reads the last entry of the seq index. A REAL seq counts rounded up.
+fn highest_seq(conn: &Connection) -> Result<i64, Error> {
+    let numeric = |value: ValueRef<'_>| match value {
+        ValueRef::Integer(seq) => seq,
+        // `as` saturates; the bound keeps the value at most i64::MAX anyway.
+        ValueRef::Real(seq) => seq.ceil() as i64,
+        _ => 0,
+    };
+    let (max_in, max_out) = conn.query_row(
+        "SELECT
+           (SELECT seq FROM messages_in WHERE seq <= 9223372036854775807 ORDER BY seq DESC LIMIT 1),
+           (SELECT seq FROM messages_out WHERE seq <= 9223372036854775807 ORDER BY seq DESC LIMIT 1)",
         [],
-        |r| r.get(0),
+        |r| Ok((numeric(r.get_ref(0)?), numeric(r.get_ref(1)?))),
     )?;
-    let mut next = max + 1;
+    Ok(max_in.max(max_out).max(0))
+}
+
+/// The next free seq of the given parity above every seq in both tables. Must run inside the
+/// writing transaction so two writers can never take the same number. Checked: past `i64::MAX`
+/// it is [`Error::SeqExhausted`], never a wrapped (negative, later colliding) number.
+fn next_seq(tx: &Transaction<'_>, odd: bool) -> Result<i64, Error> {
+    let max = highest_seq(tx)?;
+    let exhausted = || Error::SeqExhausted { max };
+    let mut next = max.checked_add(1).ok_or_else(exhausted)?;
     if (next % 2 == 1) != odd {
-        next += 1;
+        next = next.checked_add(1).ok_or_else(exhausted)?;
     }
     Ok(next)
+}
+
+/// Rows read with `MessageIn::read`: the usable ones, in order; the others go to `unusable`.
+fn split_rows(
+    rows: impl IntoIterator<Item = rusqlite::Result<InRow>>,
+    unusable: &mut Vec<UnusableRow>,
+) -> Result<Vec<MessageIn>, Error> {
+    let mut usable = Vec::new();
+    for row in rows {
+        match row? {
+            InRow::Usable(_, row) => usable.push(row),
+            InRow::Unusable(row) => unusable.push(row),
+        }
+    }
+    Ok(usable)
+}
+
+/// [`split_rows`] for the runner's queue, where a row whose `process_after` is no readable time
+/// is unusable too: run now, a future task could fire early; left pending, it would wait
+/// forever unseen. An empty `process_after` means no time.
+fn queue_rows(
+    rows: impl IntoIterator<Item = rusqlite::Result<InRow>>,
+    unusable: &mut Vec<UnusableRow>,
+) -> Result<Vec<MessageIn>, Error> {
+    let mut usable = Vec::new();
+    for row in rows {
+        let (rowid, row) = match row? {
+            InRow::Usable(rowid, row) => (rowid, row),
+            InRow::Unusable(row) => {
+                unusable.push(row);
+                continue;
+            }
+        };
+        let after = row
+            .process_after
+            .as_deref()
+            .filter(|at| !at.trim().is_empty());
+        match after.map(parse_ts) {
+            Some(Err(err)) => unusable.push(UnusableRow {
+                rowid,
+                id: Some(row.id.clone()),
+                column: "process_after",
+                value: after.unwrap_or_default().chars().take(200).collect(),
+                reason: format!(
+                    "process_after is no readable time, so when the row is due is unknown ({err})"
+                ),
+                routing: row.routing,
+            }),
+            _ => usable.push(row),
+        }
+    }
+    Ok(usable)
+}
+
+/// The usable rows of a listing; [`UnusableRow`]s are left out (the runner's poll takes them
+/// out of the queue, with a log line and a system row).
+pub(crate) fn usable_rows(
+    rows: impl IntoIterator<Item = rusqlite::Result<InRow>>,
+) -> Result<Vec<MessageIn>, Error> {
+    let mut unusable = Vec::new();
+    let usable = split_rows(rows, &mut unusable)?;
+    for row in unusable {
+        tracing::debug!(rowid = row.rowid, id = ?row.id, reason = %row.reason, "unusable messages_in row left out");
+    }
+    Ok(usable)
+}
+
+/// Takes unusable rows out of the queue, inside the writing transaction: each still `pending` or
+/// `processing` becomes `failed` (terminal, so it is never claimed again; the host's status and
+/// sweep already count and show that status), a warning names it and the reason, and a `system`
+/// row `{"action":"row_unusable","payload":{…}}` tells the host (`id`, `rowid`, `column`,
+/// `value`, `reason`, `status`). Returns how many rows it took out (a row someone changed
+/// meanwhile is left alone).
+pub(crate) fn quarantine_tx(tx: &Transaction<'_>, rows: &[UnusableRow]) -> Result<usize, Error> {
+    let mut taken = 0;
+    for row in rows {
+        let changed = tx.execute(
+            "UPDATE messages_in SET status = 'failed', status_changed = ?2
+             WHERE rowid = ?1 AND status IN ('pending', 'processing')",
+            params![row.rowid, now_ts()],
+        )?;
+        if changed == 0 {
+            continue;
+        }
+        tracing::warn!(
+            id = ?row.id,
+            rowid = row.rowid,
+            column = row.column,
+            value = %row.value,
+            reason = %row.reason,
+            "messages_in row cannot be used: taken out of the queue as failed"
+        );
+        let content = crate::content::out::system_action(
+            "row_unusable",
+            json!({
+                "id": row.id,
+                "rowid": row.rowid,
+                "column": row.column,
+                "value": row.value,
+                "reason": row.reason,
+                "status": InStatus::Failed.as_str(),
+            }),
+        );
+        insert_out_tx(
+            tx,
+            &NewMessageOut::new(OutKind::System, row.routing.clone(), &content)
+                .replying_to(row.id.clone()),
+        )?;
+        taken += 1;
+    }
+    Ok(taken)
 }
 
 pub(crate) fn insert_in_tx(tx: &Transaction<'_>, row: &NewMessageIn) -> Result<Inserted, Error> {
@@ -982,7 +1184,7 @@ fn active_batch_ids(
 ) -> Result<Vec<String>, Error> {
     let live: bool = tx
         .query_row(
-            "SELECT status IN ('busy', 'waiting_user') AND julianday(heartbeat_at) > julianday(?1)
+            "SELECT status IN ('busy', 'waiting_user') AND ts_millis(heartbeat_at) > ts_millis(?1)
              FROM runner_state WHERE id = 1",
             [format_ts(stale_before)],
             |r| r.get::<_, Option<bool>>(0),

@@ -12,8 +12,8 @@ pub mod time;
 pub mod watch;
 
 pub use content::{
-    Attachment, ChatContent, ChatSdkContent, InboundContent, QuestionAnswer, TaskContent,
-    WebhookContent,
+    Attachment, ChatContent, ChatSdkContent, FieldProblem, InboundContent, QuestionAnswer,
+    TaskContent, WebhookContent,
 };
 pub use db::{
     continuation_key, Eligible, OpenOptions, QueueCounts, SessionDb, SweepPolicy, SweepReport,
@@ -29,6 +29,14 @@ pub enum Error {
     /// SQLite failed (locked, corrupt, constraint, ...).
     #[error("session DB: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// The DB file could not be opened as a SQLite database (not a database, unreadable).
+    #[error("cannot open the session DB {}: {cause}", path.display())]
+    Open {
+        /// The DB file.
+        path: PathBuf,
+        /// What SQLite said (not a `source`: its own chain repeats the same words).
+        cause: rusqlite::Error,
+    },
     /// No connection could be had from the pool.
     #[error("session DB connection pool: {0}")]
     Pool(#[from] r2d2::Error),
@@ -51,6 +59,17 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// No seq is left: the next one of the wanted parity would pass `i64::MAX`. Allocation
+    /// refuses rather than wrap to a negative number (which would also collide later).
+    #[error(
+        "no seq left in the session DB: the highest seq is {max} and seqs stop at {}; \
+         start a new session DB",
+        i64::MAX
+    )]
+    SeqExhausted {
+        /// The highest seq found in either table.
+        max: i64,
+    },
     /// An unknown IANA time zone.
     #[error("unknown time zone {0:?} (expected an IANA name like America/New_York)")]
     BadTimeZone(String),
@@ -66,4 +85,47 @@ pub enum Error {
     /// An I/O error.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+}
+
+impl Error {
+    /// True when a write failed for lack of space: `SQLITE_FULL` (the file system returned
+    /// ENOSPC, or `max_page_count` was reached), or an I/O error saying the storage is full.
+    /// Writers wait for space on it instead of giving up (docs/decisions.md, "Full disk").
+    /// A quota (EDQUOT) reaches SQLite as `SQLITE_IOERR_WRITE`, which is indistinguishable from
+    /// a failing disk, so it is not counted here.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            Error::Sqlite(err) => err.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
+            Error::Io(err) => matches!(
+                err.kind(),
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+            ),
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::Error;
+
+    #[test]
+    fn a_write_past_max_page_count_is_disk_full_and_other_errors_are_not() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (x BLOB); PRAGMA max_page_count = 3;")
+            .unwrap();
+        let full = conn
+            .execute("INSERT INTO t VALUES (zeroblob(100000))", [])
+            .unwrap_err();
+        assert!(Error::from(full).is_disk_full());
+        let syntax = conn
+            .execute("INSERT INTO nowhere VALUES (1)", [])
+            .unwrap_err();
+        assert!(!Error::from(syntax).is_disk_full());
+        let io = std::io::Error::from(std::io::ErrorKind::StorageFull);
+        assert!(Error::from(io).is_disk_full());
+        assert!(!Error::NotFound("x".into()).is_disk_full());
+    }
 }

@@ -1,5 +1,6 @@
 //! Typed rows of every table, and the shapes used to insert them.
 
+use rusqlite::types::ValueRef;
 use serde::{Deserialize, Serialize};
 
 /// Where a message goes or came from on the chat platform. Never shown to the agent.
@@ -167,28 +168,177 @@ impl MessageIn {
         InKind::parse(&self.kind)
     }
 
-    pub(crate) fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self {
-            id: row.get(0)?,
-            seq: row.get(1)?,
-            kind: row.get(2)?,
-            timestamp: row.get(3)?,
-            status: row.get(4)?,
-            status_changed: row.get(5)?,
-            process_after: row.get(6)?,
-            recurrence: row.get(7)?,
-            series_id: row.get(8)?,
-            tries: row.get(9)?,
-            trigger: row.get::<_, i64>(10)? != 0,
-            routing: Routing {
-                platform_id: row.get(11)?,
-                channel_type: row.get(12)?,
-                thread_id: row.get(13)?,
+    /// Reads a row selected with `IN_COLUMNS` whatever the storage types of its columns: a host
+    /// writing through another driver can store text as BLOB or numbers as TEXT, and a strict read
+    /// would fail every query that meets the row (the whole queue stuck behind it). Text columns
+    /// are read lossily, integers and flags leniently ([`lenient_int`], [`lenient_flag`]); only an
+    /// id that is not text or a seq that is not an integer make the row [`InRow::Unusable`]. Fails
+    /// only on a column index error (a bug).
+    pub(crate) fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<InRow> {
+        let raw = |index: usize| row.get_ref(index);
+        let rowid: i64 = row.get(17)?;
+        let routing = Routing {
+            platform_id: lossy_text(raw(11)?),
+            channel_type: lossy_text(raw(12)?),
+            thread_id: lossy_text(raw(13)?),
+        };
+        let id = match raw(0)? {
+            ValueRef::Text(bytes) => std::str::from_utf8(bytes).ok().map(str::to_owned),
+            _ => None,
+        };
+        let Some(id) = id else {
+            let value = raw(0)?;
+            return Ok(InRow::Unusable(UnusableRow {
+                rowid,
+                id: None,
+                column: "id",
+                value: describe(value),
+                reason: format!("the id is {}, not text", type_name(value)),
+                routing,
+            }));
+        };
+        let seq = match raw(1)? {
+            ValueRef::Null => None,
+            value => match lenient_int(value) {
+                Some(seq) => Some(seq),
+                None => {
+                    return Ok(InRow::Unusable(UnusableRow {
+                        rowid,
+                        id: Some(id),
+                        column: "seq",
+                        value: describe(value),
+                        reason: format!("the seq is {}, not an integer", type_name(value)),
+                        routing,
+                    }))
+                }
             },
-            content: row.get(14)?,
-            source_session_id: row.get(15)?,
-            on_wake: row.get::<_, i64>(16)? != 0,
-        })
+        };
+        Ok(InRow::Usable(
+            rowid,
+            Self {
+                id,
+                seq,
+                kind: lossy_text(raw(2)?).unwrap_or_default(),
+                timestamp: lossy_text(raw(3)?).unwrap_or_default(),
+                status: lossy_text(raw(4)?).unwrap_or_default(),
+                status_changed: lossy_text(raw(5)?),
+                process_after: lossy_text(raw(6)?),
+                recurrence: lossy_text(raw(7)?),
+                series_id: lossy_text(raw(8)?),
+                tries: lenient_int(raw(9)?).unwrap_or(0),
+                trigger: lenient_flag(raw(10)?, true),
+                routing,
+                // Not valid text: read lossily, so it parses if it is JSON stored as BLOB and is
+                // passed on as unparsable content otherwise.
+                content: lossy_text(raw(14)?).unwrap_or_default(),
+                source_session_id: lossy_text(raw(15)?),
+                on_wake: lenient_flag(raw(16)?, false),
+            },
+        ))
+    }
+}
+
+/// What reading a `messages_in` row gave (see [`MessageIn::read`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum InRow {
+    /// A row the runner can serve, with its rowid.
+    Usable(i64, MessageIn),
+    /// A row nobody can address or order.
+    Unusable(UnusableRow),
+}
+
+/// A `messages_in` row the queue cannot use: its id is not text, its seq is not an integer, or
+/// (for the runner's poll) its `process_after` cannot be read. The runner's poll takes such a row
+/// out of the queue (status `failed`, a warning and a `row_unusable` system row, see
+/// `SessionDb::eligible`); read-only listings leave it out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnusableRow {
+    /// SQLite's rowid: the one handle on a row whose id is unreadable.
+    pub rowid: i64,
+    /// The id, when it is text.
+    pub id: Option<String>,
+    /// The column at fault.
+    pub column: &'static str,
+    /// Its value as text (`<BLOB of 3 bytes>` when it is no text).
+    pub value: String,
+    /// Why the row cannot be used.
+    pub reason: String,
+    /// The row's routing, so the host can tell the chat it came from.
+    pub routing: Routing,
+}
+
+/// A column as text whatever its storage type: invalid UTF-8 (in TEXT or BLOB) is replaced, numbers
+/// are written out; `None` for NULL.
+pub(crate) fn lossy_text(value: ValueRef<'_>) -> Option<String> {
+    match value {
+        ValueRef::Null => None,
+        ValueRef::Integer(number) => Some(number.to_string()),
+        ValueRef::Real(number) => Some(number.to_string()),
+        ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
+            Some(String::from_utf8_lossy(bytes).into_owned())
+        }
+    }
+}
+
+/// An integer column read leniently: an INTEGER, a REAL without a fraction, or TEXT holding a
+/// decimal integer (surrounding spaces allowed); `None` for anything else.
+pub(crate) fn lenient_int(value: ValueRef<'_>) -> Option<i64> {
+    // 2^63: the first REAL above every i64 (`i64::MAX as f64` rounds up to it).
+    const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
+    match value {
+        ValueRef::Integer(number) => Some(number),
+        ValueRef::Real(number)
+            if number.fract() == 0.0 && (-TWO_POW_63..TWO_POW_63).contains(&number) =>
+        {
+            Some(number as i64)
+        }
+        ValueRef::Text(bytes) => std::str::from_utf8(bytes).ok()?.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// A 0/1 flag column read leniently: a number (non-zero is true), TEXT holding an integer or
+/// `true`/`false` (any case); `default` (the column's default) for anything else. The SQL gates
+/// read flags through the same function (`flag_of()`, see `db::configure_connection`).
+pub(crate) fn lenient_flag(value: ValueRef<'_>, default: bool) -> bool {
+    match value {
+        ValueRef::Real(number) => number != 0.0,
+        ValueRef::Text(bytes) => {
+            let text = std::str::from_utf8(bytes).unwrap_or_default().trim();
+            if text.eq_ignore_ascii_case("true") {
+                true
+            } else if text.eq_ignore_ascii_case("false") {
+                false
+            } else {
+                lenient_int(value).map_or(default, |number| number != 0)
+            }
+        }
+        value => lenient_int(value).map_or(default, |number| number != 0),
+    }
+}
+
+/// SQLite's name of a value's storage type.
+fn type_name(value: ValueRef<'_>) -> &'static str {
+    match value {
+        ValueRef::Null => "NULL",
+        ValueRef::Integer(_) => "INTEGER",
+        ValueRef::Real(_) => "REAL",
+        ValueRef::Text(bytes) if std::str::from_utf8(bytes).is_err() => "TEXT that is not UTF-8",
+        ValueRef::Text(_) => "TEXT",
+        ValueRef::Blob(_) => "BLOB",
+    }
+}
+
+/// A value for a log line or a system row: text as itself (cut at 200 characters), other types
+/// named.
+fn describe(value: ValueRef<'_>) -> String {
+    match value {
+        ValueRef::Text(bytes) => match std::str::from_utf8(bytes) {
+            Ok(text) => text.chars().take(200).collect(),
+            Err(_) => format!("<TEXT of {} bytes, not UTF-8>", bytes.len()),
+        },
+        ValueRef::Blob(bytes) => format!("<BLOB of {} bytes>", bytes.len()),
+        other => lossy_text(other).unwrap_or_else(|| "NULL".to_owned()),
     }
 }
 
@@ -214,20 +364,24 @@ pub struct MessageOut {
 }
 
 impl MessageOut {
+    /// Reads a row selected with `OUT_COLUMNS`, tolerating wrong storage types like
+    /// [`MessageIn::read`] (a seq that is no integer reads as `None`), so one bad row never
+    /// stops a reader such as the host's `watch`. Fails only on a column index error.
     pub(crate) fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        let text = |index: usize| row.get_ref(index).map(lossy_text);
         Ok(Self {
-            id: row.get(0)?,
-            seq: row.get(1)?,
-            in_reply_to: row.get(2)?,
-            timestamp: row.get(3)?,
-            deliver_after: row.get(4)?,
-            kind: row.get(5)?,
+            id: text(0)?.unwrap_or_default(),
+            seq: lenient_int(row.get_ref(1)?),
+            in_reply_to: text(2)?,
+            timestamp: text(3)?.unwrap_or_default(),
+            deliver_after: text(4)?,
+            kind: text(5)?.unwrap_or_default(),
             routing: Routing {
-                platform_id: row.get(6)?,
-                channel_type: row.get(7)?,
-                thread_id: row.get(8)?,
+                platform_id: text(6)?,
+                channel_type: text(7)?,
+                thread_id: text(8)?,
             },
-            content: row.get(9)?,
+            content: text(9)?.unwrap_or_default(),
         })
     }
 }

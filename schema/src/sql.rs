@@ -83,11 +83,12 @@ pub(crate) const COLUMNS: &[(&str, &str, &str)] = &[
     ("runner_state", "current_tool", "TEXT"),
 ];
 
-/// Columns of `messages_in`, in the order `MessageIn::from_row` reads them.
+/// Columns of `messages_in`, in the order `MessageIn::read` reads them; the rowid last, the one
+/// handle on a row whose id is unreadable.
 pub(crate) const IN_COLUMNS: &str =
     "id, seq, kind, timestamp, status, status_changed, process_after, \
      recurrence, series_id, tries, trigger, platform_id, channel_type, thread_id, content, \
-     source_session_id, on_wake";
+     source_session_id, on_wake, rowid";
 
 /// Columns of `messages_out`, in the order `MessageOut::from_row` reads them.
 pub(crate) const OUT_COLUMNS: &str =

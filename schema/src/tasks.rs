@@ -36,7 +36,7 @@ use rusqlite::{params, OptionalExtension, Transaction};
 use serde_json::{json, Map, Value};
 
 use crate::cron::Schedule;
-use crate::db::{set_state_tx, SERIES_PAUSED_PREFIX};
+use crate::db::{set_state_tx, usable_rows, SERIES_PAUSED_PREFIX};
 use crate::rows::{InStatus, MessageIn};
 use crate::sql::IN_COLUMNS;
 use crate::time::{format_ts, parse_ts};
@@ -90,8 +90,10 @@ impl TaskSeries {
         self.row.recurrence.as_deref()
     }
 
-    /// When it runs next: `process_after` of the next row (`None` = as soon as possible: no
-    /// time, or one that cannot be read), or for a running series the next cron time after `now`.
+    /// When it runs next: `process_after` of the next row (`None` = as soon as possible when it
+    /// has no time; a time that cannot be read also gives `None`, but such a row never runs: the
+    /// runner's poll takes it out of the queue), or for a running series the next cron time after
+    /// `now`.
     pub fn next_run(&self, now: DateTime<Utc>, timezone: Tz) -> Option<DateTime<Utc>> {
         match self.state {
             TaskState::Running => self
@@ -170,10 +172,7 @@ impl SessionDb {
                       OR (m.status = 'processing' AND m.recurrence IS NOT NULL))
                  ORDER BY m.seq"
             );
-            let rows: Vec<MessageIn> = tx
-                .prepare_cached(&sql)?
-                .query_map([], MessageIn::from_row)?
-                .collect::<Result<_, _>>()?;
+            let rows = usable_rows(tx.prepare_cached(&sql)?.query_map([], MessageIn::read)?)?;
             let mut ids: Vec<String> = Vec::new();
             for row in &rows {
                 let id = series_key(row);
@@ -247,10 +246,10 @@ impl SessionDb {
                 "UPDATE messages_in AS m SET status = 'pending', status_changed = ?2
                  WHERE {SERIES_MATCH} AND m.status = 'paused' RETURNING {IN_COLUMNS}"
             );
-            let resumed: Vec<MessageIn> = tx
-                .prepare(&sql)?
-                .query_map(params![before.id, format_ts(now)], MessageIn::from_row)?
-                .collect::<Result<_, _>>()?;
+            let resumed = usable_rows(
+                tx.prepare(&sql)?
+                    .query_map(params![before.id, format_ts(now)], MessageIn::read)?,
+            )?;
             for row in resumed {
                 let Some(expr) = row.recurrence.as_deref() else {
                     continue;
@@ -345,9 +344,7 @@ impl SessionDb {
                     "SELECT {IN_COLUMNS} FROM messages_in m
                      WHERE {SERIES_MATCH} AND m.status IN ('pending', 'paused') ORDER BY m.seq"
                 );
-                tx.prepare(&sql)?
-                    .query_map([&series.id], MessageIn::from_row)?
-                    .collect::<Result<_, _>>()?
+                usable_rows(tx.prepare(&sql)?.query_map([&series.id], MessageIn::read)?)?
             };
             for row in targets {
                 let mut content = match serde_json::from_str::<Value>(&row.content) {
@@ -445,10 +442,7 @@ fn active_series(tx: &Transaction<'_>, task_id: &str) -> Result<TaskSeries, Erro
         "SELECT {IN_COLUMNS} FROM messages_in m
          WHERE {SERIES_MATCH} AND m.status IN ('pending', 'paused', 'processing') ORDER BY m.seq"
     );
-    let rows: Vec<MessageIn> = tx
-        .prepare_cached(&sql)?
-        .query_map([&id], MessageIn::from_row)?
-        .collect::<Result<_, _>>()?;
+    let rows = usable_rows(tx.prepare_cached(&sql)?.query_map([&id], MessageIn::read)?)?;
     let running_once = rows.iter().any(|row| row.status == "processing");
     let paused = pause_requested(tx, &id)?;
     series_view(&id, rows, paused).ok_or_else(|| {

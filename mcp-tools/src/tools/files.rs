@@ -116,7 +116,12 @@ fn open_source(config: &Config, path: &str) -> ToolResult<Source> {
     if !meta.is_file() {
         return Err(ToolError::invalid(format!("{shown} is not a regular file")));
     }
-    let file = File::open(&full).map_err(|err| match err.kind() {
+    // fsguard refuses the session DB's files by identity (links, /proc aliases, bind mounts),
+    // without opening them: a plain open and close would drop this process's DB locks.
+    let file = fsguard::open(&full).map_err(|err| match err.kind() {
+        _ if fsguard::is_refused(&err) => ToolError::invalid(format!(
+            "refused: {shown} is the session database (or a link to it); it is never sent"
+        )),
         io::ErrorKind::NotFound => not_found(),
         _ => ToolError::Io(format!("cannot open {shown}: {err}")),
     })?;
@@ -137,11 +142,6 @@ fn open_source(config: &Config, path: &str) -> ToolResult<Source> {
                 .map(|r| r.display().to_string())
                 .collect::<Vec<_>>()
                 .join(", ")
-        )));
-    }
-    if is_session_db_file(config, &real) {
-        return Err(ToolError::invalid(format!(
-            "refused: {shown} is the session database"
         )));
     }
     let meta = file
@@ -183,23 +183,6 @@ fn real_path(file: &File, opened_as: &Path) -> io::Result<PathBuf> {
     }
     let _ = file;
     opened_as.canonicalize()
-}
-
-/// Whether `real` is the session DB or one of its side files.
-fn is_session_db_file(config: &Config, real: &Path) -> bool {
-    let Some(db) = config.db_path.canonicalize().ok() else {
-        return false;
-    };
-    let db = db.as_os_str().to_string_lossy().into_owned();
-    let real = real.as_os_str().to_string_lossy();
-    [
-        db.clone(),
-        format!("{db}-wal"),
-        format!("{db}-shm"),
-        format!("{db}-journal"),
-    ]
-    .iter()
-    .any(|candidate| *candidate == real)
 }
 
 /// A file name the recipient may see: one plain path component.

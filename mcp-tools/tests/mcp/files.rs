@@ -73,7 +73,7 @@ fn refuses_missing_directories_escapes_and_bad_names() {
         (json!({"path": "folder"}), "is a directory"),
         (json!({"path": "link.txt"}), "outside the folders"),
         (json!({"path": "up/secret.txt"}), "outside the folders"),
-        (json!({"path": "../session.db"}), "outside the folders"),
+        (json!({"path": "../session.db"}), "is the session database"),
         (
             json!({"path": secret.to_str().unwrap()}),
             "outside the folders",
@@ -120,4 +120,55 @@ fn refuses_files_over_the_size_limit() {
         "{err}"
     );
     server.call("send_file", json!({"path": "small.bin"})).ok();
+}
+
+/// Issue 9.1: the session DB's files are refused by identity, through a symlink or a hard link
+/// inside the agent folder, and the refusal does not cost mcp-tools its DB locks (opening and
+/// closing one would): every acknowledged row is still there after the processes close.
+#[test]
+fn refuses_the_session_db_through_links_and_keeps_every_row() {
+    let env = Env::new();
+    env.session_routing("slack", "C1");
+    let agent = env.agent_dir();
+    let mut server = env.spawn().ready();
+    // -wal and -shm exist while connections are open (the test's and the server's).
+    let db = env.db_path.display().to_string();
+    std::os::unix::fs::symlink(&env.db_path, agent.join("db-symlink.txt")).unwrap();
+    std::fs::hard_link(&env.db_path, agent.join("db-hardlink.txt")).unwrap();
+    std::os::unix::fs::symlink(format!("{db}-shm"), agent.join("shm-symlink.txt")).unwrap();
+    std::fs::hard_link(format!("{db}-wal"), agent.join("wal-hardlink.txt")).unwrap();
+    let links = [
+        "db-symlink.txt",
+        "db-hardlink.txt",
+        "shm-symlink.txt",
+        "wal-hardlink.txt",
+    ];
+    for i in 0..5 {
+        server
+            .call("send_message", json!({"text": format!("row {i}")}))
+            .ok();
+        for link in links {
+            let err = server.call("send_file", json!({"path": link})).err();
+            assert!(err.contains("is the session database"), "{link}: {err}");
+        }
+    }
+    drop(server);
+    let Env { db, db_path, .. } = env;
+    drop(db);
+    let reopened = schema::SessionDb::open(&db_path).unwrap();
+    let texts: Vec<String> = reopened
+        .all_messages_out()
+        .unwrap()
+        .iter()
+        .map(|row| serde_json::from_str::<Value>(&row.content).unwrap()["text"].to_string())
+        .collect();
+    assert_eq!(
+        texts,
+        (0..5).map(|i| format!("\"row {i}\"")).collect::<Vec<_>>()
+    );
+    let conn = rusqlite::Connection::open(&db_path).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
 }

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::{Env, TIMEOUT};
+use crate::support::{Env, Server, TIMEOUT};
 
 const TOOLS: [&str; 14] = [
     "add_reaction",
@@ -189,6 +189,41 @@ fn end_of_input_ends_the_process() {
         assert!(started.elapsed() < Duration::from_secs(10), "did not exit");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The write end of a pipe whose read end is already closed: every write fails with EPIPE.
+fn dead_pipe() -> std::process::Stdio {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    writer.into()
+}
+
+#[test]
+fn a_dead_stderr_pipe_neither_panics_nor_blocks() {
+    // Issue 10: a failed log write made tracing-subscriber `eprintln!`, which panics on EPIPE.
+    let env = Env::new();
+    let command = env.command(&[("RUST_LOG", "debug")]);
+    let mut server = Server::spawn_with_stderr(command, dead_pipe()).ready();
+    assert_eq!(server.tools().len(), TOOLS.len());
+    server.close_stdin();
+    let started = Instant::now();
+    loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(2), "did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The last words of a failed start cannot panic either (exit 1, not 101).
+    let status = env
+        .command(&[("RUST_LOG", "debug"), ("TZ", "Mars/Olympus")])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(dead_pipe())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "{status}");
 }
 
 #[test]

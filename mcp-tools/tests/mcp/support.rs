@@ -88,6 +88,11 @@ impl Env {
     }
 
     pub fn spawn_with(&self, env: &[(&str, &str)]) -> Server {
+        Server::spawn(self.command(env))
+    }
+
+    /// The server command with the test environment and `env` on top.
+    pub fn command(&self, env: &[(&str, &str)]) -> Command {
         let mut command = Command::new(BIN);
         command
             .env_clear()
@@ -99,7 +104,7 @@ impl Env {
         for (key, value) in env {
             command.env(key, value);
         }
-        Server::spawn(command)
+        command
     }
 }
 
@@ -153,11 +158,15 @@ impl Outcome {
 }
 
 impl Server {
-    pub fn spawn(mut command: Command) -> Self {
+    pub fn spawn(command: Command) -> Self {
+        Self::spawn_with_stderr(command, Stdio::inherit())
+    }
+
+    pub fn spawn_with_stderr(mut command: Command, stderr: Stdio) -> Self {
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("spawn mcp-tools");
         let stdout = child.stdout.take().unwrap();

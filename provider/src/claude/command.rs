@@ -9,7 +9,6 @@
 //!   inherits (`CLAUDE_CODE_SUBPROCESS_ENV_SCRUB` would scrub it too, but needs bubblewrap).
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -122,19 +121,9 @@ pub(crate) fn write_files(
 }
 
 /// Replaces `path` with `data`, readable by the owner only (the MCP config may carry the extra
-/// servers' credentials).
+/// servers' credentials). Through fsguard: the agent can plant links in the CLI's home.
 fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    file.write_all(data)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
+    fsguard::write_private(path, data)
 }
 
 /// The `--mcp-config` JSON: mcp-tools as `nanoclaw`, then the extra servers. The per-server

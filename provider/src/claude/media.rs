@@ -103,7 +103,12 @@ async fn media_block(file: &MediaFile, budget: &mut u64) -> Option<Value> {
 
 /// Reads a file, refusing one that grew past `limit` since its size was checked.
 async fn read_limited(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
-    let data = tokio::fs::read(path).await?;
+    // Through fsguard: the path comes from a message, and closing a descriptor of a session DB
+    // file would drop this process's locks on it.
+    let owned = path.to_path_buf();
+    let data = tokio::task::spawn_blocking(move || fsguard::read(&owned))
+        .await
+        .map_err(std::io::Error::other)??;
     if data.len() as u64 > limit {
         return Err(std::io::Error::other("the file grew past the size limit"));
     }
@@ -169,5 +174,39 @@ mod tests {
         );
         assert_eq!(classify("image/svg+xml"), None);
         assert_eq!(classify("text/plain"), None);
+    }
+
+    /// Issue 9.1: a media path that is a link to the session DB's files is not read, and the
+    /// DB's locks survive (a plain read and close would drop them).
+    #[tokio::test]
+    async fn links_to_the_session_db_are_never_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("session.db");
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES (1);")
+            .unwrap();
+        fsguard::protect_db(&db);
+        let shm = dir.path().join("session.db-shm");
+        std::os::unix::fs::symlink(&shm, dir.path().join("shm.png")).unwrap();
+        std::fs::hard_link(&db, dir.path().join("db.pdf")).unwrap();
+        for (name, mime) in [("shm.png", "image/png"), ("db.pdf", "application/pdf")] {
+            let prompt = Prompt {
+                text: "look".into(),
+                media: vec![MediaFile {
+                    path: dir.path().join(name),
+                    mime_type: mime.into(),
+                }],
+            };
+            let content = message_content(&prompt).await;
+            assert_eq!(
+                content,
+                vec![json!({"type": "text", "text": "look"})],
+                "{name}"
+            );
+            assert!(
+                fsguard::testing::locked_by_another_process(&shm),
+                "{name}: the connection's lock is kept"
+            );
+        }
     }
 }

@@ -594,7 +594,7 @@ fn instructions_path(settings: &ProviderSettings, thread_id: &str) -> PathBuf {
 }
 
 fn read_instructions(settings: &ProviderSettings, thread_id: &str) -> Option<String> {
-    std::fs::read_to_string(instructions_path(settings, thread_id)).ok()
+    fsguard::read_to_string(&instructions_path(settings, thread_id)).ok()
 }
 
 fn write_instructions(settings: &ProviderSettings, thread_id: &str, instructions: Option<&str>) {
@@ -603,7 +603,7 @@ fn write_instructions(settings: &ProviderSettings, thread_id: &str, instructions
         Some(text) => path
             .parent()
             .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::write(&path, text)),
+            .and_then(|()| fsguard::write_private(&path, text.as_bytes())),
         None => match std::fs::remove_file(&path) {
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
             other => other,

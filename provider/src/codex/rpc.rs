@@ -80,10 +80,7 @@ pub struct Transcript(Arc<Mutex<std::fs::File>>);
 impl Transcript {
     /// Appends to `path`.
     pub fn open(path: &std::path::Path) -> std::io::Result<Self> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
+        let file = fsguard::open_with(path, fsguard::Access::Append)?;
         Ok(Self(Arc::new(Mutex::new(file))))
     }
 

@@ -211,9 +211,9 @@ pub fn prepare_home(settings: &ProviderSettings) -> std::io::Result<Option<PathB
     std::fs::create_dir_all(config_dir.join("node_modules"))?;
     let lock = config_dir.join("package-lock.json");
     if !lock.exists() {
-        std::fs::write(
-            &lock,
-            r#"{"lockfileVersion":3,"packages":{"":{"dependencies":{"@opencode-ai/plugin":"*"}}}}"#,
+        use std::io::Write;
+        fsguard::open_with(&lock, fsguard::Access::Truncate)?.write_all(
+            br#"{"lockfileVersion":3,"packages":{"":{"dependencies":{"@opencode-ai/plugin":"*"}}}}"#,
         )?;
     }
     let key_file = api_key_file(settings);
@@ -231,19 +231,10 @@ pub fn prepare_home(settings: &ProviderSettings) -> std::io::Result<Option<PathB
     }
 }
 
-/// Writes `text` to `path`, readable by the owner only.
+/// Writes `text` to `path`, readable by the owner only (through fsguard: the agent can plant
+/// links in the CLI's home).
 fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    // An existing file keeps its old mode through `open`.
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    file.write_all(text.as_bytes())
+    fsguard::write_private(path, text.as_bytes())
 }
 
 #[cfg(test)]

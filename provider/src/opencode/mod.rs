@@ -212,10 +212,7 @@ impl Shared {
     fn record(&self, line: Value) {
         let path = lock(&self.record).clone();
         if let Some(path) = path {
-            let result = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
+            let result = fsguard::open_with(&path, fsguard::Access::Append)
                 .and_then(|mut file| writeln!(file, "{line}"));
             if let Err(err) = result {
                 tracing::warn!(path = %path.display(), %err, "cannot record OpenCode events");

@@ -1,0 +1,432 @@
+//! The one door through which a process that holds a session DB opens files named by input.
+//!
+//! SQLite's locks are POSIX advisory locks (`fcntl`). They belong to a process and an inode, not
+//! to a descriptor: when a process closes ANY descriptor of a file, it loses every POSIX lock it
+//! holds on that file, whichever descriptor took them. A runner, mcp-tools or host that opens
+//! `session.db`, `-wal` or `-shm` once (to read an `@` import, sniff an attachment, send a file)
+//! and closes it silently drops the locks of its own SQLite connections; the next process to
+//! close its connection then believes it is the last one and checkpoints and deletes the WAL
+//! under the others: acknowledged rows are lost and indexes corrupted.
+//!
+//! So every opening of a path that input can name goes through this crate. [`SessionDb`]
+//! registers its files with [`protect_db`]; [`open`] (and the helpers over it) then:
+//! 1. resolves the path to an `O_PATH` descriptor. `O_PATH` opens no file for I/O, and the
+//!    kernel's close path skips the POSIX-lock release for `O_PATH` descriptors (`filp_close`
+//!    only calls `locks_remove_posix` when `FMODE_PATH` is not set), so looking costs no lock;
+//! 2. compares that inode's identity (device, inode) with the identity of every protected file
+//!    (taken with `stat(2)`, which opens nothing). Symlinks, hard links, `/proc/self/fd/N`,
+//!    `/proc/<pid>/root/...` and bind mounts all lead to the same (device, inode), so the check
+//!    is by identity, never by name;
+//! 3. reopens that same inode through `/proc/self/fd/<the O_PATH descriptor>`, so the file that
+//!    was checked is the file that is opened: nothing can be swapped in between.
+//!
+//! [`SessionDb`]: https://docs.rs/schema (the workspace's `schema` crate)
+
+use std::ffi::OsString;
+use std::fs::{File, Metadata};
+use std::io::{self, Read};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// The suffixes SQLite (and the runner's single-runner lock) add to a DB path.
+const FAMILY_SUFFIXES: [&str; 5] = ["", "-wal", "-shm", "-journal", ".lock"];
+
+/// A file's identity: the same for every name, link and mount that reaches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    fn of(meta: &Metadata) -> Self {
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        }
+    }
+}
+
+/// One protected path and the identities seen at it.
+#[derive(Debug)]
+struct Protected {
+    path: PathBuf,
+    /// Identities seen at `path` when it was protected: the inode this process's connections
+    /// hold stays protected even after the path is replaced or deleted.
+    seen: Vec<FileId>,
+}
+
+static PROTECTED: Mutex<Vec<Protected>> = Mutex::new(Vec::new());
+
+fn protected() -> MutexGuard<'static, Vec<Protected>> {
+    // The list is only ever appended to; a panic elsewhere cannot leave it half-written.
+    PROTECTED.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Protects the files of the SQLite DB at `db` in this process: the DB, its `-wal`, `-shm` and
+/// `-journal`, and the runner's `.lock`, under the given name and under the name with symlinks
+/// resolved (SQLite names the WAL after the resolved path). Files that do not exist yet are
+/// protected by path and checked by identity whenever they exist.
+pub fn protect_db(db: &Path) {
+    let mut bases = vec![db.to_path_buf()];
+    if let Ok(resolved) = std::fs::canonicalize(db) {
+        if resolved != db {
+            bases.push(resolved);
+        }
+    }
+    let mut list = protected();
+    for base in bases {
+        for suffix in FAMILY_SUFFIXES {
+            let mut name = OsString::from(base.as_os_str());
+            name.push(suffix);
+            let path = PathBuf::from(name);
+            let id = std::fs::metadata(&path).ok().map(|m| FileId::of(&m));
+            match list.iter_mut().find(|p| p.path == path) {
+                Some(entry) => {
+                    if let Some(id) = id.filter(|id| !entry.seen.contains(id)) {
+                        entry.seen.push(id);
+                    }
+                }
+                None => list.push(Protected {
+                    path,
+                    seen: id.into_iter().collect(),
+                }),
+            }
+        }
+    }
+}
+
+/// Why a path was refused: it is one of the protected DB files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// The path as named by the input.
+    pub path: PathBuf,
+    /// The protected file it reaches.
+    pub db_file: PathBuf,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} is the session database's own file {} (by identity); it is never opened as input",
+            self.path.display(),
+            self.db_file.display()
+        )
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// True when `err` is a refusal of this crate (rather than an ordinary I/O error).
+pub fn is_refused(err: &io::Error) -> bool {
+    err.get_ref().is_some_and(|inner| inner.is::<Refused>())
+}
+
+/// The protected file with identity `id`, if any.
+fn protected_file(id: FileId) -> Option<PathBuf> {
+    let list = protected();
+    list.iter().find_map(|entry| {
+        let now = std::fs::metadata(&entry.path).ok().map(|m| FileId::of(&m));
+        (entry.seen.contains(&id) || now == Some(id)).then(|| entry.path.clone())
+    })
+}
+
+/// Whether a path may be opened: `Err` with a [`Refused`] inside (kind `PermissionDenied`) when
+/// it reaches a protected file, the `O_PATH` look-up's error when it cannot be resolved.
+pub fn check(path: &Path) -> io::Result<()> {
+    let located = locate(path)?;
+    refuse_protected(path, &located.1)
+}
+
+fn refuse_protected(path: &Path, meta: &Metadata) -> io::Result<()> {
+    match protected_file(FileId::of(meta)) {
+        Some(db_file) => {
+            let refused = Refused {
+                path: path.to_path_buf(),
+                db_file,
+            };
+            tracing::warn!(%refused, "refused to open a session DB file");
+            Err(io::Error::new(io::ErrorKind::PermissionDenied, refused))
+        }
+        None => Ok(()),
+    }
+}
+
+/// Resolves `path` (following symlinks) to an `O_PATH` descriptor and its metadata. Dropping
+/// the descriptor releases no POSIX lock (see the crate doc).
+fn locate(path: &Path) -> io::Result<(File, Metadata)> {
+    let handle = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(path)?;
+    let meta = handle.metadata()?;
+    Ok((handle, meta))
+}
+
+/// How [`open_with`] opens a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Read only; the file must exist.
+    Read,
+    /// Append, creating the file (never through an existing symlink) when missing.
+    Append,
+    /// Write from the start, truncating, creating the file when missing.
+    Truncate,
+}
+
+/// Opens `path` for reading, refusing the protected DB files (see the crate doc).
+pub fn open(path: &Path) -> io::Result<File> {
+    open_with(path, Access::Read)
+}
+
+/// Opens `path` as `access` says, refusing the protected DB files (see the crate doc).
+pub fn open_with(path: &Path, access: Access) -> io::Result<File> {
+    let (handle, meta) = match locate(path) {
+        Ok(found) => found,
+        Err(err) if err.kind() == io::ErrorKind::NotFound && access != Access::Read => {
+            // Nothing there: create it. O_EXCL + O_NOFOLLOW never opens an existing file, so a
+            // file (or symlink) planted meanwhile makes this fail instead of opening it.
+            return std::fs::OpenOptions::new()
+                .write(true)
+                .append(access == Access::Append)
+                .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .mode(0o600)
+                .open(path);
+        }
+        Err(err) => return Err(err),
+    };
+    refuse_protected(path, &meta)?;
+    let mut options = std::fs::OpenOptions::new();
+    match access {
+        Access::Read => options.read(true),
+        Access::Append => options.append(true),
+        Access::Truncate => options.write(true).truncate(true),
+    };
+    let expected = FileId::of(&meta);
+    let via_proc = PathBuf::from(format!("/proc/self/fd/{}", handle.as_raw_fd()));
+    let file = match options.open(&via_proc) {
+        Ok(file) => file,
+        // No /proc (unusual outside containers): open by name and verify below.
+        Err(err) if err.kind() == io::ErrorKind::NotFound => options.open(path)?,
+        Err(err) => return Err(err),
+    };
+    let opened = file.metadata().map(|m| FileId::of(&m));
+    if opened.as_ref().ok() != Some(&expected) {
+        // The path changed between the look-up and the opening. Closing a descriptor of a
+        // protected file would drop this process's locks, so the descriptor is leaked instead.
+        std::mem::forget(file);
+        return Err(io::Error::other(format!(
+            "{} changed while it was being opened",
+            path.display()
+        )));
+    }
+    Ok(file)
+}
+
+/// Reads a whole file through [`open`].
+pub fn read(path: &Path) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    open(path)?.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// Reads a whole UTF-8 file through [`open`].
+pub fn read_to_string(path: &Path) -> io::Result<String> {
+    let mut text = String::new();
+    open(path)?.read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// Replaces `path` with `data`, readable by the owner only (keys, configs with credentials):
+/// written to `<path>.tmp` through [`open_with`], then renamed over `path` (a rename replaces a
+/// planted link instead of following it), so a reader sees the old or the new content whole.
+pub fn write_private(path: &Path, data: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let mut tmp = OsString::from(path.as_os_str());
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let mut file = open_with(&tmp, Access::Truncate)?;
+    // An existing file keeps its old mode through `open`.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(data)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Test support for the crates that use the guard (feature `testing`).
+#[cfg(any(test, feature = "testing"))]
+pub mod testing {
+    use std::path::Path;
+
+    /// Whether a process other than this one holds a POSIX lock on `file`. Asked from a child
+    /// process (`python3`, F_GETLK), because a process never sees its own locks; SQLite's
+    /// connections hold a shared lock on `-shm` for as long as they are open.
+    pub fn locked_by_another_process(file: &Path) -> bool {
+        let out = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(
+                "import fcntl,struct,sys,os\n\
+                 fd=os.open(sys.argv[1],os.O_RDWR)\n\
+                 req=struct.pack('hhqqi',fcntl.F_WRLCK,0,0,0,0)\n\
+                 res=fcntl.fcntl(fd,fcntl.F_GETLK,req)\n\
+                 print(struct.unpack('hhqqi',res)[0]!=fcntl.F_UNLCK)",
+            )
+            .arg(file)
+            .output();
+        out.is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "True")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::io::Write;
+
+    fn db_in(dir: &Path) -> PathBuf {
+        let db = dir.join("session.db");
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES (1);")
+            .unwrap();
+        std::mem::forget(conn); // keep -wal and -shm in place
+        protect_db(&db);
+        db
+    }
+
+    #[test]
+    fn refuses_every_family_member_by_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = db_in(dir.path());
+        let aliases = dir.path().join("aliases");
+        std::fs::create_dir(&aliases).unwrap();
+        for suffix in ["", "-wal", "-shm"] {
+            let target = PathBuf::from(format!("{}{suffix}", db.display()));
+            assert!(target.exists(), "{} exists", target.display());
+            let symlink = aliases.join(format!("sym{suffix}.txt"));
+            std::os::unix::fs::symlink(&target, &symlink).unwrap();
+            let hard = aliases.join(format!("hard{suffix}.txt"));
+            std::fs::hard_link(&target, &hard).unwrap();
+            let file = std::fs::File::open(&target).unwrap();
+            let via_fd = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+            let via_root = PathBuf::from(format!("/proc/{}/root", std::process::id()))
+                .join(target.strip_prefix("/").unwrap());
+            for alias in [&target, &symlink, &hard, &via_fd, &via_root] {
+                for access in [Access::Read, Access::Append, Access::Truncate] {
+                    let err = open_with(alias, access).unwrap_err();
+                    assert!(is_refused(&err), "{}: {err}", alias.display());
+                    assert!(err.to_string().contains("never opened"), "{err}");
+                }
+                assert!(is_refused(&check(alias).unwrap_err()));
+            }
+            std::mem::forget(file);
+        }
+        // The runner's lock file, created after protect_db, is refused too (checked by path).
+        let lock = PathBuf::from(format!("{}.lock", db.display()));
+        std::fs::write(&lock, "1").unwrap();
+        let alias = aliases.join("lock.txt");
+        std::fs::hard_link(&lock, &alias).unwrap();
+        assert!(is_refused(&open(&alias).unwrap_err()));
+    }
+
+    #[test]
+    fn other_files_open_and_create() {
+        let dir = tempfile::tempdir().unwrap();
+        db_in(dir.path());
+        let note = dir.path().join("note.md");
+        std::fs::write(&note, "hello").unwrap();
+        let link = dir.path().join("link.md");
+        std::os::unix::fs::symlink(&note, &link).unwrap();
+        assert_eq!(read_to_string(&link).unwrap(), "hello");
+        let new = dir.path().join("new.md");
+        open_with(&new, Access::Append)
+            .unwrap()
+            .write_all(b"a")
+            .unwrap();
+        open_with(&new, Access::Append)
+            .unwrap()
+            .write_all(b"b")
+            .unwrap();
+        assert_eq!(read(&new).unwrap(), b"ab");
+        open_with(&new, Access::Truncate)
+            .unwrap()
+            .write_all(b"c")
+            .unwrap();
+        assert_eq!(read(&new).unwrap(), b"c");
+        assert_eq!(
+            open(&dir.path().join("missing")).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+    }
+
+    #[test]
+    fn a_dangling_symlink_is_not_created_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("elsewhere");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let err = open_with(&link, Access::Append).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+        assert!(!target.exists());
+    }
+
+    /// The reason this crate exists: reading a DB file through `std::fs` and closing it drops
+    /// this process's POSIX locks; a refusal by the guard does not.
+    #[test]
+    fn a_refusal_keeps_this_process_s_locks() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("session.db");
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t(x);")
+            .unwrap();
+        protect_db(&db);
+        // An open WAL connection holds a shared lock on the -shm file (SQLite's "dead man
+        // switch"); the last connection to close deletes the WAL when nobody holds it.
+        let shm = dir.path().join("session.db-shm");
+        let held = || testing::locked_by_another_process(&shm);
+        assert!(held(), "the open connection holds a lock");
+        let link = dir.path().join("import.md");
+        std::fs::hard_link(&shm, &link).unwrap();
+        assert!(is_refused(&read(&link).unwrap_err()));
+        assert!(held(), "the refusal kept the lock");
+        drop(std::fs::File::open(&link).unwrap());
+        assert!(
+            !held(),
+            "a plain open and close drops it (the bug the guard prevents)"
+        );
+    }
+
+    #[test]
+    fn write_private_refuses_a_planted_link_to_the_db() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = db_in(dir.path());
+        let before = std::fs::read(&db).unwrap();
+        for (n, plant) in [
+            |t: &Path, at: &Path| std::os::unix::fs::symlink(t, at).unwrap(),
+            |t: &Path, at: &Path| std::fs::hard_link(t, at).unwrap(),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let key = dir.path().join(format!("key-{n}"));
+            plant(&db, &dir.path().join(format!("key-{n}.tmp")));
+            let err = write_private(&key, b"sk-secret").unwrap_err();
+            assert!(is_refused(&err), "{err}");
+            assert!(!key.exists());
+        }
+        assert_eq!(std::fs::read(&db).unwrap(), before, "the DB is untouched");
+        let key = dir.path().join("key");
+        write_private(&key, b"sk-secret").unwrap();
+        write_private(&key, b"sk-other").unwrap();
+        assert_eq!(read(&key).unwrap(), b"sk-other");
+        assert_eq!(
+            std::fs::metadata(&key).unwrap().mode() & 0o777,
+            0o600,
+            "owner only"
+        );
+    }
+}

@@ -1,0 +1,206 @@
+//! Logging to stderr for the three binaries (`agent-runner`, `mcp-tools`, `nanoclaw`) that can
+//! neither panic nor block the code that logs.
+//!
+//! Why this exists: `tracing-subscriber`'s fmt layer reports a failed write with `eprintln!`, and
+//! `eprintln!` panics when stderr is a pipe whose reader died (the Rust runtime ignores SIGPIPE, so
+//! the write fails with EPIPE). That panic, raised inside the task waiting for SIGTERM, left the
+//! runner deaf to signals (`agent-runner 2>&1 | tee log`, then Ctrl-C). And a write to a pipe
+//! that is alive but not read blocks the thread that logs, possibly the one meant to shut down.
+//!
+//! So [`Stderr`] only queues each event (bounded) for one writer thread and always reports
+//! success: a failed write is ignored, and when the queue is full (stderr not drained) the line
+//! is dropped and counted, the count written before the next line that gets through.
+
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use tracing_subscriber::fmt::format::{DefaultFields, Format};
+use tracing_subscriber::fmt::{MakeWriter, SubscriberBuilder};
+use tracing_subscriber::EnvFilter;
+
+/// Lines queued for the writer thread; past this, new lines are dropped until it catches up.
+const QUEUE_LINES: usize = 1024;
+
+/// How long [`print_line`] waits for stderr to take the queue, so that exiting never hangs.
+const FINAL_FLUSH: Duration = Duration::from_secs(1);
+
+/// A fmt subscriber builder logging through [`Stderr`], filtered by `RUST_LOG` or else
+/// `default_filter`. Callers add their format options and call `init`/`try_init`.
+pub fn subscriber(
+    default_filter: &str,
+) -> SubscriberBuilder<DefaultFields, Format, EnvFilter, Stderr> {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(Stderr)
+        // Belt and braces: `Stderr` never fails, but never let the layer `eprintln!` either.
+        .log_internal_errors(false)
+}
+
+/// Writes `line` and a newline to stderr after the queued log lines, then waits (at most a
+/// second) for stderr to take them. For a binary's last words (`agent-runner: <error>`): unlike
+/// `eprintln!`, it neither panics on a broken pipe nor hangs on a full one.
+pub fn print_line(line: &str) {
+    let deadline = Instant::now() + FINAL_FLUSH;
+    let mut bytes = Vec::with_capacity(line.len() + 1);
+    bytes.extend_from_slice(line.as_bytes());
+    bytes.push(b'\n');
+    match sink() {
+        Some(sink) => {
+            if sink.send(Msg::Line(bytes), Some(deadline)) {
+                flush_until(sink, deadline);
+            }
+        }
+        None => {
+            let _ = io::stderr().write_all(&bytes);
+        }
+    }
+}
+
+/// Waits (at most a second) for the queued lines to reach stderr: call before exiting, or the
+/// last lines (`runner stopped`) may be lost with the writer thread.
+pub fn flush_at_exit() {
+    flush(FINAL_FLUSH);
+}
+
+/// Waits at most `timeout` for the queued lines to reach stderr; false if they did not.
+pub fn flush(timeout: Duration) -> bool {
+    match SINK.get() {
+        Some(Some(sink)) => flush_until(sink, Instant::now() + timeout),
+        _ => true,
+    }
+}
+
+/// The [`MakeWriter`] (and writer) of [`subscriber`]: queues what is written for the writer
+/// thread and always reports success, so logging never panics, fails or blocks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stderr;
+
+impl<'a> MakeWriter<'a> for Stderr {
+    type Writer = Stderr;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        Stderr
+    }
+}
+
+impl Write for Stderr {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match sink() {
+            Some(sink) => {
+                sink.send(Msg::Line(buf.to_vec()), None);
+            }
+            // No writer thread could be started: write directly, still ignoring errors.
+            None => {
+                let _ = io::stderr().write_all(buf);
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+enum Msg {
+    Line(Vec<u8>),
+    /// Answered once every line queued before it was written (or failed).
+    Flush(mpsc::Sender<()>),
+}
+
+struct Sink {
+    tx: SyncSender<Msg>,
+    /// Lines dropped because the queue was full, not yet reported.
+    dropped: &'static AtomicU64,
+}
+
+impl Sink {
+    /// Queues `msg`; without a deadline a full queue drops it. True if queued.
+    fn send(&self, mut msg: Msg, deadline: Option<Instant>) -> bool {
+        loop {
+            match self.tx.try_send(msg) {
+                Ok(()) => return true,
+                Err(TrySendError::Disconnected(_)) => return false,
+                Err(TrySendError::Full(back)) => match deadline {
+                    Some(deadline) if Instant::now() < deadline => {
+                        msg = back;
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    _ => {
+                        if matches!(back, Msg::Line(_)) {
+                            self.dropped.fetch_add(1, Ordering::Relaxed);
+                        }
+                        return false;
+                    }
+                },
+            }
+        }
+    }
+}
+
+static SINK: OnceLock<Option<Sink>> = OnceLock::new();
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+fn sink() -> Option<&'static Sink> {
+    SINK.get_or_init(|| {
+        let (tx, rx) = mpsc::sync_channel(QUEUE_LINES);
+        std::thread::Builder::new()
+            .name("stderr-log".into())
+            .spawn(move || write_lines(rx, &DROPPED))
+            .ok()?;
+        Some(Sink {
+            tx,
+            dropped: &DROPPED,
+        })
+    })
+    .as_ref()
+}
+
+fn flush_until(sink: &Sink, deadline: Instant) -> bool {
+    let (done, wait) = mpsc::channel();
+    if !sink.send(Msg::Flush(done), Some(deadline)) {
+        return false;
+    }
+    wait.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        .is_ok()
+}
+
+/// The writer thread. It may block forever on a pipe nobody reads; only it waits then. Write
+/// errors (EPIPE, EBADF, ENOSPC) are ignored: there is nowhere left to report them.
+fn write_lines(rx: Receiver<Msg>, dropped: &AtomicU64) {
+    let mut stderr = io::stderr();
+    for msg in rx {
+        match msg {
+            Msg::Line(bytes) => {
+                let lost = dropped.swap(0, Ordering::Relaxed);
+                if lost > 0 {
+                    let _ = writeln!(
+                        stderr,
+                        "[{lost} log lines dropped: stderr was not being read]"
+                    );
+                }
+                let _ = stderr.write_all(&bytes);
+            }
+            Msg::Flush(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_always_succeed_and_flush_completes() {
+        let mut writer = Stderr.make_writer();
+        assert_eq!(writer.write(b"logging test line\n").ok(), Some(18));
+        assert!(flush(Duration::from_secs(5)));
+    }
+}
