@@ -429,4 +429,58 @@ mod tests {
             "owner only"
         );
     }
+
+    /// A bind mount of the DB's folder reaches the same inodes under other names. Run in a
+    /// private mount namespace (this test re-run by `unshare --mount`), so the mount dies with
+    /// it; skipped with the reason where namespaces or mounts are not allowed.
+    #[test]
+    fn a_bind_mount_alias_is_refused() {
+        const INNER: &str = "FSGUARD_BIND_TEST_DIR";
+        if let Ok(dir) = std::env::var(INNER) {
+            let dir = PathBuf::from(dir);
+            let db = db_in(&dir.join("real"));
+            let alias = dir.join("alias");
+            let mounted = std::process::Command::new("mount")
+                .arg("--bind")
+                .arg(dir.join("real"))
+                .arg(&alias)
+                .status();
+            if !mounted.is_ok_and(|s| s.success()) {
+                println!("BIND-UNAVAILABLE mount --bind failed");
+                return;
+            }
+            println!("BIND-MOUNTED");
+            for name in ["session.db", "session.db-wal", "session.db-shm"] {
+                let through = alias.join(name);
+                assert!(through.exists(), "{}", through.display());
+                assert_ne!(through, db);
+                assert!(is_refused(&open(&through).unwrap_err()), "{name}");
+            }
+            return;
+        }
+        let outer = tempfile::tempdir().unwrap();
+        std::fs::create_dir(outer.path().join("real")).unwrap();
+        std::fs::create_dir(outer.path().join("alias")).unwrap();
+        let run = std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private"])
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", "tests::a_bind_mount_alias_is_refused", "--nocapture"])
+            .env(INNER, outer.path())
+            .output();
+        match run {
+            Ok(out) if String::from_utf8_lossy(&out.stdout).contains("BIND-MOUNTED") => {
+                assert!(
+                    out.status.success(),
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            Ok(out) => eprintln!(
+                "SKIPPED a_bind_mount_alias_is_refused: no private mount namespace here ({})",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+            Err(err) => eprintln!("SKIPPED a_bind_mount_alias_is_refused: unshare: {err}"),
+        }
+    }
 }
