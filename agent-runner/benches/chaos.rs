@@ -3,6 +3,8 @@
 //! stuck and `integrity_check`. Run: `cargo bench -p agent-runner --bench chaos`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../tests/support/binary.rs"]
+mod binary;
 #[path = "../tests/support/chaos.rs"]
 mod chaos;
 

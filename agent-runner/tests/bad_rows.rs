@@ -2,9 +2,14 @@
 //! types sit before good ones, and every good one is still answered exactly once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/binary.rs"]
+mod binary;
+
+use binary::wait_until;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Child;
+use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -14,27 +19,10 @@ use serde_json::{json, Value};
 /// Starts the runner on `<workspace>/session.db` with the mock provider, one message per prompt
 /// (so each row gets its own reply); its log goes to `<workspace>/runner.log`.
 fn runner(workspace: &Path) -> Child {
-    let log = std::fs::File::create(workspace.join("runner.log")).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_agent-runner"))
-        .arg("--workspace")
-        .arg(workspace)
-        .arg("--provider")
-        .arg("mock")
-        .env("RUST_LOG", "info")
+    binary::mock_runner(workspace, &workspace.join("runner.log"))
         .env("NANOCLAW_MAX_MESSAGES_PER_PROMPT", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
         .spawn()
         .unwrap()
-}
-
-fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Status of every row by SQL (the typed readers leave unusable rows out): (seq as text, status).
@@ -159,9 +147,5 @@ fn bad_rows_before_good_ones_never_block_the_queue() {
     ] {
         assert!(log.contains(needle), "log lacks {needle:?}:\n{log}");
     }
-    let conn = db.dedicated_connection().unwrap();
-    let check: String = conn
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(check, "ok");
+    assert_eq!(binary::integrity_check(db.path()), "ok");
 }

@@ -5,6 +5,8 @@
 //! The bigger run is `cargo bench -p agent-runner --bench chaos`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/binary.rs"]
+mod binary;
 #[path = "support/chaos.rs"]
 mod chaos;
 

@@ -5,12 +5,13 @@
 //! connection for every message, and checks that every message is answered and the DB intact.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+#[path = "support/binary.rs"]
+mod binary;
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::Duration;
+
 use schema::{NewMessageIn, SessionDb};
 use serde_json::{json, Value};
 
@@ -30,18 +31,9 @@ fn link(target: &Path, at: &Path, how: Link) {
 }
 
 fn runner(workspace: &Path) -> Child {
-    let log = std::fs::File::create(workspace.join("runner.log")).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_agent-runner"))
-        .arg("--workspace")
-        .arg(workspace)
-        .arg("--provider")
-        .arg("mock")
-        .env("RUST_LOG", "info")
+    binary::mock_runner(workspace, &workspace.join("runner.log"))
         .env("NANOCLAW_MOCK_ECHO_SYSTEM", "true")
         .env("NANOCLAW_MAX_MESSAGES_PER_PROMPT", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
         .spawn()
         .unwrap()
 }
@@ -53,12 +45,8 @@ fn with_db<T>(db: &Path, f: impl FnOnce(&SessionDb) -> T) -> T {
     f(&handle)
 }
 
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn wait_until(what: &str, cond: impl FnMut() -> bool) {
+    binary::wait_until(what, Duration::from_secs(20), cond);
 }
 
 /// The workspace of one case, with its DB created (and closed) by "the host".
@@ -98,16 +86,12 @@ fn converse(
         let text: Value = serde_json::from_str(&reply.content).unwrap();
         replies.push(text["text"].as_str().unwrap_or_default().to_owned());
     }
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    binary::sigterm(&child);
     assert!(child.wait().unwrap().success(), "{}", log(workspace));
     with_db(db, |handle| {
         assert_eq!(handle.all_messages_out().unwrap().len(), MESSAGES);
     });
-    let conn = rusqlite::Connection::open(db).unwrap();
-    let check: String = conn
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(check, "ok");
+    assert_eq!(binary::integrity_check(db), "ok");
     replies
 }
 

@@ -3,30 +3,20 @@
 //! exit (releasing its lock), and one runner owns a DB by identity, whatever name reaches it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/binary.rs"]
+mod binary;
+
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use schema::{NewMessageIn, SessionDb};
 use serde_json::json;
 
 /// Starts the runner on `db`, logging to `<dir>/<log>`.
 fn runner(dir: &Path, db: &Path, log: &str, env: &[(&str, &str)]) -> Child {
-    let log = std::fs::File::create(dir.join(log)).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agent-runner"));
-    cmd.arg("--workspace")
-        .arg(dir)
-        .arg("--db")
-        .arg(db)
-        .arg("--provider")
-        .arg("mock")
-        .env("RUST_LOG", "info")
-        .env("NANOCLAW_HEARTBEAT_SECS", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log);
+    let mut cmd = binary::mock_runner(dir, &dir.join(log));
+    cmd.arg("--db").arg(db).env("NANOCLAW_HEARTBEAT_SECS", "1");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -47,12 +37,8 @@ fn wait_exit(child: &mut Child, within: Duration) -> ExitStatus {
     }
 }
 
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn wait_until(what: &str, cond: impl FnMut() -> bool) {
+    binary::wait_until(what, Duration::from_secs(15), cond);
 }
 
 fn read(path: &Path) -> String {
@@ -110,7 +96,7 @@ fn a_missing_db_is_refused_with_its_path_and_the_fix() {
     };
     wait_until("the runner idle", || running(&handle, &child));
     assert!(answered(&handle, "hello"));
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    binary::sigterm(&child);
     assert!(wait_exit(&mut child, Duration::from_secs(5)).success());
 }
 
@@ -170,7 +156,7 @@ fn db_gone_case(replace: bool) {
     let mut second = runner(dir.path(), &db_path, "second.log", &[]);
     wait_until("the second runner idle", || running(&db, &second));
     assert!(answered(&db, "are you there?"));
-    kill(Pid::from_raw(second.id() as i32), Signal::SIGTERM).unwrap();
+    binary::sigterm(&second);
     assert!(wait_exit(&mut second, Duration::from_secs(5)).success());
 }
 
@@ -211,6 +197,6 @@ fn one_runner_per_db_whatever_name_reaches_it() {
         running(&db, &first),
         "the first runner's state is untouched"
     );
-    kill(Pid::from_raw(first.id() as i32), Signal::SIGTERM).unwrap();
+    binary::sigterm(&first);
     assert!(wait_exit(&mut first, Duration::from_secs(5)).success());
 }

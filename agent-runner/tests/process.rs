@@ -2,9 +2,14 @@
 //! a concurrent writer hammering the DB.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/binary.rs"]
+mod binary;
+
+use binary::wait_until;
+
 use std::collections::HashSet;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
@@ -17,16 +22,7 @@ use serde_json::json;
 fn runner(workspace: &Path, env: &[(&str, &str)]) -> Child {
     static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let log = std::fs::File::create(workspace.join(format!("runner-{n}.log"))).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agent-runner"));
-    cmd.arg("--workspace")
-        .arg(workspace)
-        .arg("--provider")
-        .arg("mock");
-    cmd.env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log);
+    let mut cmd = binary::mock_runner(workspace, &workspace.join(format!("runner-{n}.log")));
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -35,14 +31,6 @@ fn runner(workspace: &Path, env: &[(&str, &str)]) -> Child {
 
 fn chat(text: &str) -> NewMessageIn {
     NewMessageIn::new("chat", json!({"sender": "Ann", "text": text}).to_string())
-}
-
-fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 fn logs(workspace: &Path) -> String {

@@ -464,7 +464,11 @@ mod tests {
         let run = std::process::Command::new("unshare")
             .args(["--mount", "--propagation", "private"])
             .arg(std::env::current_exe().unwrap())
-            .args(["--exact", "tests::a_bind_mount_alias_is_refused", "--nocapture"])
+            .args([
+                "--exact",
+                "tests::a_bind_mount_alias_is_refused",
+                "--nocapture",
+            ])
             .env(INNER, outer.path())
             .output();
         match run {

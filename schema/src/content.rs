@@ -336,7 +336,7 @@ impl Problems {
         if self.list.len() < MAX_PROBLEMS {
             self.list.push(FieldProblem {
                 field,
-                issue: format!("{}, {action}", describe(found)),
+                issue: format!("{}, {action}", json_type(found)),
             });
         } else {
             self.more += 1;
@@ -354,9 +354,9 @@ impl Problems {
     }
 }
 
-/// What a JSON value is, for a problem's text (never the value itself: it may be 300 KB of
-/// base64, and it ends up in logs).
-fn describe(value: &Value) -> &'static str {
+/// What a JSON value is ("a number", "an object", ...), for error and problem texts: never the
+/// value itself, which may be 300 KB of base64 and would end up in logs.
+pub fn json_type(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -389,7 +389,7 @@ fn read_object<T: ReadLeniently>(value: &Value, problems: &mut Problems) -> Resu
             path: String::new(),
             problems,
         })),
-        other => Err(NotAnObject(describe(other))),
+        other => Err(NotAnObject(json_type(other))),
     }
 }
 

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,6 +19,8 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use schema::{NewMessageIn, SessionDb};
 use serde_json::json;
+
+use crate::binary;
 
 /// xorshift64*: a seeded PRNG, enough to spread gaps and kill moments (no `rand` needed).
 pub struct Rng(u64);
@@ -115,20 +117,11 @@ impl Figures {
 }
 
 fn runner(workspace: &Path, n: usize, mock_delay_ms: u64) -> Child {
-    let log = std::fs::File::create(workspace.join(format!("runner-{n}.log"))).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_agent-runner"))
-        .arg("--workspace")
-        .arg(workspace)
-        .arg("--provider")
-        .arg("mock")
-        .env("RUST_LOG", "info")
+    binary::mock_runner(workspace, &workspace.join(format!("runner-{n}.log")))
         .env("NANOCLAW_MOCK_DELAY_MS", mock_delay_ms.to_string())
         .env("NANOCLAW_MAX_MESSAGES_PER_PROMPT", "1")
         .env("NANOCLAW_ACTIVE_POLL_MS", "20")
         .env("NANOCLAW_IDLE_POLL_MS", "50")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
         .spawn()
         .unwrap()
 }
@@ -221,10 +214,7 @@ pub fn run(kills: usize, seed: u64) -> Figures {
             None => stray += 1,
         }
     }
-    let conn = db.dedicated_connection().unwrap();
-    let integrity: String = conn
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
+    let integrity = binary::integrity_check(db.path());
     let mut recoveries = 0;
     for n in 0..=kills {
         let log =

@@ -300,14 +300,5 @@ pub async fn register_agent_group(ctx: &Ctx, p: RegisterAgentGroupParams) -> Too
     ))
 }
 
-/// A JSON value's type, for messages.
-pub fn json_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
+/// A JSON value's type, for messages (the schema crate owns the wording).
+pub use schema::content::json_type;
