@@ -200,6 +200,14 @@ pub fn open_with(path: &Path, access: Access) -> io::Result<File> {
         Err(err) => return Err(err),
     };
     refuse_protected(path, &meta)?;
+    if !meta.is_file() {
+        // Opening a FIFO would block until a writer comes, a device could be anything: input
+        // names regular files only.
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
     let mut options = std::fs::OpenOptions::new();
     match access {
         Access::Read => options.read(true),
@@ -361,6 +369,22 @@ mod tests {
             open(&dir.path().join("missing")).unwrap_err().kind(),
             io::ErrorKind::NotFound
         );
+    }
+
+    #[test]
+    fn only_regular_files_are_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe.md");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        // Would block forever (no writer) if it were opened for reading.
+        let err = open(&fifo).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+        let err = open(dir.path()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
     }
 
     #[test]
