@@ -251,7 +251,7 @@ impl DbIdentity {
         let mut ticker = tokio::time::interval(every);
         loop {
             ticker.tick().await;
-            match std::fs::metadata(&self.path) {
+            match tokio::fs::metadata(&self.path).await {
                 Ok(meta) if meta.dev() == self.dev && meta.ino() == self.ino => {}
                 Ok(_) => {
                     return format!(
