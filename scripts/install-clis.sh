@@ -11,7 +11,8 @@
 # not invoked at all.
 #
 # The pins below are the single source of truth for the scripts; a test compares them with the
-# Dockerfile. Keep them in sync with /work/shared/PROTOCOLS.md (which was measured with these).
+# Dockerfile. The protocol behaviour the providers rely on was measured with these versions:
+# re-run the end-to-end suites (scripts/test.sh) before moving a pin.
 CLAUDE_CODE_VERSION=2.1.330
 CODEX_VERSION=0.169.0
 OPENCODE_VERSION=1.18.33

@@ -678,6 +678,21 @@ mod tests {
         expect.assert_eq(&format_prompt(&prompt_rows, &ctx));
     }
 
+    /// One row formatted alone, in UTC, with no destinations (for assertions on size).
+    fn format_alone(message: &MessageIn) -> String {
+        let prompt_row = PromptRow {
+            row: message,
+            content: InboundContent::parse(&message.kind(), &message.content),
+            attachments: Vec::new(),
+            script_output: None,
+        };
+        let ctx = FormatContext {
+            timezone: Tz::UTC,
+            destinations: &[],
+        };
+        format_prompt(&[prompt_row], &ctx)
+    }
+
     fn check(inputs: Vec<Input>, expect: Expect) {
         check_in(Tz::America__Los_Angeles, inputs, expect);
     }
@@ -1109,17 +1124,7 @@ mod tests {
     fn long_unparsable_content_is_capped() {
         let raw = "word ".repeat(2000);
         let message = message(&raw_input(2, "chat", "2026-02-04T18:00:00Z", &raw));
-        let prompt_row = PromptRow {
-            row: &message,
-            content: InboundContent::parse(&message.kind(), &message.content),
-            attachments: Vec::new(),
-            script_output: None,
-        };
-        let ctx = FormatContext {
-            timezone: Tz::UTC,
-            destinations: &[],
-        };
-        let prompt = format_prompt(&[prompt_row], &ctx);
+        let prompt = format_alone(&message);
         assert!(prompt.len() < 4096 + 200, "{} bytes", prompt.len());
         expect!["rd word word word w… [5904 more bytes not shown]</message>"]
             .assert_eq(&prompt[prompt.len() - 60..]);
@@ -1247,17 +1252,7 @@ mod tests {
     fn huge_text_is_kept_whole() {
         let text = "x".repeat(1_000_000);
         let message = message(&chat(2, "2026-02-04T18:00:00Z", "a", &text));
-        let prompt_row = PromptRow {
-            row: &message,
-            content: InboundContent::parse(&message.kind(), &message.content),
-            attachments: Vec::new(),
-            script_output: None,
-        };
-        let ctx = FormatContext {
-            timezone: Tz::UTC,
-            destinations: &[],
-        };
-        let prompt = format_prompt(&[prompt_row], &ctx);
+        let prompt = format_alone(&message);
         assert!(prompt.contains(&text));
     }
 

@@ -524,9 +524,12 @@ mod tests {
                 ),
                 (
                     "agent/docs/style.md",
-                    "Style: short sentences.\n  @../shared/terms.md  \n",
+                    "Style: short sentences.\n  @../glossary/terms.md  \n",
                 ),
-                ("agent/shared/terms.md", "Terms: a PR is a pull request.\n"),
+                (
+                    "agent/glossary/terms.md",
+                    "Terms: a PR is a pull request.\n",
+                ),
                 (
                     "agent/CLAUDE.local.md",
                     "Local: the staging server is down.\n",

@@ -269,7 +269,19 @@ pub fn write_private(path: &Path, data: &[u8]) -> io::Result<()> {
 /// Test support for the crates that use the guard (feature `testing`).
 #[cfg(any(test, feature = "testing"))]
 pub mod testing {
-    use std::path::Path;
+    #![allow(clippy::unwrap_used)]
+    use std::path::{Path, PathBuf};
+
+    /// A WAL session DB `dir/session.db` with one row, protected in this process; the open
+    /// connection keeps its `-wal` and `-shm` (and their locks) in place while it lives.
+    pub fn wal_db(dir: &Path) -> (PathBuf, rusqlite::Connection) {
+        let db = dir.join("session.db");
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES (1);")
+            .unwrap();
+        super::protect_db(&db);
+        (db, conn)
+    }
 
     /// Whether a process other than this one holds a POSIX lock on `file`. Asked from a child
     /// process (`python3`, F_GETLK), because a process never sees its own locks; SQLite's
@@ -297,12 +309,8 @@ mod tests {
     use std::io::Write;
 
     fn db_in(dir: &Path) -> PathBuf {
-        let db = dir.join("session.db");
-        let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES (1);")
-            .unwrap();
+        let (db, conn) = testing::wal_db(dir);
         std::mem::forget(conn); // keep -wal and -shm in place
-        protect_db(&db);
         db
     }
 
@@ -403,11 +411,7 @@ mod tests {
     #[test]
     fn a_refusal_keeps_this_process_s_locks() {
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("session.db");
-        let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t(x);")
-            .unwrap();
-        protect_db(&db);
+        let (_db, _conn) = testing::wal_db(dir.path());
         // An open WAL connection holds a shared lock on the -shm file (SQLite's "dead man
         // switch"); the last connection to close deletes the WAL when nobody holds it.
         let shm = dir.path().join("session.db-shm");

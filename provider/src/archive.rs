@@ -1989,11 +1989,7 @@ mod tests {
     #[test]
     fn archive_links_to_the_session_db_are_left_alone() {
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("session.db");
-        let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES (1);")
-            .unwrap();
-        fsguard::protect_db(&db);
+        let (db, conn) = fsguard::testing::wal_db(dir.path());
         let shm = dir.path().join("session.db-shm");
         let before = std::fs::read(&db).unwrap();
         let archives = dir.path().join("conversations");

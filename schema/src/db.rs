@@ -163,14 +163,14 @@ pub fn continuation_key(provider: &str) -> String {
     format!("continuation:{provider}")
 }
 
-/// The predicate that makes a pending row eligible (SPEC §5.2), with `?1` = now and `?2` = first
-/// poll. Times compare through `ts_millis()`, flags read through `flag_of()` (see
+/// The predicate that makes a pending row eligible (SPEC §5.2), with `?1` = now in Unix
+/// milliseconds (converted once per poll, not once per row) and `?2` = first poll. Times compare through `ts_millis()`, flags read through `flag_of()` (see
 /// [`register_functions`]). A row whose `process_after` cannot be read is selected too: the poll
 /// takes it out of the queue ([`SessionDb::eligible`]) rather than run it on a guess or leave it
 /// pending unseen.
 const ELIGIBLE_WHERE: &str = "m.status = 'pending'
   AND (m.process_after IS NULL OR ts_millis(m.process_after) IS NULL
-       OR ts_millis(m.process_after) <= ts_millis(?1))
+       OR ts_millis(m.process_after) <= ?1)
   AND (NOT flag_of(m.on_wake, 0) OR ?2)
   AND NOT (json_valid(m.content)
        AND ((m.kind = 'system' AND json_extract(m.content, '$.type') = 'question_response')
@@ -178,7 +178,7 @@ const ELIGIBLE_WHERE: &str = "m.status = 'pending'
        AND EXISTS (SELECT 1 FROM session_state s
                    WHERE s.key = 'question:' || json_extract(m.content, '$.questionId')
                      AND (json_extract(s.value, '$.deadline') IS NULL
-                          OR ts_millis(json_extract(s.value, '$.deadline')) > ts_millis(?1))))";
+                          OR ts_millis(json_extract(s.value, '$.deadline')) > ?1)))";
 
 impl SessionDb {
     /// Opens (creating if needed) the DB at `path` with default options.
@@ -389,7 +389,7 @@ impl SessionDb {
         first_poll: bool,
         limit: usize,
     ) -> Result<Eligible, Error> {
-        let now = format_ts(now);
+        let now = now.timestamp_millis();
         let limit = i64::try_from(limit.max(1)).unwrap_or(i64::MAX);
         loop {
             let mut unusable = Vec::new();

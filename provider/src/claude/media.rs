@@ -181,11 +181,7 @@ mod tests {
     #[tokio::test]
     async fn links_to_the_session_db_are_never_read() {
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("session.db");
-        let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES (1);")
-            .unwrap();
-        fsguard::protect_db(&db);
+        let (db, _conn) = fsguard::testing::wal_db(dir.path());
         let shm = dir.path().join("session.db-shm");
         std::os::unix::fs::symlink(&shm, dir.path().join("shm.png")).unwrap();
         std::fs::hard_link(&db, dir.path().join("db.pdf")).unwrap();
