@@ -13,6 +13,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+pub use crate::leftovers::*;
+pub use crate::secrets::*;
+pub use crate::stalls::*;
+pub use crate::stops::*;
+
 use crate::fake_model::{FakeModel, LoggedRequest, Step};
 use crate::harness::{
     archives, archives_text, chat_outs, claude_user_texts, codex_user_texts, descendants_matching,

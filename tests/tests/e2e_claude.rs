@@ -181,3 +181,11 @@ fn image_attachment_reaches_the_model_natively() {
     );
     session.stop_runner();
 }
+
+// Issue 10, point 1: turns that make no progress (scenarios in tests/src/stalls.rs).
+
+// Issue 10, point 2: SIGTERM mid-turn (scenarios in tests/src/stops.rs).
+
+// Issue 10, point 3: no process outlives its session (scenarios in tests/src/leftovers.rs).
+
+// Issue 10, point 4: secrets out of the agent's reach (scenarios in tests/src/secrets.rs).

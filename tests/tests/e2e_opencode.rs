@@ -92,3 +92,11 @@ fn stop_leaves_no_opencode_process() {
         );
     }
 }
+
+// Issue 10, point 1: turns that make no progress (scenarios in tests/src/stalls.rs).
+
+// Issue 10, point 2: SIGTERM mid-turn (scenarios in tests/src/stops.rs).
+
+// Issue 10, point 3: no process outlives its session (scenarios in tests/src/leftovers.rs).
+
+// Issue 10, point 4: secrets out of the agent's reach (scenarios in tests/src/secrets.rs).
