@@ -8,14 +8,15 @@
 //!   (setup, child re-exec with a marker secret, event collection).
 //! * [`scenarios`]: the acceptance and archiving scenarios shared by every CLI, each a function
 //!   taking the provider name (the `e2e_<cli>.rs` / `archive_<cli>.rs` tests call them).
-//! * [`stalls`], [`leftovers`], [`secrets`], [`stops`]: the fault scenarios (a gateway that is
-//!   down or stalls, processes that outlive a run, secrets the agent could read, signals mid-turn),
+//! * [`stalls`], [`leftovers`], [`credentials`], [`secrets`], [`stops`]: the fault scenarios (a gateway that is
+//!   down or stalls, processes that outlive a run, the credential proxy, secrets the agent could read, signals mid-turn),
 //!   re-exported by [`scenarios`] so that `scenario_tests!` finds them.
 
 pub mod fake_model;
 pub mod harness;
 pub mod provider_harness;
 pub mod scenarios;
+pub mod credentials;
 pub mod leftovers;
 pub mod secrets;
 pub mod stalls;

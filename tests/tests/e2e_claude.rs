@@ -188,4 +188,6 @@ fn image_attachment_reaches_the_model_natively() {
 
 // Issue 10, point 3: no process outlives its session (scenarios in tests/src/leftovers.rs).
 
+// Issue 10, point 4: the credential proxy (scenarios in tests/src/credentials.rs).
+
 // Issue 10, point 4: secrets out of the agent's reach (scenarios in tests/src/secrets.rs).

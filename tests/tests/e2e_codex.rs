@@ -61,4 +61,6 @@ e2e::scenario_tests! { CLI;
 
 // Issue 10, point 3: no process outlives its session (scenarios in tests/src/leftovers.rs).
 
+// Issue 10, point 4: the credential proxy (scenarios in tests/src/credentials.rs).
+
 // Issue 10, point 4: secrets out of the agent's reach (scenarios in tests/src/secrets.rs).
