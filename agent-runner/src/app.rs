@@ -108,6 +108,18 @@ fn load_config(cli: &Args) -> Result<Config> {
 }
 
 async fn run(config: Config) -> Result<()> {
+    // First: as PID 1 a signal without a handler is dropped, and nothing may be spawned before
+    // the runner is the subreaper of its processes.
+    let signal = shutdown_signal();
+    if let Err(err) = provider::reaper::init() {
+        tracing::warn!("{err}");
+    }
+    // The configuration and its secret files are read (`load_config`); nothing is opened or
+    // started yet, so everything from here on happens as the `runAs` user.
+    crate::privileges::drop_privileges(config.text("runAs").as_deref(), &config.workspace)?;
+    for warning in config.exposed_secrets() {
+        tracing::warn!("{warning}");
+    }
     let db_path = config.path("sessionDb").context("sessionDb is not set")?;
     ensure_db_exists(&db_path, config.flag("createSessionDb"))?;
     let lock = lock::RunnerLock::acquire(&db_path)?;
@@ -126,7 +138,9 @@ async fn run(config: Config) -> Result<()> {
         other => anyhow::Error::from(other)
             .context(format!("opening the session DB {}", db_path.display())),
     })?;
-    let provider = create_provider(&config, &db_path)?;
+    // Lives as long as the runner: the CLI reaches the model only through it (issue 10, point 4).
+    let model_proxy = crate::model_proxy::start(&config, &config.provider()).await?;
+    let provider = create_provider(&config, &db_path, model_proxy.as_ref())?;
     tracing::info!(
         provider = provider.name(),
         db = %db_path.display(),
@@ -165,15 +179,23 @@ async fn run(config: Config) -> Result<()> {
             .secs("heartbeatSecs")
             .clamp(Duration::from_secs(1), Duration::from_secs(10)),
         query_retries: u32::try_from(config.number("queryRetries")).unwrap_or(2),
+        progress: crate::runner::ProgressLimits {
+            notice: config.secs("progressNoticeSecs"),
+            silence: config.secs("progressSilenceSecs"),
+            max_turn: config.secs("maxTurnSecs"),
+        },
+        model_endpoint: model_endpoint(&config),
         prompt_sources: Some(crate::system_prompt::PromptSources::from_config(&config)),
     };
     let heartbeat = options.heartbeat;
+    // Under the lock, before anything is spawned: what a previous run left behind goes.
+    let leftovers = provider::reaper::Leftovers::start(&db_path, heartbeat)?;
     let runner = Runner::new(db, provider, options)?;
     let lost = Arc::new(std::sync::Mutex::new(None::<String>));
     let lost_reason = lost.clone();
     let stop = async move {
         tokio::select! {
-            () = shutdown_signal() => {}
+            () = signal => {}
             reason = identity.lost(heartbeat) => {
                 tracing::error!(%reason, "stopping: the session DB is gone from its path");
                 *lost_reason.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(reason);
@@ -181,6 +203,7 @@ async fn run(config: Config) -> Result<()> {
         }
     };
     let result = runner.run(stop).await;
+    leftovers.stop().await;
     drop(lock);
     result?;
     let reason = lost
@@ -288,26 +311,46 @@ fn script_env(config: &Config) -> BTreeMap<String, String> {
     env
 }
 
-/// Resolves on SIGTERM or SIGINT.
-async fn shutdown_signal() {
+/// Installs the SIGTERM and SIGINT handlers at once (a signal that comes before is not lost, even
+/// to PID 1, which the kernel spares signals it has no handler for) and resolves on either.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
+    let handlers = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; stop with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int)) = handlers else {
+            tracing::error!("cannot install signal handlers; stop with SIGKILL");
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+            _ = int.recv() => tracing::info!("SIGINT: stopping"),
+        }
     }
 }
 
-/// Creates the configured provider.
-pub fn create_provider(config: &Config, db_path: &Path) -> Result<Arc<dyn AgentProvider>> {
+/// The model endpoint of the configured provider: its base URL, or the CLI's default.
+fn model_endpoint(config: &Config) -> String {
+    let (key, default) = match config.provider().as_str() {
+        "claude" => ("anthropicBaseUrl", "https://api.anthropic.com"),
+        "mock" => return "the mock provider".to_owned(),
+        _ => ("openaiBaseUrl", "https://api.openai.com/v1"),
+    };
+    config.text(key).unwrap_or_else(|| default.to_owned())
+}
+
+/// Creates the configured provider; with a credential proxy, the CLI gets the proxy's URL and
+/// token instead of the configured base URL and key.
+pub fn create_provider(
+    config: &Config,
+    db_path: &Path,
+    model_proxy: Option<&credproxy::CredProxy>,
+) -> Result<Arc<dyn AgentProvider>> {
     let name = config.provider();
-    let settings = provider_settings(config, db_path, &name)?;
+    let mut settings = provider_settings(config, db_path, &name)?;
+    crate::model_proxy::apply(model_proxy, &mut settings, &name);
     provider::create(&name, settings).map_err(|err| anyhow::anyhow!("{err}"))
 }
 
@@ -353,6 +396,12 @@ pub fn provider_settings(config: &Config, db_path: &Path, name: &str) -> Result<
     settings.watchdog = config.secs("watchdogSecs");
     settings.tool_timeout = config.secs("toolTimeoutSecs");
     settings.max_retries = u32::try_from(config.number("cliMaxRetries")).unwrap_or(2);
+    settings.request_timeout = config.secs("cliRequestTimeoutSecs");
+    settings.stream_idle_timeout = config.secs("cliStreamIdleSecs");
+    if let Some(env) = config.object("cliEnv") {
+        settings.cli_env = serde_json::from_value(env)
+            .context("cliEnv: expected an object of {\"NAME\": \"value\"} strings")?;
+    }
     settings.codex_steer = config.flag("codexSteer");
     // Claude's PreCompact hook calls this binary back (`agent-runner archive-hook`).
     settings.runner_exe = std::env::current_exe().ok();

@@ -173,6 +173,13 @@ const FIELDS: &[Field] = &[
         "OpenAI-compatible API key (Codex, OpenCode)",
     ),
     field(
+        "credentialProxy",
+        "NANOCLAW_CREDENTIAL_PROXY",
+        Kind::Bool,
+        "true",
+        "serve the model API on 127.0.0.1 and give the CLI a session token, never the API key (false: the CLI gets the key)",
+    ),
+    field(
         "claudePath",
         "CLAUDE_PATH",
         Kind::Path,
@@ -220,6 +227,13 @@ const FIELDS: &[Field] = &[
         Kind::List,
         "",
         "extra variables passed to the CLI",
+    ),
+    field(
+        "runAs",
+        "NANOCLAW_RUN_AS",
+        Kind::Text,
+        "",
+        "started as root: read secrets, then drop to this user (name, uid or uid:gid)",
     ),
     field(
         "agentDir",
@@ -283,6 +297,48 @@ const FIELDS: &[Field] = &[
         Kind::Number,
         "600",
         "kill a CLI silent this long mid-turn",
+    ),
+    field(
+        "progressNoticeSecs",
+        "NANOCLAW_PROGRESS_NOTICE_SECS",
+        Kind::Number,
+        "60",
+        "end a turn whose CLI reports retries/reconnects with no model output for this long (0 = off)",
+    ),
+    field(
+        "progressSilenceSecs",
+        "NANOCLAW_PROGRESS_SILENCE_SECS",
+        Kind::Number,
+        "120",
+        "end a turn with no model output for this long while no tool runs (0 = off)",
+    ),
+    field(
+        "maxTurnSecs",
+        "NANOCLAW_MAX_TURN_SECS",
+        Kind::Number,
+        "10800",
+        "hard cap on one turn's total duration, tools included (0 = off)",
+    ),
+    field(
+        "cliRequestTimeoutSecs",
+        "NANOCLAW_CLI_REQUEST_TIMEOUT_SECS",
+        Kind::Number,
+        "600",
+        "the CLI's own model request timeout (Claude API_TIMEOUT_MS, OpenCode timeout)",
+    ),
+    field(
+        "cliStreamIdleSecs",
+        "NANOCLAW_CLI_STREAM_IDLE_SECS",
+        Kind::Number,
+        "90",
+        "the CLI's own wait for the next stream event (Codex stream_idle_timeout_ms)",
+    ),
+    field(
+        "cliEnv",
+        "NANOCLAW_CLI_ENV",
+        Kind::Object,
+        "",
+        "variables added to the CLI's environment {NAME: value}; win over the runner's defaults (e.g. API_TIMEOUT_MS), scrub patterns apply",
     ),
     field(
         "toolTimeoutSecs",
@@ -363,6 +419,8 @@ pub enum Source {
     Flag,
     /// An environment variable.
     Env,
+    /// The file named by a secret's `<VAR>_FILE` environment variable.
+    EnvFile,
     /// config.json.
     File,
     /// The built-in default.
@@ -374,6 +432,7 @@ impl fmt::Display for Source {
         f.write_str(match self {
             Source::Flag => "flag",
             Source::Env => "env",
+            Source::EnvFile => "env file",
             Source::File => "config.json",
             Source::Default => "default",
         })
@@ -420,11 +479,11 @@ impl Config {
                     parse_text(field, text).with_context(|| format!("flag --set {}", field.key))?,
                     Source::Flag,
                 ))
-            } else if let Some(text) = inputs.env.get(field.env).filter(|t| !t.is_empty()) {
+            } else if let Some((text, source)) = env_text(field, &inputs.env)? {
                 Some((
-                    parse_text(field, text)
+                    parse_text(field, &text)
                         .with_context(|| format!("environment variable {}", field.env))?,
-                    Source::Env,
+                    source,
                 ))
             } else if let Some(value) = file_values.as_ref().and_then(|m| m.get(field.key)) {
                 check_file_value(field, value).with_context(|| {
@@ -477,6 +536,7 @@ impl Config {
         let field = FIELDS.iter().find(|f| f.key == key);
         match (self.values.get(key), field) {
             (Some((_, Source::Env)), Some(field)) => format!("from {}", field.env),
+            (Some((_, Source::EnvFile)), Some(field)) => format!("from {}_FILE", field.env),
             (Some((_, source)), _) => format!("from {source}"),
             _ => "unset".into(),
         }
@@ -531,7 +591,7 @@ impl Config {
         let (value, source) = self.values.get(key)?;
         let text = value.as_str()?;
         Some(match source {
-            Source::Flag | Source::Env => PathBuf::from(text),
+            Source::Flag | Source::Env | Source::EnvFile => PathBuf::from(text),
             Source::File | Source::Default => self.workspace.join(text),
         })
     }
@@ -569,6 +629,33 @@ impl Config {
         own.or_else(|| self.text("model"))
     }
 
+    /// Warnings about secrets the agent can read: a secret that came from a config.json inside
+    /// the workspace (the agent's user can read, even edit, everything there).
+    pub fn exposed_secrets(&self) -> Vec<String> {
+        let Some(file) = &self.config_file else {
+            return Vec::new();
+        };
+        let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        if !canonical(file).starts_with(canonical(&self.workspace)) {
+            return Vec::new();
+        }
+        FIELDS
+            .iter()
+            .filter(|f| f.secret)
+            .filter(|f| matches!(self.values.get(f.key), Some((_, Source::File))))
+            .map(|f| {
+                format!(
+                    "{} comes from {}, inside the workspace, where the agent can read it: move it \
+                     to a file outside the workspace named by {}_FILE, or to {}",
+                    f.key,
+                    file.display(),
+                    f.env,
+                    f.env
+                )
+            })
+            .collect()
+    }
+
     /// Lines for `agent-runner config`: every field, its value (secrets masked) and source.
     pub fn describe(&self) -> String {
         let mut out = format!("workspace = {}\n", self.workspace.display());
@@ -589,6 +676,7 @@ impl Config {
                     let shown = if field.secret { mask(&text) } else { text };
                     let origin = match source {
                         Source::Env => format!("  [env {}]", field.env),
+                        Source::EnvFile => format!("  [file from {}_FILE]", field.env),
                         other => format!("  [{other}]"),
                     };
                     (shown, origin)
@@ -614,6 +702,10 @@ pub fn keys_help() -> String {
             field.key, field.env, field.help, default
         ));
     }
+    out.push_str(
+        "Secrets (masked above) can come from a file instead: <VAR>_FILE=/path (e.g. \
+         ANTHROPIC_API_KEY_FILE); setting both <VAR> and <VAR>_FILE is an error.\n",
+    );
     out
 }
 
@@ -650,6 +742,39 @@ fn read_file(path: &Path) -> Result<Option<serde_json::Map<String, Value>>> {
         }
     }
     Ok(Some(map))
+}
+
+/// A field's value from the environment: its variable, or for a secret the content of the file
+/// named by `<VAR>_FILE` (read through fsguard, surrounding whitespace trimmed: secret files
+/// usually end with a newline). Both set is an error: which one wins must never be a guess.
+fn env_text(field: &Field, env: &BTreeMap<String, String>) -> Result<Option<(String, Source)>> {
+    let direct = env.get(field.env).filter(|t| !t.is_empty());
+    if !field.secret {
+        return Ok(direct.map(|t| (t.clone(), Source::Env)));
+    }
+    let file_var = format!("{}_FILE", field.env);
+    let Some(path) = env.get(&file_var).filter(|t| !t.is_empty()) else {
+        return Ok(direct.map(|t| (t.clone(), Source::Env)));
+    };
+    if direct.is_some() {
+        bail!(
+            "both {} and {file_var} are set: unset one of them (the secret comes from the \
+             environment or from a file, never both)",
+            field.env
+        );
+    }
+    let text = fsguard::read_to_string(Path::new(path)).with_context(|| {
+        format!(
+            "{file_var}: cannot read the secret file {path}; check that it is mounted there and \
+             that the runner's user can read it (a runner started as root reads it before it \
+             drops to runAs)"
+        )
+    })?;
+    let text = text.trim();
+    if text.is_empty() {
+        bail!("{file_var}: the secret file {path} is empty");
+    }
+    Ok(Some((text.to_owned(), Source::EnvFile)))
 }
 
 fn parse_text(field: &Field, text: &str) -> Result<Value> {
@@ -883,5 +1008,126 @@ mod tests {
             text.contains("anthropicApiKey = sk-a…**** (22 chars)  [env ANTHROPIC_API_KEY]"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn secrets_come_from_var_file_never_from_both() {
+        let dir = tempfile::tempdir().unwrap();
+        let key_file = dir.path().join("anthropic.key");
+        std::fs::write(&key_file, "sk-ant-from-a-file-123\n").unwrap();
+        let key_path = key_file.display().to_string();
+        for field in FIELDS.iter().filter(|f| f.secret) {
+            let var = format!("{}_FILE", field.env);
+            let config =
+                Config::load(&inputs(dir.path(), &[], &[(var.as_str(), &key_path)])).unwrap();
+            assert_eq!(
+                config.text(field.key).as_deref(),
+                Some("sk-ant-from-a-file-123"),
+                "{var}: the file's content, its newline trimmed"
+            );
+            assert_eq!(config.values[field.key].1, Source::EnvFile);
+            assert!(
+                config
+                    .describe()
+                    .contains(&format!("[file from {}_FILE]", field.env)),
+                "{}",
+                config.describe()
+            );
+            let both = Config::load(&inputs(
+                dir.path(),
+                &[],
+                &[(var.as_str(), &key_path), (field.env, "sk-direct")],
+            ))
+            .unwrap_err();
+            let both = format!("{both:#}");
+            assert!(
+                both.contains(field.env) && both.contains(&var) && both.contains("never both"),
+                "{both}"
+            );
+            // An empty variable is unset (`docker run -e X=` to mask an inherited one).
+            let empty = Config::load(&inputs(
+                dir.path(),
+                &[],
+                &[(var.as_str(), &key_path), (field.env, "")],
+            ))
+            .unwrap();
+            assert_eq!(
+                empty.text(field.key).as_deref(),
+                Some("sk-ant-from-a-file-123")
+            );
+            // A flag still wins (flags > env > config.json), without reading the file.
+            let flag = Config::load(&inputs(
+                dir.path(),
+                &[(field.key, "sk-flag")],
+                &[(var.as_str(), "/nonexistent/key")],
+            ))
+            .unwrap();
+            assert_eq!(flag.text(field.key).as_deref(), Some("sk-flag"));
+            let missing = format!(
+                "{:#}",
+                Config::load(&inputs(
+                    dir.path(),
+                    &[],
+                    &[(var.as_str(), "/nonexistent/nanoclaw.key")]
+                ))
+                .unwrap_err()
+            );
+            assert!(
+                missing.contains(&var) && missing.contains("/nonexistent/nanoclaw.key"),
+                "the error names the variable and the file: {missing}"
+            );
+        }
+        std::fs::write(&key_file, " \n").unwrap();
+        let empty = format!(
+            "{:#}",
+            Config::load(&inputs(
+                dir.path(),
+                &[],
+                &[("ANTHROPIC_API_KEY_FILE", &key_path)]
+            ))
+            .unwrap_err()
+        );
+        assert!(empty.contains("is empty"), "{empty}");
+        // Not a secret: no *_FILE variant.
+        let tz = Config::load(&inputs(dir.path(), &[], &[("TZ_FILE", &key_path)])).unwrap();
+        assert_eq!(tz.timezone_name(), "UTC");
+    }
+
+    #[test]
+    fn a_key_in_a_config_json_inside_the_workspace_is_warned_about() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{"openaiApiKey": "sk-in-the-workspace-000"}"#,
+        )
+        .unwrap();
+        let warnings = Config::load(&inputs(dir.path(), &[], &[]))
+            .unwrap()
+            .exposed_secrets();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("openaiApiKey") && warnings[0].contains("OPENAI_API_KEY_FILE"),
+            "{warnings:?}"
+        );
+        // The same file outside the workspace, or the key from the environment: no warning.
+        let outside = tempfile::tempdir().unwrap();
+        let mut elsewhere = inputs(outside.path(), &[], &[]);
+        elsewhere.config_file = Some(dir.path().join("config.json"));
+        assert!(Config::load(&elsewhere)
+            .unwrap()
+            .exposed_secrets()
+            .is_empty());
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{"assistantName": "Andy"}"#,
+        )
+        .unwrap();
+        let env = Config::load(&inputs(
+            dir.path(),
+            &[],
+            &[("OPENAI_API_KEY", "sk-env-0000")],
+        ))
+        .unwrap();
+        assert!(env.exposed_secrets().is_empty());
     }
 }

@@ -403,7 +403,11 @@ fn render_chat(prompt_row: &PromptRow<'_>, view: &ChatView<'_>, ctx: &FormatCont
             ),
         });
     }
-    if let Some(reply) = view.reply_to {
+    // An empty quote says nothing (and reads like a blank message); `reply_to` keeps the link.
+    let quote = view
+        .reply_to
+        .filter(|reply| reply.text.as_deref().is_some_and(|t| !t.trim().is_empty()));
+    if let Some(reply) = quote {
         // The quote gets its own indented line so it reads as context, not as the new text.
         out.push_str("\n  ");
         out.push_str(&open_tag(
@@ -754,6 +758,32 @@ mod tests {
                 <message id="4" sender="Jane" time="Feb 4, 2026, 10:00 AM">two
                 lines</message>
                 <message id="6" sender="John" time="Feb 4, 2026, 1:30 PM">three</message>
+                </messages>"#]],
+        );
+    }
+
+    #[test]
+    fn a_quote_without_text_is_left_out_and_reply_to_kept() {
+        check(
+            vec![
+                input(
+                    4,
+                    "chat",
+                    "2026-02-04T18:00:00Z",
+                    json!({"sender": "Jane", "text": "agreed", "replyTo": {"id": "2", "sender": "Otto"}}),
+                ),
+                input(
+                    6,
+                    "chat",
+                    "2026-02-04T18:01:00Z",
+                    json!({"sender": "Jane", "text": "same", "replyTo": {"id": "3", "sender": "Otto", "text": "  "}}),
+                ),
+            ],
+            expect![[r#"
+                <context timezone="America/Los_Angeles" />
+                <messages>
+                <message id="4" sender="Jane" time="Feb 4, 2026, 10:00 AM" reply_to="2">agreed</message>
+                <message id="6" sender="Jane" time="Feb 4, 2026, 10:01 AM" reply_to="3">same</message>
                 </messages>"#]],
         );
     }

@@ -7,6 +7,8 @@ pub mod config;
 pub mod format;
 pub mod lock;
 pub mod media;
+pub mod model_proxy;
+pub mod privileges;
 pub mod reply;
 pub mod runner;
 pub mod script;

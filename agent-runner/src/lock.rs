@@ -8,8 +8,7 @@
 //! descriptor is opened before the process's first SQLite connection and closed after its last,
 //! so it never costs SQLite a lock (see the `fsguard` crate for why closing one could).
 
-use std::fs::{File, OpenOptions};
-use std::io::{Seek, SeekFrom, Write};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -41,7 +40,7 @@ impl RunnerLock {
                     .ok()
                     .and_then(|meta| flock_holder(&meta))
                     .or_else(|| {
-                        let text = std::fs::read_to_string(&pid_file).ok()?;
+                        let text = fsguard::read_to_string(&pid_file).ok()?;
                         Some(text.trim().to_owned()).filter(|pid| !pid.is_empty())
                     });
                 let who = holder
@@ -54,16 +53,15 @@ impl RunnerLock {
                 );
             }
         };
-        let mut pid = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&pid_file)
-            .with_context(|| format!("opening the runner lock {}", pid_file.display()))?;
-        pid.set_len(0).context("writing the runner lock")?;
-        pid.seek(SeekFrom::Start(0))
-            .context("writing the runner lock")?;
-        write!(pid, "{}", std::process::id()).context("writing the runner lock")?;
+        // The folder is the agent's to write: the pid file may have been replaced by a link (to
+        // the DB itself), which `write_private` replaces instead of following. The pid is only
+        // for the refusal message: failing to write it costs nothing else.
+        fsguard::protect_db(db_path);
+        if let Err(err) =
+            fsguard::write_private(&pid_file, std::process::id().to_string().as_bytes())
+        {
+            tracing::warn!(file = %pid_file.display(), %err, "cannot write the runner's pid beside the session DB");
+        }
         Ok(Self {
             _lock: lock,
             pid_file,

@@ -35,8 +35,16 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
+    // First of all: the agent's processes run as the same user (or as the user the runner drops
+    // to), and a dumpable process's /proc/<pid>/environ, mem and fd are open to that user; the
+    // runner's environment holds the host's secrets and the model key.
+    let dumpable = agent_runner::privileges::make_non_dumpable();
     let cli = Cli::parse();
     app::init_logging();
+    if let Err(err) = dumpable {
+        logging::print_line(&format!("agent-runner: {err:#}"));
+        return ExitCode::from(1);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(8)

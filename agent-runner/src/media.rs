@@ -12,7 +12,8 @@
 //! - A failure becomes [`AttachmentNote::Unavailable`] with a reason and a `warn` log line, never
 //!   a panic or a silently missing file.
 //!
-//! Images (JPEG, PNG, GIF, WebP) and PDFs also become [`MediaFile`]s for native content blocks.
+//! Images (JPEG, PNG, GIF, WebP) and PDFs also become [`MediaFile`]s for native content blocks,
+//! within the caps of `provider::media` (the one table the Claude driver follows too).
 //! The type comes from the file's magic bytes: the API rejects a block whose bytes do not match
 //! its declared type, which would fail the whole turn, so a declared `mimeType` or an extension
 //! alone never makes a native block (the file is still available by path).
@@ -38,14 +39,6 @@ const FALLBACK_NAME: &str = "attachment";
 
 /// How many `-N` suffixes are tried before giving up on a free name.
 const MAX_DUPLICATES: usize = 1000;
-
-/// Largest image sent as a native block. The API caps an image at 5 MiB of base64, which is
-/// 3.75 MiB of file; a larger image stays available by path only.
-const MAX_NATIVE_IMAGE_BYTES: u64 = 5 * 1024 * 1024 / 4 * 3;
-
-/// Largest PDF sent as a native block: the API caps a whole request at 32 MiB, base64 adds a
-/// third, and the prompt needs room too.
-const MAX_NATIVE_PDF_BYTES: u64 = 20 * 1024 * 1024;
 
 /// Bytes read from the start of a file to recognise its type.
 const SNIFF_BYTES: usize = 1024;
@@ -595,7 +588,7 @@ async fn native_media(path: &Path, attachment: &Attachment) -> Option<MediaFile>
         let claimed = attachment
             .mime_type
             .as_deref()
-            .and_then(normalise_mime)
+            .and_then(|declared| provider::media::native_kind(declared).map(|(mime, _)| mime))
             .or_else(|| {
                 let extension = path.extension()?.to_str()?.to_ascii_lowercase();
                 mime_for_extension(&extension)
@@ -609,11 +602,8 @@ async fn native_media(path: &Path, attachment: &Attachment) -> Option<MediaFile>
         }
         return None;
     };
-    let cap = if mime_type == "application/pdf" {
-        MAX_NATIVE_PDF_BYTES
-    } else {
-        MAX_NATIVE_IMAGE_BYTES
-    };
+    // Which types go natively and their caps: the one table in `provider::media`.
+    let cap = provider::media::native_kind(mime_type)?.1.max_bytes();
     if size > cap {
         tracing::info!(
             path = %path.display(),
@@ -655,18 +645,6 @@ fn mime_essence(declared: &str) -> String {
         .unwrap_or("")
         .trim()
         .to_ascii_lowercase()
-}
-
-/// A declared MIME type, if it is one of the supported ones (`image/jpg` counts as JPEG).
-fn normalise_mime(declared: &str) -> Option<&'static str> {
-    match mime_essence(declared).as_str() {
-        "image/png" => Some("image/png"),
-        "image/jpeg" | "image/jpg" | "image/pjpeg" => Some("image/jpeg"),
-        "image/gif" => Some("image/gif"),
-        "image/webp" => Some("image/webp"),
-        "application/pdf" => Some("application/pdf"),
-        _ => None,
-    }
 }
 
 fn mime_for_extension(extension: &str) -> Option<&'static str> {

@@ -14,8 +14,8 @@ use chrono_tz::Tz;
 use provider::{AgentProvider, ErrorClass, Prompt, PromptId, ProviderEvent, QueryInput};
 use schema::content::out;
 use schema::{
-    CurrentBatch, DbWatcher, InKind, InboundContent, MessageIn, NewMessageOut, OutKind, Routing,
-    RunnerStatus, SessionDb,
+    CurrentBatch, DbWatcher, DestinationRoute, InKind, InboundContent, MessageIn, NewMessageOut,
+    OutKind, Routing, RunnerStatus, SessionDb, WaitingOn,
 };
 use serde_json::json;
 use tokio::time::{sleep, Instant};
@@ -75,6 +75,34 @@ pub struct RunnerOptions {
     pub media_limits: MediaLimits,
     /// "Now" for due times and schedules.
     pub clock: Clock,
+    /// The progress deadline of a turn (see [`ProgressLimits`]).
+    pub progress: ProgressLimits,
+    /// The model endpoint the CLI talks to (the configured base URL), named in `query_error`
+    /// rows and in what a turn waits on.
+    pub model_endpoint: String,
+}
+
+/// When a turn that makes no progress is ended (zero turns a limit off). Model output is
+/// streamed text or thinking, a tool call, a tool's end, a result, or a CLI progress notice;
+/// while a tool runs only `max_turn` applies (the provider's watchdog covers tools).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProgressLimits {
+    /// Retry or reconnect notices and no model output for this long (`progressNoticeSecs`).
+    pub notice: Duration,
+    /// No model output at all for this long (`progressSilenceSecs`).
+    pub silence: Duration,
+    /// A turn's total duration (`maxTurnSecs`).
+    pub max_turn: Duration,
+}
+
+impl Default for ProgressLimits {
+    fn default() -> Self {
+        Self {
+            notice: Duration::from_secs(60),
+            silence: Duration::from_secs(120),
+            max_turn: Duration::from_secs(3 * 3600),
+        }
+    }
 }
 
 impl std::fmt::Debug for RunnerOptions {
@@ -103,6 +131,8 @@ impl RunnerOptions {
             script_limits: ScriptLimits::default(),
             media_limits: MediaLimits::default(),
             clock: system_clock(),
+            progress: ProgressLimits::default(),
+            model_endpoint: "the model API".to_owned(),
             workspace,
         }
     }
@@ -213,6 +243,7 @@ impl Runner {
             );
         }
         self.call(|db| db.set_current_batch(None)).await?;
+        self.call(|db| db.set_waiting_on(None)).await?;
         let provider_name = self.provider.name();
         self.call(move |db| {
             db.set_runner_state(
@@ -540,6 +571,7 @@ impl Runner {
             let end = self.drive_query(prepared, stop).await?;
             self.call(|db| db.set_current_batch(None)).await?;
             self.call(|db| db.set_current_tool(None)).await?;
+            self.call(|db| db.set_waiting_on(None)).await?;
             self.call(|db| db.set_runner_status(RunnerStatus::Idle))
                 .await?;
             match end {
@@ -558,9 +590,18 @@ impl Runner {
                     let Some(merged) = merge(uncovered) else {
                         return Ok(false);
                     };
-                    if retryable && attempt < self.options.query_retries {
+                    // A turn that made no progress already waited its deadline out (the CLI's
+                    // own retries included): running it again would multiply that bound, so it
+                    // goes to the host at once. A rate limit is waited out here only when its
+                    // reset is near.
+                    let retry_after = classification.retry_after();
+                    let runner_retries = retryable
+                        && classification != ErrorClass::NoProgress
+                        && retry_after.is_none_or(|after| after <= MAX_RATE_LIMIT_WAIT);
+                    if runner_retries && attempt < self.options.query_retries {
                         attempt += 1;
-                        let backoff = Duration::from_secs(1 << (attempt - 1).min(5));
+                        let backoff = Duration::from_secs(1 << (attempt - 1).min(5))
+                            .max(retry_after.unwrap_or_default());
                         tracing::warn!(%message, attempt, ?backoff, "query failed; retrying");
                         tokio::select! {
                             _ = stop.cancelled() => return Ok(true),
@@ -586,16 +627,21 @@ impl Runner {
         classification: ErrorClass,
     ) -> Result<()> {
         tracing::error!(%message, ?classification, rows = ?prepared.row_ids, "query failed; rows left for the host's sweep");
-        let content = out::system_action(
-            "query_error",
-            json!({
-                "message": message,
-                "classification": format!("{classification:?}"),
-                "retryable": retryable,
-                "messageIds": prepared.row_ids,
-                "provider": self.provider.name(),
-            }),
-        );
+        let mut payload = json!({
+            "message": message,
+            "classification": classification.name(),
+            "retryable": retryable,
+            "messageIds": prepared.row_ids,
+            "provider": self.provider.name(),
+            "endpoint": self.options.model_endpoint,
+        });
+        if let Some(after) = classification.retry_after() {
+            // When the rate limit resets: the host's sweep should not retry before.
+            let at = (self.options.clock)() + chrono::Duration::from_std(after).unwrap_or_default();
+            payload["retryAfterSecs"] = json!(after.as_secs());
+            payload["retryAt"] = json!(schema::time::format_ts(at));
+        }
+        let content = out::system_action("query_error", payload);
         let row = NewMessageOut::new(OutKind::System, prepared.target.routing.clone(), &content)
             .replying_to(prepared.target.in_reply_to.clone());
         self.call(move |db| db.insert_out(&row)).await?;
@@ -631,11 +677,47 @@ impl Runner {
         let mut ended = false;
         let mut current_tool: Option<String> = None;
         let mut next_poll = Instant::now() + self.options.active_poll;
+        let limits = self.options.progress;
+        let mut progress = TurnProgress::new(Instant::now(), (self.options.clock)());
         loop {
+            let deadline = progress.deadline(&limits);
+            let show_at = progress.show_at();
             tokio::select! {
                 _ = stop.cancelled() => {
                     query.abort();
                     return Ok(QueryEnd::Shutdown);
+                }
+                () = sleep_until_some(deadline.map(|(at, _)| at)) => {
+                    let Some((_, stall)) = deadline else { continue };
+                    let message = progress.message(stall, Instant::now(), &limits, &self.options.model_endpoint);
+                    tracing::error!(%message, ?stall, "progress deadline: ending the turn");
+                    query.abort();
+                    // Let the provider wind the CLI down (interrupt, or restart it) before the
+                    // next query; bounded, the CLI may not answer.
+                    let _ = tokio::time::timeout(ABORT_WIND_DOWN, async {
+                        while query.next_event().await.is_some() {}
+                    })
+                    .await;
+                    if in_flight.is_empty() {
+                        return Ok(QueryEnd::Done);
+                    }
+                    return Ok(QueryEnd::Failed {
+                        message,
+                        retryable: true,
+                        classification: ErrorClass::NoProgress,
+                        uncovered: in_flight.into_iter().map(|f| f.prepared).collect(),
+                    });
+                }
+                () = sleep_until_some(show_at) => {
+                    progress.shown = true;
+                    let waiting = progress.waiting_on(&self.options.model_endpoint);
+                    tracing::info!(
+                        endpoint = %waiting.endpoint,
+                        notices = waiting.notices,
+                        "waiting on the model: no output for {} s",
+                        WAITING_SHOWN_AFTER.as_secs()
+                    );
+                    self.call(move |db| db.set_waiting_on(Some(&waiting))).await?;
                 }
                 event = query.next_event() => {
                     let Some(event) = event else {
@@ -649,7 +731,36 @@ impl Runner {
                             uncovered: in_flight.into_iter().map(|f| f.prepared).collect(),
                         });
                     };
+                    let now = Instant::now();
+                    let moved = match &event {
+                        ProviderEvent::Output
+                        | ProviderEvent::Result { .. }
+                        | ProviderEvent::Progress { .. } => true,
+                        ProviderEvent::Activity { tool: Some(_) } => {
+                            progress.tools += 1;
+                            true
+                        }
+                        ProviderEvent::ToolEnded { running } => {
+                            progress.tools = *running;
+                            true
+                        }
+                        ProviderEvent::Error { message, ends_turn: false, .. } => {
+                            progress.notice(message);
+                            progress.shown = true;
+                            let waiting = progress.waiting_on(&self.options.model_endpoint);
+                            self.call(move |db| db.set_waiting_on(Some(&waiting))).await?;
+                            false
+                        }
+                        _ => false,
+                    };
+                    if let ProviderEvent::Result { .. } = event {
+                        progress.tools = 0;
+                    }
+                    if moved && progress.output(now, (self.options.clock)()) {
+                        self.call(|db| db.set_waiting_on(None)).await?;
+                    }
                     match event {
+                        ProviderEvent::Output | ProviderEvent::ToolEnded { .. } => {}
                         ProviderEvent::Init { session_id } => {
                             let provider = self.provider.name();
                             self.call(move |db| db.set_continuation(provider, &session_id)).await?;
@@ -768,20 +879,25 @@ impl Runner {
         let outgoing = reply::parse_reply(text);
         let mut replies = Vec::new();
         if !outgoing.is_empty() {
-            let destinations = self.call(|db| db.destinations()).await?;
             let sent_this_turn = self
                 .call(move |db| db.messages_out_after(start_seq, 10_000))
                 .await?;
             for message in outgoing {
                 let routing = match &message.to {
                     None => target.routing.clone(),
-                    Some(name) => match destinations.iter().find(|d| &d.name == name) {
-                        Some(destination) => destination.routing(),
-                        None => {
-                            tracing::warn!(destination = %name, "reply addressed to an unknown destination; not sent");
-                            continue;
+                    Some(name) => {
+                        let (name, batch) = (name.clone(), ids.clone());
+                        match self
+                            .call(move |db| db.route_to_destination(&name, &batch))
+                            .await?
+                        {
+                            DestinationRoute::Found(routing) => routing,
+                            DestinationRoute::Unknown { known } => {
+                                tracing::warn!(destination = %message.to.as_deref().unwrap_or_default(), ?known, "reply addressed to an unknown destination; not sent");
+                                continue;
+                            }
                         }
-                    },
+                    }
                 };
                 let duplicate = sent_this_turn.iter().any(|row| {
                     row.kind == "chat"
@@ -962,6 +1078,142 @@ fn stopped_while_full(err: anyhow::Error) -> Result<bool> {
     }
 }
 
+/// A turn without model output is shown as waiting (`runner_state.waiting_on`) after this long,
+/// or at once when the CLI reports a retry.
+const WAITING_SHOWN_AFTER: Duration = Duration::from_secs(10);
+/// How long an aborted query may take to wind down before the runner goes on without it.
+const ABORT_WIND_DOWN: Duration = Duration::from_secs(15);
+/// The longest a rate limit's reset time is waited out by the runner's own retries; a later
+/// reset goes to the host in the `query_error` row.
+const MAX_RATE_LIMIT_WAIT: Duration = Duration::from_secs(60);
+
+/// Why the progress deadline ended a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stall {
+    /// Retry notices and no output.
+    Notices,
+    /// No output at all.
+    Silence,
+    /// The turn's total cap.
+    TurnCap,
+}
+
+/// The progress of the running turn, for the progress deadline and `waiting_on`.
+#[derive(Debug)]
+struct TurnProgress {
+    started: Instant,
+    /// The last model output (or the turn's start, or a tool's end).
+    last: Instant,
+    /// The wall-clock time of `last`, for `waiting_on.since`.
+    last_wall: chrono::DateTime<Utc>,
+    /// Tool calls running.
+    tools: usize,
+    /// Retry notices since `last`.
+    notices: u32,
+    last_notice: Option<String>,
+    /// Whether `waiting_on` is written (and must be cleared on output).
+    shown: bool,
+}
+
+impl TurnProgress {
+    fn new(now: Instant, wall: chrono::DateTime<Utc>) -> Self {
+        Self {
+            started: now,
+            last: now,
+            last_wall: wall,
+            tools: 0,
+            notices: 0,
+            last_notice: None,
+            shown: false,
+        }
+    }
+
+    /// Model output: the clock starts again; true when `waiting_on` must be cleared.
+    fn output(&mut self, now: Instant, wall: chrono::DateTime<Utc>) -> bool {
+        self.last = now;
+        self.last_wall = wall;
+        self.notices = 0;
+        self.last_notice = None;
+        std::mem::replace(&mut self.shown, false)
+    }
+
+    /// A retry or reconnect notice of the CLI.
+    fn notice(&mut self, message: &str) {
+        self.notices = self.notices.saturating_add(1);
+        self.last_notice = Some(message.to_owned());
+    }
+
+    /// The next deadline and its cause, if any applies.
+    fn deadline(&self, limits: &ProgressLimits) -> Option<(Instant, Stall)> {
+        let on = |limit: Duration| (!limit.is_zero()).then_some(limit);
+        let mut candidates = Vec::new();
+        if let Some(cap) = on(limits.max_turn) {
+            candidates.push((self.started + cap, Stall::TurnCap));
+        }
+        if self.tools == 0 {
+            if let Some(silence) = on(limits.silence) {
+                candidates.push((self.last + silence, Stall::Silence));
+            }
+            if let Some(notice) = on(limits.notice).filter(|_| self.notices > 0) {
+                candidates.push((self.last + notice, Stall::Notices));
+            }
+        }
+        candidates.into_iter().min_by_key(|(at, _)| *at)
+    }
+
+    /// When `waiting_on` should be written, if it is not yet.
+    fn show_at(&self) -> Option<Instant> {
+        (!self.shown && self.tools == 0).then(|| self.last + WAITING_SHOWN_AFTER)
+    }
+
+    fn waiting_on(&self, endpoint: &str) -> WaitingOn {
+        WaitingOn {
+            endpoint: endpoint.to_owned(),
+            since: schema::time::format_ts(self.last_wall),
+            notices: self.notices,
+            last_notice: self.last_notice.clone(),
+        }
+    }
+
+    /// The `query_error` message of a stall: the endpoint, the cause, and the setting.
+    fn message(
+        &self,
+        stall: Stall,
+        now: Instant,
+        limits: &ProgressLimits,
+        endpoint: &str,
+    ) -> String {
+        let quiet = now.saturating_duration_since(self.last).as_secs();
+        match stall {
+            Stall::Notices => format!(
+                "no progress: the model at {endpoint} gave no output for {quiet} s while the CLI \
+                 kept retrying ({} retry notices; last: {}); ended by progressNoticeSecs={}",
+                self.notices,
+                self.last_notice.as_deref().unwrap_or("?"),
+                limits.notice.as_secs()
+            ),
+            Stall::Silence => format!(
+                "no progress: the model at {endpoint} gave no output for {quiet} s (stream \
+                 stalled: no data, or no answer to the request); ended by progressSilenceSecs={}",
+                limits.silence.as_secs()
+            ),
+            Stall::TurnCap => format!(
+                "the turn ran for {} s, its cap (maxTurnSecs={}); the model is at {endpoint}",
+                now.saturating_duration_since(self.started).as_secs(),
+                limits.max_turn.as_secs()
+            ),
+        }
+    }
+}
+
+/// Sleeps until `at`; never resolves for `None` (a `select!` branch that is off).
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Merges unanswered prompts into one, for a retry.
 fn merge(prepared: Vec<Prepared>) -> Option<Prepared> {
     let mut iter = prepared.into_iter();
@@ -1002,4 +1254,69 @@ fn spawn_heartbeat(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    const LIMITS: ProgressLimits = ProgressLimits {
+        notice: Duration::from_secs(60),
+        silence: Duration::from_secs(120),
+        max_turn: Duration::from_secs(3600),
+    };
+
+    fn at(progress: &TurnProgress, secs: u64) -> Instant {
+        progress.started + Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn silence_ends_a_turn_after_the_silence_limit() {
+        let progress = TurnProgress::new(Instant::now(), Utc::now());
+        assert_eq!(
+            progress.deadline(&LIMITS),
+            Some((at(&progress, 120), Stall::Silence))
+        );
+    }
+
+    #[test]
+    fn retry_notices_shorten_the_deadline_and_output_resets_it() {
+        let mut progress = TurnProgress::new(Instant::now(), Utc::now());
+        progress.notice("Reconnecting... 1/5 (connection refused)");
+        assert_eq!(
+            progress.deadline(&LIMITS),
+            Some((at(&progress, 60), Stall::Notices))
+        );
+        let message = progress.message(Stall::Notices, at(&progress, 61), &LIMITS, "http://gw");
+        assert!(message.contains("http://gw"), "{message}");
+        assert!(message.contains("connection refused"), "{message}");
+        assert!(message.contains("progressNoticeSecs=60"), "{message}");
+        progress.shown = true;
+        assert!(
+            progress.output(at(&progress, 30), Utc::now()),
+            "clears waiting_on"
+        );
+        assert_eq!(
+            progress.deadline(&LIMITS),
+            Some((at(&progress, 150), Stall::Silence))
+        );
+    }
+
+    #[test]
+    fn a_running_tool_pauses_the_deadline_but_not_the_turn_cap() {
+        let mut progress = TurnProgress::new(Instant::now(), Utc::now());
+        progress.tools = 1;
+        progress.notice("retrying");
+        assert_eq!(
+            progress.deadline(&LIMITS),
+            Some((at(&progress, 3600), Stall::TurnCap))
+        );
+        assert_eq!(progress.show_at(), None);
+        let off = ProgressLimits {
+            max_turn: Duration::ZERO,
+            ..LIMITS
+        };
+        assert_eq!(progress.deadline(&off), None);
+    }
 }

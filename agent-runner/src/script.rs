@@ -6,7 +6,10 @@
 //! exactly the environment the caller passes (nothing of the runner's own environment leaks in).
 //! A timeout stops the whole group (TERM, a grace period, then KILL), grandchildren included;
 //! background processes still alive when the script itself exits are killed the same way, so a
-//! forgotten `&` can neither outlive the task nor hold the output pipes open.
+//! forgotten `&` can neither outlive the task nor hold the output pipes open. Those that left the
+//! group (`setsid`) are found by a per-run marker in their environment ([`RUN_MARK_VAR`]) and
+//! killed too; one that also cleared its environment lives until the session stops, when the
+//! runner kills every process it started (see `provider::reaper`).
 //!
 //! Stdout and stderr are read concurrently. Each keeps its first `output_cap` bytes and keeps
 //! draining past that (so the script never blocks on a full pipe); the last non-empty stdout line
@@ -41,6 +44,23 @@ const LINE_QUOTE_CHARS: usize = 200;
 
 /// Characters of the end of stderr quoted in a failure reason.
 const STDERR_QUOTE_CHARS: usize = 500;
+
+/// The environment variable naming one script run, inherited by everything the script starts.
+pub const RUN_MARK_VAR: &str = "NANOCLAW_TASK_RUN";
+
+/// A value of [`RUN_MARK_VAR`] no other run of this or another runner uses.
+fn run_mark() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "{}-{}-{nanos}",
+        std::process::id(),
+        RUNS.fetch_add(1, Ordering::Relaxed)
+    )
+}
 
 /// Limits of one script run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,9 +129,12 @@ pub async fn run_script(
             }
         }
     };
+    let run = run_mark();
+    let marker = format!("{RUN_MARK_VAR}={run}");
     let command = CliCommand::new(find_bash(), cwd)
         .args([file.path().to_string_lossy().into_owned()])
-        .envs(env.clone());
+        .envs(env.clone())
+        .env(RUN_MARK_VAR, run);
     let mut process = match CliProcess::spawn(&command) {
         Ok(process) => process,
         Err(err) => {
@@ -142,6 +165,14 @@ pub async fn run_script(
         Err(_) => process.terminate(TERM_GRACE).await,
     };
     drop(process);
+    // What left the group (`setsid … &`) still carries the run's marker.
+    let escaped =
+        tokio::task::spawn_blocking(move || provider::reaper::kill_marked(&marker, false))
+            .await
+            .unwrap_or_default();
+    if !escaped.is_empty() {
+        tracing::info!(pids = ?escaped, "killed processes a task script left running outside its group");
+    }
     finish_readers(readers).await;
 
     let stdout = take_capture(&stdout);
@@ -580,6 +611,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn leftovers_that_left_the_group_are_killed_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let outcome = run_script(
+            "setsid sleep 300 >/dev/null 2>&1 & echo $! > escaped.pid; echo '{\"wakeAgent\": false}'",
+            dir.path(),
+            &env(),
+            &limits(10_000),
+        )
+        .await;
+        assert_eq!(outcome, ScriptOutcome::Skip);
+        let pid: i32 = std::fs::read_to_string(dir.path().join("escaped.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        for _ in 0..50 {
+            if is_gone(pid) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let gone = is_gone(pid);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        assert!(gone, "the escaped leftover {pid} still runs");
+    }
+
+    #[tokio::test]
     async fn huge_output_is_drained_and_the_last_line_still_parses() {
         let outcome = run(
             "head -c 5000000 /dev/zero | tr '\\0' a; echo; head -c 3000000 /dev/zero >&2; \
@@ -657,7 +718,15 @@ mod tests {
         let cwd = std::fs::canonicalize(dir.path()).unwrap();
         assert_eq!(data["cwd"], cwd.to_string_lossy().as_ref());
         // Only what we passed, plus what bash itself sets; nothing of the runner's environment.
-        let allowed = ["TASK_VAR", "PATH", "PWD", "SHLVL", "_", "OLDPWD"];
+        let allowed = [
+            "TASK_VAR",
+            "PATH",
+            "PWD",
+            "SHLVL",
+            "_",
+            "OLDPWD",
+            RUN_MARK_VAR,
+        ];
         for name in data["names"].as_str().unwrap().split_whitespace() {
             assert!(
                 allowed.contains(&name),

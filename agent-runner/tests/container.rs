@@ -1,7 +1,8 @@
 //! The container image as far as it can be checked without a container engine (none runs on
 //! the project's machines): the Dockerfile pins the same CLI versions as
-//! `scripts/install-clis.sh`, `container/build.sh` passes those pins, the image runs tini →
-//! agent-runner as a non-root user with both binaries and its base packages, the ignore file and
+//! `scripts/install-clis.sh`, `container/build.sh` passes those pins, the image runs
+//! agent-runner itself as PID 1 (no tini), starting as root and dropping to its non-root user
+//! (`NANOCLAW_RUN_AS`), with both binaries and its base packages, the ignore file and
 //! the Kubernetes example hold what their READMEs promise; and the real `agent-runner` binary,
 //! run against a temporary folder laid out exactly like the container's `/workspace`, answers a
 //! chat message with the system prompt built from the workspace's instruction files (the mock
@@ -195,7 +196,7 @@ fn build_sh_passes_the_pins_of_install_clis() {
 }
 
 #[test]
-fn the_image_runs_tini_then_agent_runner_as_a_non_root_user() {
+fn the_image_runs_agent_runner_as_pid_1_dropping_to_a_non_root_user() {
     let dockerfile = read("container/Dockerfile");
     let all = instructions(&dockerfile);
     let last = |keyword: &str| {
@@ -240,11 +241,15 @@ fn the_image_runs_tini_then_agent_runner_as_a_non_root_user() {
         .find(|r| r.contains("apt-get install"))
         .expect("an apt-get install RUN");
     let words: Vec<&str> = apt.split_whitespace().collect();
-    for package in ["tini", "bash", "git", "ca-certificates"] {
+    for package in ["bash", "git", "ca-certificates"] {
         assert!(
             words.contains(&package),
             "{package} is not installed: {apt}"
         );
+    }
+    // No init: it would hold the container's environment (the host's secrets).
+    for init in ["tini", "dumb-init"] {
+        assert!(!words.contains(&init), "{init} is installed: {apt}");
     }
 
     // Both binaries, side by side in /usr/local/bin.
@@ -260,11 +265,25 @@ fn the_image_runs_tini_then_agent_runner_as_a_non_root_user() {
         "{copy}"
     );
 
-    // Non-root, uid 1000, owning /workspace.
-    let user = last("USER").expect("a USER");
+    // Starts as root, reads the secrets, drops to the non-root uid 1000 owning /workspace.
+    assert_eq!(
+        last("USER").as_deref(),
+        Some("root"),
+        "the runner starts as root to read root-only secret files, then drops"
+    );
+    let env_words: Vec<String> = all
+        .iter()
+        .filter(|(k, _)| k == "ENV")
+        .flat_map(|(_, a)| a.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .collect();
+    let user = env_words
+        .iter()
+        .find_map(|w| w.strip_prefix("NANOCLAW_RUN_AS="))
+        .expect("ENV NANOCLAW_RUN_AS")
+        .to_owned();
     assert!(
-        !["root", "0", "0:0"].contains(&user.as_str()),
-        "runs as {user}"
+        !["root", "0", "0:0", ""].contains(&user.as_str()),
+        "drops to {user}"
     );
     assert!(
         runs.iter()
@@ -278,10 +297,10 @@ fn the_image_runs_tini_then_agent_runner_as_a_non_root_user() {
     );
     assert_eq!(last("WORKDIR").as_deref(), Some("/workspace/agent"));
 
-    // tini as PID 1, in exec form.
+    // agent-runner itself as PID 1, in exec form.
     assert_eq!(
         last("ENTRYPOINT").as_deref(),
-        Some(r#"["/usr/bin/tini", "--", "/usr/local/bin/agent-runner"]"#)
+        Some(r#"["/usr/local/bin/agent-runner"]"#)
     );
     assert_eq!(last("CMD"), None);
 
@@ -331,13 +350,14 @@ fn the_ignore_file_and_the_kubernetes_example_hold_what_they_promise() {
         .collect();
     for needed in [
         "kind: Pod",
-        "runAsNonRoot: true",
-        "runAsUser: 1000",
-        "fsGroup: 1000",
+        "runAsUser: 0",
         "allowPrivilegeEscalation: false",
         "drop: [\"ALL\"]",
+        "add: [\"SETUID\", \"SETGID\"]",
         "type: RuntimeDefault",
-        "- secretRef:",
+        "secretName: nanoclaw-agent-keys",
+        "defaultMode: 0400",
+        "- name: ANTHROPIC_API_KEY_FILE",
         "mountPath: /workspace",
         "hostPath:",
         "requests:",
@@ -345,6 +365,10 @@ fn the_ignore_file_and_the_kubernetes_example_hold_what_they_promise() {
     ] {
         assert!(lines.contains(&needed), "pod.yaml lacks `{needed}`");
     }
+    assert!(
+        !lines.iter().any(|l| l.starts_with("fsGroup:")),
+        "fsGroup makes the secret volume readable by the agent's group"
+    );
     let readme = read("container/k8s/README.md");
     assert!(
         readme.contains("one kernel") && readme.contains("node-local"),

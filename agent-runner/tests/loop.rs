@@ -536,3 +536,100 @@ async fn the_heartbeat_beats_during_a_slow_turn_and_status_tracks_the_query() {
     .await;
     f.stop().await;
 }
+
+/// The destination-routing table mcp-tools' `send_message(to)` is tested with too
+/// (`schema::routing::cases`), driven through the runner's `<message to>` reply.
+#[tokio::test]
+async fn reply_to_a_destination_routes_every_shared_case() {
+    for case in schema::routing::cases::all() {
+        let mut f = Fixture::new();
+        for destination in &case.destinations {
+            f.db.upsert_destination(destination).unwrap();
+        }
+        // Inserted before the runner starts: one poll claims them as one batch.
+        let ids: Vec<String> = case
+            .batch
+            .iter()
+            .map(|routing| {
+                let mut row = chat("hi");
+                row.routing = routing.clone();
+                f.insert(row)
+            })
+            .collect();
+        f.mock.script([MockStep::Reply {
+            text: format!("<message to=\"{}\">hello</message>", case.to),
+            delay: Duration::ZERO,
+        }]);
+        f.start();
+        for id in &ids {
+            f.wait_completed(id).await;
+        }
+        f.stop().await;
+        let routings: Vec<Routing> = f
+            .outs()
+            .into_iter()
+            .filter(|o| o.kind == "chat")
+            .map(|o| o.routing)
+            .collect();
+        match &case.expected {
+            Some(expected) => assert_eq!(routings, vec![expected.clone()], "{}", case.name),
+            None => assert_eq!(routings, Vec::<Routing>::new(), "{}", case.name),
+        }
+    }
+}
+
+/// Issue 10: a turn without model output ends at the progress deadline with a `NoProgress`
+/// query_error naming the endpoint; the runner does not run it again (that would multiply the
+/// bound), clears what the turn waited on, and answers the next message.
+#[tokio::test]
+async fn a_turn_without_output_ends_at_the_progress_deadline_and_is_not_retried() {
+    let mut f = Fixture::new();
+    f.mock.script([
+        MockStep::Reply {
+            text: "far too late".into(),
+            delay: Duration::from_secs(60),
+        },
+        MockStep::Reply {
+            text: "on time".into(),
+            delay: Duration::ZERO,
+        },
+    ]);
+    f.start_with(|options| {
+        options.query_retries = 2;
+        options.model_endpoint = "http://gateway.test/v1".into();
+        options.progress = agent_runner::runner::ProgressLimits {
+            notice: Duration::from_secs(1),
+            silence: Duration::from_secs(1),
+            max_turn: Duration::ZERO,
+        };
+    });
+    let started = std::time::Instant::now();
+    let first = f.chat("anyone?");
+    f.wait_for("query_error", |f| {
+        f.outs().iter().any(|o| o.kind == "system")
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    let error = f.outs().into_iter().find(|o| o.kind == "system").unwrap();
+    let content: Value = serde_json::from_str(&error.content).unwrap();
+    let payload = &content["payload"];
+    assert_eq!(payload["classification"], "NoProgress", "{payload}");
+    assert_eq!(payload["retryable"], true, "{payload}");
+    assert_eq!(payload["endpoint"], "http://gateway.test/v1", "{payload}");
+    let message = payload["message"].as_str().unwrap();
+    assert!(message.contains("http://gateway.test/v1"), "{message}");
+    assert!(message.contains("progressSilenceSecs=1"), "{message}");
+    assert_eq!(payload["messageIds"][0], first.as_str());
+    assert_eq!(f.row(&first).status, "processing");
+    assert_eq!(f.mock.inputs().len(), 1, "not run again by the runner");
+    let state = f.db.runner_state().unwrap().unwrap();
+    assert_eq!(state.waiting_on, None);
+    let second = f.chat("now?");
+    f.wait_completed(&second).await;
+    assert!(f.outs().iter().any(|o| text_of(o) == "on time"));
+    f.stop().await;
+}

@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use schema::time::{format_ts, parse_ts};
-use schema::{InStatus, InboundContent, MessageIn, QueueCounts, Routing, SessionDb};
+use schema::{InStatus, InboundContent, MessageIn, QueueCounts, Routing, SessionDb, WaitingOn};
 use serde::Serialize;
 
 use crate::init::format_routing;
@@ -25,6 +25,10 @@ pub struct RunnerReport {
     pub provider: Option<String>,
     /// Tool the agent is in, if known.
     pub current_tool: Option<String>,
+    /// What a turn without progress waits on (the model endpoint, since when, retry notices).
+    pub waiting_on: Option<WaitingOn>,
+    /// Seconds it has waited so far.
+    pub waiting_secs: Option<i64>,
     /// Last heartbeat as stored.
     pub heartbeat_at: String,
     /// Seconds since the last heartbeat (`None` when the stored time is unreadable).
@@ -86,7 +90,14 @@ pub fn status(db: &SessionDb, now: DateTime<Utc>) -> Result<StatusReport> {
             let age = parse_ts(&state.heartbeat_at)
                 .ok()
                 .map(|at| (now - at).num_seconds());
+            let waiting_on = state.waiting();
+            let waiting_secs = waiting_on
+                .as_ref()
+                .and_then(|w| parse_ts(&w.since).ok())
+                .map(|since| (now - since).num_seconds().max(0));
             RunnerReport {
+                waiting_on,
+                waiting_secs,
                 heartbeat_stale: state.status != "stopped"
                     && age.is_none_or(|age| age > STALE_HEARTBEAT_SECS),
                 status: state.status,
@@ -133,6 +144,24 @@ pub fn status(db: &SessionDb, now: DateTime<Utc>) -> Result<StatusReport> {
         routing: db.session_routing().context("reading the routing")?,
         destinations,
     })
+}
+
+/// "the model at URL for 42 s (3 retry notices; last: …)".
+fn waiting_text(waiting: &WaitingOn, secs: Option<i64>) -> String {
+    let mut text = format!("the model at {}", waiting.endpoint);
+    match secs {
+        Some(secs) => text.push_str(&format!(" for {secs} s")),
+        None => text.push_str(&format!(" since {:?}", waiting.since)),
+    }
+    match (waiting.notices, waiting.last_notice.as_deref()) {
+        (0, _) => text.push_str(" (no output yet)"),
+        (n, Some(last)) => {
+            let plural = if n == 1 { "" } else { "s" };
+            text.push_str(&format!(" ({n} retry notice{plural}; last: {last})"))
+        }
+        (n, None) => text.push_str(&format!(" ({n} retry notices)")),
+    }
+    text
 }
 
 fn task_series(row: &MessageIn) -> TaskSeries {
@@ -190,6 +219,12 @@ impl StatusReport {
                     text.push_str(" [STALE]");
                 }
                 line(text);
+                if let Some(waiting) = &runner.waiting_on {
+                    line(format!(
+                        "waiting on  {}",
+                        waiting_text(waiting, runner.waiting_secs)
+                    ));
+                }
             }
         }
         let c = &self.counts;
@@ -233,5 +268,75 @@ impl StatusReport {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn report(waiting_on: Option<WaitingOn>, now: DateTime<Utc>) -> StatusReport {
+        let waiting_secs = waiting_on
+            .as_ref()
+            .and_then(|w| parse_ts(&w.since).ok())
+            .map(|since| (now - since).num_seconds());
+        StatusReport {
+            db: "/ws/session.db".into(),
+            now: format_ts(now),
+            runner: Some(RunnerReport {
+                status: "busy".into(),
+                pid: Some(7),
+                provider: Some("codex".into()),
+                current_tool: None,
+                waiting_on,
+                waiting_secs,
+                heartbeat_at: format_ts(now),
+                heartbeat_age_secs: Some(0),
+                heartbeat_stale: false,
+            }),
+            counts: QueueCounts::default(),
+            next_due: None,
+            next_due_in_secs: None,
+            tasks: Vec::new(),
+            routing: None,
+            destinations: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_status_screen_shows_what_a_turn_waits_on() {
+        let now = parse_ts("2026-11-23T10:00:42.000Z").unwrap();
+        let waiting = WaitingOn {
+            endpoint: "http://127.0.0.1:9/v1".into(),
+            since: "2026-11-23T10:00:00.000Z".into(),
+            notices: 3,
+            last_notice: Some("Reconnecting... connection refused".into()),
+        };
+        let text = report(Some(waiting.clone()), now).render(now);
+        let lines: Vec<&str> = text.lines().take(3).collect();
+        assert_eq!(
+            lines,
+            [
+                "session DB  /ws/session.db",
+                "runner      busy, pid 7, provider codex, heartbeat 0s ago (2026-11-23T10:00:42.000Z)",
+                "waiting on  the model at http://127.0.0.1:9/v1 for 42 s (3 retry notices; last: \
+                 Reconnecting... connection refused)",
+            ]
+        );
+        let silent = WaitingOn {
+            notices: 0,
+            last_notice: None,
+            ..waiting
+        };
+        let text = report(Some(silent), now).render(now);
+        assert!(
+            text.contains(
+                "waiting on  the model at http://127.0.0.1:9/v1 for 42 s (no output yet)\n"
+            ),
+            "{text}"
+        );
+        let text = report(None, now).render(now);
+        assert!(!text.contains("waiting on"), "{text}");
     }
 }

@@ -7,10 +7,21 @@ use mcp_tools::{Args, Config, NanoclawServer};
 use schema::{OpenOptions, SessionDb};
 
 fn main() -> std::process::ExitCode {
+    // First of all: the CLI that spawns this server runs as the agent's user, and a dumpable
+    // process's /proc/<pid>/environ, mem and fd are open to that user.
+    let dumpable = nix::sys::prctl::set_dumpable(false);
     // A dead or full stderr pipe must neither panic nor block the server (see `logging`).
     let _ = logging::subscriber("warn,mcp_tools=info")
         .with_ansi(false)
         .try_init();
+    if let Err(err) = dumpable {
+        logging::print_line(&format!(
+            "mcp-tools: cannot make the process non-dumpable (prctl PR_SET_DUMPABLE): {err}; \
+             refusing to run where the agent could read this process's memory (allow prctl in \
+             the container's seccomp profile)"
+        ));
+        return std::process::ExitCode::FAILURE;
+    }
     match run() {
         Ok(()) => {
             logging::flush_at_exit();

@@ -10,10 +10,12 @@ pub mod archive;
 pub mod archive_job;
 pub mod claude;
 pub mod codex;
+pub mod media;
 pub mod mock;
 pub mod opencode;
 pub mod process;
 pub mod query;
+pub mod reaper;
 pub mod settings;
 
 use std::path::PathBuf;
@@ -71,8 +73,15 @@ pub enum ErrorClass {
     /// The model API failed (5xx, dropped connection); the CLI's own retries are exhausted or
     /// under way.
     Api,
-    /// Rate limit or quota.
+    /// The account's quota or credit is exhausted (`insufficient_quota`, billing): retrying soon
+    /// does not help; someone must act.
     Quota,
+    /// A temporary rate limit (HTTP 429 without an exhausted quota): retry later, after
+    /// `retry_after_secs` when the CLI or the gateway said.
+    RateLimited {
+        /// When to retry, in seconds from when the error was reported, if known.
+        retry_after_secs: Option<u64>,
+    },
     /// Authentication failed.
     Auth,
     /// The stored continuation names a session that does not exist: clear it.
@@ -81,10 +90,46 @@ pub enum ErrorClass {
     Process,
     /// The CLI produced no event for longer than the watchdog allows.
     Watchdog,
+    /// The turn made no progress: retry notices without model output, or no model output at
+    /// all, for longer than the runner's progress deadline (or the turn hit its total cap).
+    NoProgress,
     /// The turn was aborted on request.
     Aborted,
     /// Anything else.
     Other,
+}
+
+impl ErrorClass {
+    /// The class's name as written in `query_error` rows (`Api`, `RateLimited`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Api => "Api",
+            Self::Quota => "Quota",
+            Self::RateLimited { .. } => "RateLimited",
+            Self::Auth => "Auth",
+            Self::InvalidSession => "InvalidSession",
+            Self::Process => "Process",
+            Self::Watchdog => "Watchdog",
+            Self::NoProgress => "NoProgress",
+            Self::Aborted => "Aborted",
+            Self::Other => "Other",
+        }
+    }
+
+    /// When a rate limit says to retry, if it said.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Self::RateLimited {
+                retry_after_secs: Some(secs),
+            } => Some(std::time::Duration::from_secs(*secs)),
+            _ => None,
+        }
+    }
+
+    /// A rate limit whose reset time is unknown.
+    pub const RATE_LIMITED: ErrorClass = ErrorClass::RateLimited {
+        retry_after_secs: None,
+    };
 }
 
 /// Events of a query, translated from the CLI's own protocol.
@@ -119,10 +164,20 @@ pub enum ProviderEvent {
         /// What happened.
         message: String,
     },
-    /// The agent is doing something (a tool call, streaming); refreshes liveness.
+    /// The agent is doing something (a tool call, streaming); refreshes liveness. A `tool`
+    /// means a tool call started, which is also model output.
     Activity {
         /// Tool name, when a tool started.
         tool: Option<String>,
+    },
+    /// The model produced output (streamed text or thinking, a message): the turn makes
+    /// progress. The runner's progress deadline counts from the last one (or a tool's end).
+    Output,
+    /// A tool call ended; `running` tool calls of the turn are still running. While any runs,
+    /// the progress deadline is paused (a tool may legitimately take long).
+    ToolEnded {
+        /// Tool calls still running in the turn.
+        running: usize,
     },
 }
 

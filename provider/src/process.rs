@@ -187,6 +187,10 @@ impl CliProcess {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        // The session's marker: the next run finds what this one left behind by it.
+        if let Some(mark) = crate::reaper::session_mark() {
+            cmd.env(crate::reaper::MARK_VAR, mark);
+        }
         let parent = std::process::id();
         // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
         // calls (prctl, getppid, _exit).
@@ -199,7 +203,8 @@ impl CliProcess {
                 Ok(())
             });
         }
-        let mut child = cmd.spawn().map_err(|err| {
+        // Registered before the orphan reaper can see it: its exit status is ours.
+        let mut child = crate::reaper::spawn_owned(|| cmd.spawn(), Child::id).map_err(|err| {
             ProviderError::Spawn(format!("cannot start {}: {err}", command.program.display()))
         })?;
         let pid = child
@@ -236,7 +241,7 @@ impl CliProcess {
     /// are not reached by the group signals: they are collected before the TERM and killed
     /// afterwards if they are still the same processes.
     pub async fn terminate(&mut self, grace: Duration) -> Option<ExitStatus> {
-        let escaped = descendants(self.pid());
+        let escaped = crate::reaper::descendants(self.pid());
         self.stdin.take();
         let _ = killpg(self.pgid, Signal::SIGTERM);
         let status = match tokio::time::timeout(grace, self.child.wait()).await {
@@ -246,7 +251,7 @@ impl CliProcess {
         let _ = killpg(self.pgid, Signal::SIGKILL);
         for (pid, started) in escaped {
             // Same start time: not a recycled pid.
-            if stat_fields(pid).map(|(_, s)| s) == Some(started) {
+            if crate::reaper::stat(pid).map(|s| s.started) == Some(started) {
                 tracing::debug!(pid, "killing a leftover CLI descendant outside its group");
                 let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
             }
@@ -256,40 +261,6 @@ impl CliProcess {
             None => self.child.wait().await.ok(),
         }
     }
-}
-
-/// Parent pid and start time (clock ticks since boot) from `/proc/<pid>/stat`.
-fn stat_fields(pid: i32) -> Option<(i32, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may contain spaces and parentheses: split after the last ')'.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    // fields[0] = state (field 3), [1] = ppid (4), [19] = starttime (22).
-    let ppid = fields.get(1)?.parse().ok()?;
-    let started = fields.get(19)?.parse().ok()?;
-    Some((ppid, started))
-}
-
-/// Every descendant of `root` with its start time, from `/proc`.
-fn descendants(root: u32) -> Vec<(i32, u64)> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let all: Vec<(i32, i32, u64)> = entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(|pid| stat_fields(pid).map(|(ppid, started)| (pid, ppid, started)))
-        .collect();
-    let mut found: Vec<(i32, u64)> = Vec::new();
-    let mut frontier = vec![root as i32];
-    while let Some(parent) = frontier.pop() {
-        for (pid, ppid, started) in &all {
-            if *ppid == parent && !found.iter().any(|(p, _)| p == pid) {
-                found.push((*pid, *started));
-                frontier.push(*pid);
-            }
-        }
-    }
-    found
 }
 
 impl Drop for CliProcess {

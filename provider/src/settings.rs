@@ -42,9 +42,11 @@ pub struct ProviderSettings {
     pub model: Option<String>,
     /// Reasoning effort override, where the CLI has one.
     pub effort: Option<String>,
-    /// Model API base URL (`ANTHROPIC_BASE_URL` / `OPENAI_BASE_URL`).
+    /// Model API base URL (`ANTHROPIC_BASE_URL` / `OPENAI_BASE_URL`); the runner's credential
+    /// proxy (`http://127.0.0.1:<port>/anthropic|openai`) when it runs one.
     pub base_url: Option<String>,
-    /// Model API key (`ANTHROPIC_API_KEY` / `OPENAI_API_KEY`).
+    /// Model API key (`ANTHROPIC_API_KEY` / `OPENAI_API_KEY`); the proxy's session token when
+    /// the runner runs a credential proxy, so the CLI never holds the real key.
     pub api_key: Option<String>,
     /// Explicit CLI path (`CLAUDE_PATH`, ...); found on PATH or in `.cli/` when `None`.
     pub cli_path: Option<PathBuf>,
@@ -60,6 +62,16 @@ pub struct ProviderSettings {
     pub tool_timeout: Duration,
     /// Bounded retries of the CLI's own API client.
     pub max_retries: u32,
+    /// The CLI's own timeout of one model request (Claude `API_TIMEOUT_MS`, OpenCode's provider
+    /// `timeout`).
+    pub request_timeout: Duration,
+    /// How long the CLI waits for the next event of a model stream (Codex
+    /// `stream_idle_timeout_ms`).
+    pub stream_idle_timeout: Duration,
+    /// Variables the operator adds to the CLI's environment (config `cliEnv`). They win over
+    /// the runner's tunable defaults (e.g. `API_TIMEOUT_MS`), not over what the provider needs
+    /// to work (HOME, the key, its config); scrub patterns still apply.
+    pub cli_env: BTreeMap<String, String>,
     /// Codex: follow-ups through native `turn/steer` instead of abort-and-restart.
     pub codex_steer: bool,
     /// Extra variables for mcp-tools (beside SESSION_DB, TZ, the admin id, WORKSPACE_DIR).
@@ -101,6 +113,9 @@ impl ProviderSettings {
             watchdog: Duration::from_secs(600),
             tool_timeout: Duration::from_secs(300),
             max_retries: 2,
+            request_timeout: Duration::from_secs(600),
+            stream_idle_timeout: Duration::from_secs(90),
+            cli_env: BTreeMap::new(),
             codex_steer: false,
             mcp_env: BTreeMap::new(),
             runner_exe: None,
@@ -110,6 +125,29 @@ impl ProviderSettings {
             mock_echo_system_prompt: false,
             workspace,
         }
+    }
+
+    /// The start of a CLI's environment: the allow-listed and passthrough part of `parent`, then
+    /// the operator's `cliEnv`, minus scrubbed names (logged). The provider sets its own
+    /// variables on top; its tunable defaults go in with [`set_default_env`] so that a value
+    /// the operator passed through or set here wins.
+    pub fn base_env(
+        &self,
+        parent: impl IntoIterator<Item = (String, String)>,
+    ) -> BTreeMap<String, String> {
+        let mut env = self.env_policy.inherited(parent);
+        for (name, value) in &self.cli_env {
+            if self.env_policy.is_scrubbed(name) {
+                tracing::warn!(
+                    variable = %name,
+                    "cliEnv names a variable that matches a scrub pattern; not passed to the CLI \
+                     (change envScrubPatterns to allow it)"
+                );
+                continue;
+            }
+            env.insert(name.clone(), value.clone());
+        }
+        env
     }
 
     /// The environment mcp-tools gets, whichever CLI spawns it.
@@ -128,4 +166,10 @@ impl ProviderSettings {
         }
         env
     }
+}
+
+/// Sets a tunable default in a CLI's environment unless the operator already set it (through
+/// `envPassthrough` or `cliEnv`).
+pub fn set_default_env(env: &mut BTreeMap<String, String>, name: &str, value: String) {
+    env.entry(name.to_owned()).or_insert(value);
 }

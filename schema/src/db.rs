@@ -789,6 +789,18 @@ impl SessionDb {
         })
     }
 
+    /// Records what a turn without progress waits on (or clears it with `None`).
+    pub fn set_waiting_on(&self, waiting_on: Option<&WaitingOn>) -> Result<(), Error> {
+        let json = waiting_on.map(serde_json::to_string).transpose()?;
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE runner_state SET waiting_on = ?1 WHERE id = 1",
+                [json],
+            )?;
+            Ok(())
+        })
+    }
+
     /// Refreshes `heartbeat_at`.
     pub fn heartbeat(&self) -> Result<(), Error> {
         self.write(|tx| {
@@ -805,7 +817,8 @@ impl SessionDb {
         let conn = self.conn()?;
         Ok(conn
             .query_row(
-                "SELECT status, pid, provider, current_tool, heartbeat_at, updated_at FROM runner_state WHERE id = 1",
+                "SELECT status, pid, provider, current_tool, heartbeat_at, updated_at, waiting_on
+                 FROM runner_state WHERE id = 1",
                 [],
                 |r| {
                     Ok(RunnerState {
@@ -815,6 +828,7 @@ impl SessionDb {
                         current_tool: r.get(3)?,
                         heartbeat_at: r.get(4)?,
                         updated_at: r.get(5)?,
+                        waiting_on: r.get(6)?,
                     })
                 },
             )
@@ -843,9 +857,9 @@ impl SessionDb {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// One destination by name.
+    /// One destination by name, matched as [`crate::find_destination`] does.
     pub fn destination(&self, name: &str) -> Result<Option<Destination>, Error> {
-        Ok(self.destinations()?.into_iter().find(|d| d.name == name))
+        Ok(crate::find_destination(&self.destinations()?, name).cloned())
     }
 
     /// Inserts or replaces a destination (host).

@@ -5,6 +5,7 @@
 pub mod content;
 pub mod cron;
 pub mod db;
+pub mod routing;
 pub mod rows;
 mod sql;
 pub mod tasks;
@@ -18,6 +19,7 @@ pub use content::{
 pub use db::{
     continuation_key, Eligible, OpenOptions, QueueCounts, SessionDb, SweepPolicy, SweepReport,
 };
+pub use routing::{find_destination, DestinationRoute};
 pub use rows::*;
 pub use watch::DbWatcher;
 

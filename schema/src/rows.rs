@@ -504,13 +504,25 @@ pub struct Destination {
 }
 
 impl Destination {
-    /// The routing a message to this destination carries.
+    /// The channel a message to this destination goes to (no thread: see
+    /// [`SessionDb::route_to_destination`](crate::SessionDb::route_to_destination), which adds
+    /// one). An agent destination without a channel of its own is channel type `agent` with its
+    /// agent group id as platform id.
     pub fn routing(&self) -> Routing {
-        Routing {
+        let mut routing = Routing {
             channel_type: self.channel_type.clone(),
             platform_id: self.platform_id.clone(),
             thread_id: None,
+        };
+        if self.kind == "agent" {
+            if routing.channel_type.is_none() {
+                routing.channel_type = Some("agent".into());
+            }
+            if routing.platform_id.is_none() {
+                routing.platform_id = self.agent_group_id.clone();
+            }
         }
+        routing
     }
 }
 
@@ -566,10 +578,36 @@ pub struct RunnerState {
     pub provider: Option<String>,
     /// Tool the agent is in, if known.
     pub current_tool: Option<String>,
+    /// What a turn that makes no progress waits on, as stored: JSON of a [`WaitingOn`] (read it
+    /// with [`RunnerState::waiting`]); `None` while output flows.
+    pub waiting_on: Option<String>,
     /// Last heartbeat.
     pub heartbeat_at: String,
     /// Last status change.
     pub updated_at: String,
+}
+
+impl RunnerState {
+    /// What the turn waits on, when the stored value can be read.
+    pub fn waiting(&self) -> Option<WaitingOn> {
+        serde_json::from_str(self.waiting_on.as_deref()?).ok()
+    }
+}
+
+/// What a turn that makes no progress waits on: written by the runner while the model gives no
+/// output (retry notices, silence), cleared when output resumes or the turn ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitingOn {
+    /// The model endpoint (the configured base URL).
+    pub endpoint: String,
+    /// Since when no output came, RFC 3339 UTC.
+    pub since: String,
+    /// Retry or reconnect notices of the CLI since then.
+    pub notices: u32,
+    /// The last of those notices.
+    #[serde(default)]
+    pub last_notice: Option<String>,
 }
 
 /// Routing and reply target of the batch the runner is working on, stored as `current_batch` so

@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS session_routing (id INTEGER PRIMARY KEY CHECK (id = 1
 CREATE TABLE IF NOT EXISTS session_state (key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runner_state (id INTEGER PRIMARY KEY CHECK (id = 1),
   status TEXT NOT NULL,
-  pid INTEGER, provider TEXT, current_tool TEXT, heartbeat_at TEXT NOT NULL, updated_at TEXT NOT NULL);
+  pid INTEGER, provider TEXT, current_tool TEXT, heartbeat_at TEXT NOT NULL, updated_at TEXT NOT NULL,
+  waiting_on TEXT);
 "#;
 
 /// Indexes for the hot queries; created after migrations so their columns exist.
@@ -81,6 +82,7 @@ pub(crate) const COLUMNS: &[(&str, &str, &str)] = &[
     ("runner_state", "pid", "INTEGER"),
     ("runner_state", "provider", "TEXT"),
     ("runner_state", "current_tool", "TEXT"),
+    ("runner_state", "waiting_on", "TEXT"),
 ];
 
 /// Columns of `messages_in`, in the order `MessageIn::read` reads them; the rowid last, the one

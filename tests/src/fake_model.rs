@@ -190,6 +190,13 @@ pub enum Step {
         #[serde(default)]
         after_first_event: bool,
     },
+    /// Send the response headers (200, `text/event-stream`) and then nothing, not even a first
+    /// event, until [`FakeModel::release_hangs`] or `timeout_ms`; then the default text. A
+    /// gateway that accepted the request and stalls.
+    HangAfterHeaders {
+        #[serde(default = "default_hang_timeout")]
+        timeout_ms: u64,
+    },
 }
 
 fn one() -> usize {
@@ -269,6 +276,13 @@ impl Step {
         }
     }
 
+    /// Headers, then nothing until released (see [`Step::HangAfterHeaders`]).
+    pub fn hang_after_headers() -> Step {
+        Step::HangAfterHeaders {
+            timeout_ms: DEFAULT_HANG_TIMEOUT_MS,
+        }
+    }
+
     /// Close the connection after the first SSE event(s).
     pub fn drop_connection() -> Step {
         Step::Drop {
@@ -343,7 +357,7 @@ impl Step {
     /// Hang: give up waiting after `ms` (then the default text completes the reply).
     #[must_use]
     pub fn timeout_ms(mut self, ms: u64) -> Step {
-        if let Step::Hang { timeout_ms, .. } = &mut self {
+        if let Step::Hang { timeout_ms, .. } | Step::HangAfterHeaders { timeout_ms } = &mut self {
             *timeout_ms = ms;
         }
         self
@@ -372,6 +386,7 @@ impl Step {
             Step::Drop { after_first_event } => {
                 format!("drop (after_first_event={after_first_event})")
             }
+            Step::HangAfterHeaders { .. } => "hang after the headers".to_owned(),
         }
     }
 }
@@ -1255,6 +1270,15 @@ impl Ctx {
                 let mut plan = Plan::blocks(default_block());
                 plan.pause = Some(Pause::Release { timeout_ms });
                 self.respond(plan).await
+            }
+            Step::HangAfterHeaders { timeout_ms } => {
+                if !self.stream {
+                    self.wait_pause(Pause::Release { timeout_ms }).await;
+                    return self.respond(Plan::blocks(default_block())).await;
+                }
+                let mut frames = vec![Frame::Pause(Pause::Release { timeout_ms })];
+                frames.extend(self.sse_frames(&Plan::blocks(default_block())));
+                self.stream_response(frames)
             }
             Step::Drop { after_first_event } => {
                 let plan = Plan {

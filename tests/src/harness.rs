@@ -383,23 +383,30 @@ impl Session {
         }
     }
 
-    /// SIGTERMs the runner and waits for it (a graceful stop).
+    /// SIGTERMs the runner and waits for it (a graceful stop); SIGKILL after 10 s.
     pub fn stop_runner(&mut self) {
-        if let Some(mut child) = self.runner.take() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
+        let _ = self.stop_runner_timed();
+    }
+
+    /// [`Session::stop_runner`], returning how long the runner took to exit after the SIGTERM
+    /// and its exit status (`None` when it had to be killed after 10 s, or was not running).
+    pub fn stop_runner_timed(&mut self) -> Option<(Duration, std::process::ExitStatus)> {
+        let mut child = self.runner.take()?;
+        let started = Instant::now();
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = started + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some((started.elapsed(), status));
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            std::thread::sleep(Duration::from_millis(5));
         }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
     }
 
     /// Every runner log so far, concatenated.

@@ -12,12 +12,12 @@
 //!   down or stalls, processes that outlive a run, the credential proxy, secrets the agent could read, signals mid-turn),
 //!   re-exported by [`scenarios`] so that `scenario_tests!` finds them.
 
+pub mod credentials;
 pub mod fake_model;
 pub mod harness;
+pub mod leftovers;
 pub mod provider_harness;
 pub mod scenarios;
-pub mod credentials;
-pub mod leftovers;
 pub mod secrets;
 pub mod stalls;
 pub mod stops;

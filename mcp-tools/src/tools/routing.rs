@@ -1,8 +1,9 @@
-//! Where a tool's row goes (SPEC §7): explicit fields > the destination named by `to` > the
-//! runner's `current_batch` > the session's default routing. Every row also carries
+//! Where a tool's row goes (SPEC §7): explicit fields > the destination named by `to` (routed by
+//! `schema::routing`, the rule the runner's replies share) > the runner's `current_batch` > the
+//! session's default routing. Every row also carries
 //! `in_reply_to` of the current batch, whatever its routing.
 
-use schema::{Destination, Routing, SessionDb};
+use schema::{DestinationRoute, Routing, SessionDb};
 
 use crate::error::{ToolError, ToolResult};
 
@@ -41,7 +42,10 @@ pub fn resolve(db: &SessionDb, target: &Target<'_>) -> ToolResult<Route> {
         }
     };
     let base = match target.to {
-        Some(name) => destination_routing(&find_destination(db, name)?),
+        Some(name) => match db.route_to_destination(name, &batch.ids)? {
+            DestinationRoute::Found(routing) => routing,
+            DestinationRoute::Unknown { known } => return Err(unknown_destination(name, &known)),
+        },
         None if !batch.routing.is_empty() => batch.routing.clone(),
         None => db.session_routing()?.unwrap_or_default(),
     };
@@ -67,22 +71,9 @@ pub fn resolve(db: &SessionDb, target: &Target<'_>) -> ToolResult<Route> {
     })
 }
 
-/// The destination called `name`, or an error listing the known names.
-pub fn find_destination(db: &SessionDb, name: &str) -> ToolResult<Destination> {
-    let all = db.destinations()?;
-    if let Some(found) = all.iter().find(|d| d.name == name) {
-        return Ok(found.clone());
-    }
-    // Be forgiving about case, but only when it is unambiguous.
-    let folded: Vec<&Destination> = all
-        .iter()
-        .filter(|d| d.name.eq_ignore_ascii_case(name))
-        .collect();
-    if let [only] = folded.as_slice() {
-        return Ok((*only).clone());
-    }
-    let known: Vec<&str> = all.iter().map(|d| d.name.as_str()).collect();
-    Err(ToolError::invalid(if known.is_empty() {
+/// The error for a destination name nobody has, listing the known names.
+pub fn unknown_destination(name: &str, known: &[String]) -> ToolError {
+    ToolError::invalid(if known.is_empty() {
         format!(
             "unknown destination {name:?}: no destinations are configured; omit `to` to answer \
              the current conversation"
@@ -92,20 +83,5 @@ pub fn find_destination(db: &SessionDb, name: &str) -> ToolResult<Destination> {
             "unknown destination {name:?}; known destinations: {}",
             known.join(", ")
         )
-    }))
-}
-
-/// The routing a row sent to `destination` carries. An agent destination without its own
-/// channel is addressed as channel type `agent` with the agent group id as platform id.
-pub fn destination_routing(destination: &Destination) -> Routing {
-    let mut routing = destination.routing();
-    if destination.kind == "agent" {
-        if routing.channel_type.is_none() {
-            routing.channel_type = Some("agent".into());
-        }
-        if routing.platform_id.is_none() {
-            routing.platform_id = destination.agent_group_id.clone();
-        }
-    }
-    routing
+    })
 }

@@ -242,3 +242,46 @@ fn add_reaction_on_incoming_and_own_messages() {
         .err();
     assert!(err.contains("emoji is empty"), "{err}");
 }
+
+/// The destination-routing table the runner's `<message to>` replies are tested with too
+/// (`schema::routing::cases`), driven through `send_message(to)`.
+#[test]
+fn send_message_to_routes_every_shared_case() {
+    for case in schema::routing::cases::all() {
+        let env = Env::new();
+        for destination in &case.destinations {
+            env.db.upsert_destination(destination).unwrap();
+        }
+        let ids: Vec<String> = case
+            .batch
+            .iter()
+            .map(|routing| {
+                let row = NewMessageIn {
+                    routing: routing.clone(),
+                    ..NewMessageIn::new("chat", r#"{"text":"hi"}"#)
+                };
+                env.db.insert_in(&row).unwrap().id
+            })
+            .collect();
+        env.db
+            .set_current_batch(Some(&schema::CurrentBatch {
+                routing: case.batch.last().cloned().unwrap_or_default(),
+                in_reply_to: ids.last().cloned(),
+                ids: ids.clone(),
+                sender_id: None,
+            }))
+            .unwrap();
+        let mut server = env.spawn().ready();
+        let sent = server.call("send_message", json!({"text": "hello", "to": case.to}));
+        match &case.expected {
+            Some(expected) => {
+                let row = env.db.message_out_by_seq(sent.seq()).unwrap().unwrap();
+                assert_eq!(&row.routing, expected, "{}", case.name);
+            }
+            None => {
+                let err = sent.err();
+                assert!(err.contains("unknown destination"), "{}: {err}", case.name);
+            }
+        }
+    }
+}

@@ -5,6 +5,8 @@
 //! * `system-prompt.md`: the query's system prompt, read through `--append-system-prompt-file`
 //!   (no argv size limit);
 //! * `anthropic-api-key` (mode 0600): the API key, read by the `apiKeyHelper` of `--settings`.
+//!   With the runner's credential proxy (whenever a key is configured) this is the session
+//!   token and the base URL the proxy's; the real key stays in the runner.
 //!   The key thus never sits in the CLI's environment, which every `Bash` command the agent runs
 //!   inherits (`CLAUDE_CODE_SUBPROCESS_ENV_SCRUB` would scrub it too, but needs bubblewrap).
 
@@ -16,6 +18,7 @@ use serde_json::{json, Map, Value};
 
 use crate::archive;
 use crate::process::CliCommand;
+use crate::settings::set_default_env;
 use crate::ProviderSettings;
 
 /// Built-in tools that do not fit a headless container session, checked against the `tools` of
@@ -278,7 +281,7 @@ pub(crate) fn env(
     parent: impl IntoIterator<Item = (String, String)>,
     is_root: bool,
 ) -> BTreeMap<String, String> {
-    let mut env = settings.env_policy.inherited(parent);
+    let mut env = settings.base_env(parent);
     // The key reaches Claude through apiKeyHelper only, never through the environment.
     env.remove("ANTHROPIC_API_KEY");
     let mut set = |name: &str, value: String| {
@@ -307,6 +310,13 @@ pub(crate) fn env(
         // agent directory's CLAUDE.md a second time.
         set("CLAUDE_CODE_DISABLE_CLAUDE_MDS", "1".into());
     }
+    // Claude's own bound on one model request (its default is 10-15 minutes); an operator's
+    // value (cliEnv or envPassthrough) wins.
+    set_default_env(
+        &mut env,
+        "API_TIMEOUT_MS",
+        settings.request_timeout.as_millis().to_string(),
+    );
     env
 }
 
@@ -421,6 +431,7 @@ mod tests {
               --resume
               5a50ee08-9c89-4e12-85b1-1d7ced515542
             ANTHROPIC_BASE_URL=http://127.0.0.1:18080
+            API_TIMEOUT_MS=600000
             CLAUDE_CODE_DISABLE_CLAUDE_MDS=1
             CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1
             CLAUDE_CODE_MAX_RETRIES=2
@@ -499,6 +510,54 @@ mod tests {
         assert!(!env.contains_key("IS_SANDBOX"));
         assert!(!env.contains_key("CLAUDE_CODE_DISABLE_CLAUDE_MDS"));
         assert_eq!(env["CLAUDE_CODE_MAX_RETRIES"], "0");
+    }
+
+    /// Issue 10: `API_TIMEOUT_MS` is the runner's default, an operator's value (passed through
+    /// or set in `cliEnv`) wins, the provider's own variables cannot be replaced, and scrub
+    /// patterns still apply to `cliEnv`.
+    #[test]
+    fn the_operator_environment_wins_over_the_runner_defaults() {
+        let launch = Launch::default();
+        let mut settings = settings();
+        let env = env(&settings, &launch, Vec::new(), false);
+        assert_eq!(env["API_TIMEOUT_MS"], "600000");
+
+        // Set in the runner's environment but not passed through: dropped (the old behaviour).
+        let parent = || vec![("API_TIMEOUT_MS".to_owned(), "5000".to_owned())];
+        let env = env_of(&settings, &launch, parent());
+        assert_eq!(env["API_TIMEOUT_MS"], "600000");
+        settings.env_policy.passthrough = vec!["API_TIMEOUT_MS".into()];
+        let env = env_of(&settings, &launch, parent());
+        assert_eq!(env["API_TIMEOUT_MS"], "5000");
+
+        settings.cli_env = BTreeMap::from([
+            ("API_TIMEOUT_MS".to_owned(), "7000".to_owned()),
+            ("HOME".to_owned(), "/elsewhere".to_owned()),
+            ("GH_TOKEN".to_owned(), "ghp_secret".to_owned()),
+            (
+                "NODE_OPTIONS".to_owned(),
+                "--max-old-space-size=2048".to_owned(),
+            ),
+        ]);
+        let env = env_of(&settings, &launch, parent());
+        assert_eq!(
+            env["API_TIMEOUT_MS"], "7000",
+            "cliEnv wins over a passthrough"
+        );
+        assert_eq!(env["NODE_OPTIONS"], "--max-old-space-size=2048");
+        assert_eq!(
+            env["HOME"], "/workspace/.home/claude",
+            "the provider's own stays"
+        );
+        assert!(!env.contains_key("GH_TOKEN"), "scrubbed");
+    }
+
+    fn env_of(
+        settings: &ProviderSettings,
+        launch: &Launch,
+        parent: Vec<(String, String)>,
+    ) -> BTreeMap<String, String> {
+        env(settings, launch, parent, false)
     }
 
     #[test]

@@ -244,6 +244,8 @@ struct Query {
     restarted_fresh: bool,
     last_output: Instant,
     last_activity: Option<Instant>,
+    /// When the last `Output` went to the runner (throttled like activity).
+    last_model_output: Option<Instant>,
 }
 
 /// Runs one query to its end. Takes the process slot for the whole query.
@@ -266,6 +268,7 @@ pub(crate) async fn run_query(
         restarted_fresh: false,
         last_output: Instant::now(),
         last_activity: None,
+        last_model_output: None,
     };
     if shared.stop.is_cancelled() {
         query
@@ -465,15 +468,17 @@ impl Query {
     /// Sends events to the runner; false when it dropped the query.
     async fn forward(&mut self, translated: Translated) -> bool {
         for event in translated.events {
-            if let ProviderEvent::Activity { tool: None } = event {
+            let throttle = match event {
+                ProviderEvent::Activity { tool: None } => Some(&mut self.last_activity),
+                ProviderEvent::Output => Some(&mut self.last_model_output),
+                _ => None,
+            };
+            if let Some(last) = throttle {
                 let now = Instant::now();
-                if self
-                    .last_activity
-                    .is_some_and(|last| now.duration_since(last) < ACTIVITY_INTERVAL)
-                {
+                if last.is_some_and(|last| now.duration_since(last) < ACTIVITY_INTERVAL) {
                     continue;
                 }
-                self.last_activity = Some(now);
+                *last = Some(now);
             }
             if let ProviderEvent::Error {
                 message,

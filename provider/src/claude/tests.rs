@@ -32,18 +32,27 @@ fn check(name: &str, prompts: u64, expect: Expect) {
         translator.register(&uuid(id), id);
     }
     let mut out: Vec<String> = Vec::new();
-    let mut idle_activity = 0;
-    let flush = |out: &mut Vec<String>, count: &mut usize| {
-        if *count > 0 {
-            out.push(format!("Activity ×{count}"));
-            *count = 0;
+    // A run of the same liveness event (`Activity(None)` or `Output`) and its length.
+    let mut idle_activity: (&str, usize) = ("", 0);
+    let flush = |out: &mut Vec<String>, run: &mut (&str, usize)| {
+        if run.1 > 0 {
+            out.push(format!("{} ×{}", run.0, run.1));
+            *run = ("", 0);
         }
     };
     for line in fixture(name).lines() {
         let translated = translator.on_line(line);
         for event in translated.events {
-            if event == (ProviderEvent::Activity { tool: None }) {
-                idle_activity += 1;
+            let folded = match event {
+                ProviderEvent::Activity { tool: None } => Some("Activity"),
+                ProviderEvent::Output => Some("Output"),
+                _ => None,
+            };
+            if let Some(label) = folded {
+                if idle_activity.0 != label {
+                    flush(&mut out, &mut idle_activity);
+                }
+                idle_activity = (label, idle_activity.1 + 1);
                 continue;
             }
             flush(&mut out, &mut idle_activity);
@@ -89,6 +98,8 @@ fn render(event: &ProviderEvent) -> String {
         ),
         ProviderEvent::Progress { message } => format!("Progress: {message}"),
         ProviderEvent::Activity { tool } => format!("Activity({})", tool.as_deref().unwrap_or("-")),
+        ProviderEvent::Output => "Output".to_owned(),
+        ProviderEvent::ToolEnded { running } => format!("ToolEnded running={running}"),
     }
 }
 
@@ -100,9 +111,13 @@ fn tool_call_then_text() {
         expect![[r#"
             Activity ×2
             Init a0cf3056-03aa-403e-b1e3-a6e4c390bca2
-            Activity ×4
+            Activity ×1
+            Output ×3
             Activity(mcp__nanoclaw__send_message)
-            Activity ×13
+            Output ×3
+            ToolEnded running=0
+            Activity ×1
+            Output ×8
             Result covers=0 "done"
             -- turn ended
             Activity ×1
@@ -120,9 +135,15 @@ fn push_during_a_tool_joins_the_turn() {
         expect![[r#"
             Activity ×2
             Init 3284712d-e3d0-403e-aba8-d970d38c646e
-            Activity ×4
+            Activity ×1
+            Output ×3
             Activity(Bash)
-            Activity ×15
+            Output ×3
+            Activity ×1
+            ToolEnded running=0
+            Activity ×2
+            Output ×7
+            Activity ×1
             Result covers=1 "answered both"
             -- turn ended
             Activity ×1
@@ -138,17 +159,21 @@ fn push_during_text_gets_its_own_turn() {
         "push_during_text",
         2,
         expect![[r#"
-        Activity ×2
-        Init f8bf0888-08cd-4d38-b734-9056e1554b84
-        Activity ×12
-        Result covers=0 "one two three four"
-        -- turn ended
-        Activity ×10
-        Result covers=1 "second answer"
-        -- turn ended
-        Activity ×1
-        == all covered: true, outstanding: false
-    "#]],
+            Activity ×2
+            Init f8bf0888-08cd-4d38-b734-9056e1554b84
+            Activity ×1
+            Output ×3
+            Activity ×1
+            Output ×7
+            Result covers=0 "one two three four"
+            -- turn ended
+            Activity ×3
+            Output ×7
+            Result covers=1 "second answer"
+            -- turn ended
+            Activity ×1
+            == all covered: true, outstanding: false
+        "#]],
     );
 }
 
@@ -159,17 +184,19 @@ fn two_prompts_at_once_run_in_order() {
         "two_prompts_at_once",
         2,
         expect![[r#"
-        Activity ×3
-        Init 053a789c-e4c4-4c13-8865-2e98100552b7
-        Activity ×8
-        Result covers=0 "both at once"
-        -- turn ended
-        Activity ×10
-        Result covers=1 "ok"
-        -- turn ended
-        Activity ×1
-        == all covered: true, outstanding: false
-    "#]],
+            Activity ×3
+            Init 053a789c-e4c4-4c13-8865-2e98100552b7
+            Activity ×1
+            Output ×7
+            Result covers=0 "both at once"
+            -- turn ended
+            Activity ×3
+            Output ×7
+            Result covers=1 "ok"
+            -- turn ended
+            Activity ×1
+            == all covered: true, outstanding: false
+        "#]],
     );
 }
 
@@ -179,17 +206,17 @@ fn rate_limit_retries_then_quota_error() {
         "rate_limited",
         1,
         expect![[r#"
-        Activity ×2
-        Init f03d6a2e-7f53-41a5-8145-ad53e8c29372
-        Activity ×1
-        Error Quota retryable=true ends_turn=false: model API error (HTTP 429, rate_limit); claude retries (1/2) in 1029 ms
-        Error Quota retryable=true ends_turn=false: model API error (HTTP 429, rate_limit); claude retries (2/2) in 1093 ms
-        Activity ×1
-        Error Quota retryable=false ends_turn=true: API Error: Request rejected (429) · fake 429
-        -- turn ended
-        Activity ×1
-        == all covered: false, outstanding: false
-    "#]],
+            Activity ×2
+            Init f03d6a2e-7f53-41a5-8145-ad53e8c29372
+            Activity ×1
+            Error RateLimited { retry_after_secs: Some(2) } retryable=true ends_turn=false: model API error (HTTP 429, rate_limit); claude retries (1/2) in 1029 ms
+            Error RateLimited { retry_after_secs: Some(2) } retryable=true ends_turn=false: model API error (HTTP 429, rate_limit); claude retries (2/2) in 1093 ms
+            Output ×1
+            Error RateLimited { retry_after_secs: Some(2) } retryable=true ends_turn=true: API Error: Request rejected (429) · fake 429
+            -- turn ended
+            Activity ×1
+            == all covered: false, outstanding: false
+        "#]],
     );
 }
 
@@ -199,17 +226,17 @@ fn server_errors_then_recovery() {
         "server_error_recovered",
         1,
         expect![[r#"
-        Activity ×2
-        Init 11f66029-9ea9-45d8-943f-24efe9eeecee
-        Activity ×1
-        Error Api retryable=true ends_turn=false: model API error (HTTP 500, server_error); claude retries (1/2) in 532 ms
-        Error Api retryable=true ends_turn=false: model API error (HTTP 500, server_error); claude retries (2/2) in 1239 ms
-        Activity ×7
-        Result covers=0 "recovered"
-        -- turn ended
-        Activity ×1
-        == all covered: true, outstanding: false
-    "#]],
+            Activity ×2
+            Init 11f66029-9ea9-45d8-943f-24efe9eeecee
+            Activity ×1
+            Error Api retryable=true ends_turn=false: model API error (HTTP 500, server_error); claude retries (1/2) in 532 ms
+            Error Api retryable=true ends_turn=false: model API error (HTTP 500, server_error); claude retries (2/2) in 1239 ms
+            Output ×7
+            Result covers=0 "recovered"
+            -- turn ended
+            Activity ×1
+            == all covered: true, outstanding: false
+        "#]],
     );
 }
 
@@ -219,16 +246,16 @@ fn authentication_failure() {
         "auth_failed",
         1,
         expect![[r#"
-        Activity ×2
-        Init 6f5d4db0-f771-487e-8066-88a4c1cb78f1
-        Activity ×1
-        Error Auth retryable=true ends_turn=false: model API error (HTTP 401, authentication_failed); claude retries (1/1) in 584 ms
-        Activity ×1
-        Error Auth retryable=false ends_turn=true: Failed to authenticate. API Error: 401 fake 401
-        -- turn ended
-        Activity ×1
-        == all covered: false, outstanding: false
-    "#]],
+            Activity ×2
+            Init 6f5d4db0-f771-487e-8066-88a4c1cb78f1
+            Activity ×1
+            Error Auth retryable=true ends_turn=false: model API error (HTTP 401, authentication_failed); claude retries (1/1) in 584 ms
+            Output ×1
+            Error Auth retryable=false ends_turn=true: Failed to authenticate. API Error: 401 fake 401
+            -- turn ended
+            Activity ×1
+            == all covered: false, outstanding: false
+        "#]],
     );
 }
 
@@ -241,17 +268,19 @@ fn server_error_with_a_queued_push() {
         "server_error_with_queued_push",
         2,
         expect![[r#"
-        Activity ×2
-        Init 03d8ba96-7292-4379-b214-6df906dc9621
-        Activity ×3
-        Error Api retryable=false ends_turn=true: API Error: 500 fake 500. This is a server-side issue, usually temporary — try again in a moment. If it persists, check your inference gateway (127.0.0.1:46519).
-        -- turn ended
-        Activity ×10
-        Result covers=1 "answer to the queued prompt"
-        -- turn ended
-        Activity ×1
-        == all covered: true, outstanding: false
-    "#]],
+            Activity ×2
+            Init 03d8ba96-7292-4379-b214-6df906dc9621
+            Activity ×2
+            Output ×1
+            Error Api retryable=false ends_turn=true: API Error: 500 fake 500. This is a server-side issue, usually temporary — try again in a moment. If it persists, check your inference gateway (127.0.0.1:46519).
+            -- turn ended
+            Activity ×3
+            Output ×7
+            Result covers=1 "answer to the queued prompt"
+            -- turn ended
+            Activity ×1
+            == all covered: true, outstanding: false
+        "#]],
     );
 }
 
@@ -263,20 +292,26 @@ fn interrupt_cancels_the_queue() {
         "interrupt",
         3,
         expect![[r#"
-        Activity ×2
-        Init 3be78286-e7a0-42ef-a9ee-704f050bd3e5
-        Activity ×6
-        Error Other retryable=true ends_turn=true: claude dropped prompt 1 (cancelled) before the model saw it
-        -- control response nanoclaw-1
-        Activity ×5
-        Error Other retryable=false ends_turn=true: claude interrupted the turn (aborted_streaming)
-        -- turn ended
-        Activity ×11
-        Result covers=2 "after the interrupt"
-        -- turn ended
-        Activity ×1
-        == all covered: true, outstanding: false
-    "#]],
+            Activity ×2
+            Init 3be78286-e7a0-42ef-a9ee-704f050bd3e5
+            Activity ×1
+            Output ×3
+            Activity ×1
+            Output ×1
+            Error Other retryable=true ends_turn=true: claude dropped prompt 1 (cancelled) before the model saw it
+            -- control response nanoclaw-1
+            Output ×1
+            Activity ×1
+            Output ×3
+            Error Other retryable=false ends_turn=true: claude interrupted the turn (aborted_streaming)
+            -- turn ended
+            Activity ×4
+            Output ×7
+            Result covers=2 "after the interrupt"
+            -- turn ended
+            Activity ×1
+            == all covered: true, outstanding: false
+        "#]],
     );
 }
 
@@ -300,21 +335,22 @@ fn compaction_is_progress() {
         "compact",
         2,
         expect![[r#"
-        Activity ×2
-        Init f202a382-3af6-492a-b38a-3161ec46ce81
-        Activity ×8
-        Result covers=0 "first answer"
-        -- turn ended
-        Activity ×3
-        Progress: compacting the conversation
-        Progress: compaction success
-        Progress: conversation compacted (manual), 15 tokens before, 2446 after
-        Activity ×2
-        Result covers=1 ""
-        -- turn ended
-        Activity ×1
-        == all covered: true, outstanding: false
-    "#]],
+            Activity ×2
+            Init f202a382-3af6-492a-b38a-3161ec46ce81
+            Activity ×1
+            Output ×7
+            Result covers=0 "first answer"
+            -- turn ended
+            Activity ×3
+            Progress: compacting the conversation
+            Progress: compaction success
+            Progress: conversation compacted (manual), 15 tokens before, 2446 after
+            Activity ×2
+            Result covers=1 ""
+            -- turn ended
+            Activity ×1
+            == all covered: true, outstanding: false
+        "#]],
     );
 }
 
@@ -328,7 +364,7 @@ async fn user_message_with_media() {
     let big = dir.path().join("huge.jpg");
     std::fs::File::create(&big)
         .unwrap()
-        .set_len(media::MAX_IMAGE_BYTES + 1)
+        .set_len(crate::media::MAX_IMAGE_BYTES + 1)
         .unwrap();
     let prompt = Prompt {
         text: "<message id=\"2\">see attached</message>".into(),

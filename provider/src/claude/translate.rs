@@ -70,6 +70,10 @@ impl Translated {
         Self::event(ProviderEvent::Activity { tool: None })
     }
 
+    fn output() -> Self {
+        Self::event(ProviderEvent::Output)
+    }
+
     /// True when an event ends the turn with an error.
     pub(crate) fn ends_with_error(&self) -> bool {
         self.events.iter().any(|event| {
@@ -103,6 +107,9 @@ pub(crate) struct Translator {
     lifecycle_seen: bool,
     /// Main-thread tools that started and have no result yet (id → name).
     tools: HashMap<String, String>,
+    /// The delay of the last `api_retry` for a rate limit (Claude honours `retry-after`), the
+    /// best known reset time when the CLI then gives up.
+    rate_limit_delay_ms: Option<u64>,
 }
 
 impl Translator {
@@ -167,7 +174,8 @@ impl Translator {
             OutLine::Assistant(message) => self.on_assistant(message),
             OutLine::User(message) => self.on_user(message),
             OutLine::Result(result) => self.on_result(result),
-            OutLine::StreamEvent(_) => Translated::activity(),
+            // Streamed tokens (text, thinking, tool input) from the model.
+            OutLine::StreamEvent(_) => Translated::output(),
             OutLine::CommandLifecycle(lifecycle) => self.on_lifecycle(lifecycle),
             OutLine::ControlResponse(response) => {
                 if response.response.subtype != "success" {
@@ -238,11 +246,16 @@ impl Translator {
                     system.max_retries.unwrap_or(0),
                     system.retry_delay_ms.unwrap_or(0),
                 );
+                let mut classification = classify_category(category)
+                    .unwrap_or_else(|| classify_status(system.error_status));
+                if let ErrorClass::RateLimited { .. } = classification {
+                    self.rate_limit_delay_ms = system.retry_delay_ms;
+                    classification = rate_limited(system.retry_delay_ms);
+                }
                 Translated::event(ProviderEvent::Error {
                     message,
                     retryable: true,
-                    classification: classify_category(category)
-                        .unwrap_or_else(|| classify_status(system.error_status)),
+                    classification,
                     ends_turn: false,
                 })
             }
@@ -327,7 +340,7 @@ impl Translator {
             }
         }
         if events.is_empty() {
-            events.push(ProviderEvent::Activity { tool: None });
+            events.push(ProviderEvent::Output);
         }
         Translated {
             events,
@@ -336,14 +349,21 @@ impl Translator {
     }
 
     fn on_user(&mut self, line: MessageLine) -> Translated {
+        let mut ended = false;
         if line.parent_tool_use_id.is_none() {
             for block in line.message.blocks() {
                 if let Some(id) = block.tool_use_id {
-                    self.tools.remove(&id);
+                    ended |= self.tools.remove(&id).is_some();
                 }
             }
         }
-        Translated::activity()
+        if ended {
+            Translated::event(ProviderEvent::ToolEnded {
+                running: self.tools.len(),
+            })
+        } else {
+            Translated::activity()
+        }
     }
 
     fn on_lifecycle(&mut self, line: LifecycleLine) -> Translated {
@@ -409,13 +429,17 @@ impl Translator {
                         .unwrap_or("no reason given")
                 ),
             };
-            let classification = match result.api_error_status {
+            let mut classification = match result.api_error_status {
                 Some(status) => classify_status(Some(status)),
                 None => classify_text(&message),
             };
+            if let ErrorClass::RateLimited { .. } = classification {
+                classification = rate_limited(self.rate_limit_delay_ms);
+            }
             translated.events.push(ProviderEvent::Error {
                 message,
-                retryable: false,
+                // A rate limit passes; anything else was retried by Claude already.
+                retryable: matches!(classification, ErrorClass::RateLimited { .. }),
                 classification,
                 ends_turn: true,
             });
@@ -478,7 +502,8 @@ fn classify_category(category: &str) -> Option<ErrorClass> {
         | "account_on_hold"
         | "verification_required"
         | "cloud_credential_error" => Some(ErrorClass::Auth),
-        "rate_limit" | "billing_error" => Some(ErrorClass::Quota),
+        "rate_limit" => Some(ErrorClass::RATE_LIMITED),
+        "billing_error" => Some(ErrorClass::Quota),
         "server_error" | "overloaded" | "unknown" | "invalid_request" | "model_not_found"
         | "max_output_tokens" => Some(ErrorClass::Api),
         _ => None,
@@ -489,7 +514,8 @@ fn classify_category(category: &str) -> Option<ErrorClass> {
 fn classify_status(status: Option<u16>) -> ErrorClass {
     match status {
         Some(401 | 403) => ErrorClass::Auth,
-        Some(402 | 429) => ErrorClass::Quota,
+        Some(402) => ErrorClass::Quota,
+        Some(429) => ErrorClass::RATE_LIMITED,
         _ => ErrorClass::Api,
     }
 }
@@ -497,8 +523,10 @@ fn classify_status(status: Option<u16>) -> ErrorClass {
 /// Class of an error result without an HTTP status, from its text.
 fn classify_text(text: &str) -> ErrorClass {
     let lower = text.to_lowercase();
-    if lower.contains("rate limit") || lower.contains("429") || lower.contains("quota") {
+    if lower.contains("quota") || lower.contains("billing") || lower.contains("credit balance") {
         ErrorClass::Quota
+    } else if lower.contains("rate limit") || lower.contains("429") {
+        ErrorClass::RATE_LIMITED
     } else if lower.contains("authenticat")
         || lower.contains("not logged in")
         || lower.contains("401")
@@ -508,6 +536,13 @@ fn classify_text(text: &str) -> ErrorClass {
         ErrorClass::Api
     } else {
         ErrorClass::Other
+    }
+}
+
+/// A rate limit that Claude retried after `delay_ms` (its reading of `retry-after`).
+fn rate_limited(delay_ms: Option<u64>) -> ErrorClass {
+    ErrorClass::RateLimited {
+        retry_after_secs: delay_ms.map(|ms| ms.div_ceil(1000)),
     }
 }
 

@@ -15,7 +15,8 @@ use crate::settings::{McpServer, ProviderSettings};
 pub const MODEL_PROVIDER: &str = "nanoclaw";
 
 /// The variable that carries the API key to Codex (`env_key` of our model provider). Codex reads
-/// it itself; the shell environment policy keeps it away from the agent's commands.
+/// it itself; the shell environment policy keeps it away from the agent's commands. With the
+/// runner's credential proxy it holds the session token, never the real key.
 pub const API_KEY_VAR: &str = "NANOCLAW_CODEX_API_KEY";
 
 /// Used when no base URL is configured: the public OpenAI API.
@@ -72,6 +73,12 @@ pub fn config_args(settings: &ProviderSettings) -> Vec<String> {
     // few seconds for the default N = 2, instead of Codex's 30 requests over 25 s.
     provider.push(("request_max_retries", settings.max_retries.to_string()));
     provider.push(("stream_max_retries", settings.max_retries.to_string()));
+    // A stream that stops sending events fails after this (Codex's default is 5 minutes), and
+    // Codex's retry notice then names the cause before the runner's progress deadline does.
+    provider.push((
+        "stream_idle_timeout_ms",
+        settings.stream_idle_timeout.as_millis().to_string(),
+    ));
     set(
         &format!("model_providers.{MODEL_PROVIDER}"),
         inline_table(&provider),
@@ -151,7 +158,7 @@ pub fn environment(
     settings: &ProviderSettings,
     parent_env: impl IntoIterator<Item = (String, String)>,
 ) -> BTreeMap<String, String> {
-    let mut env = settings.env_policy.inherited(parent_env);
+    let mut env = settings.base_env(parent_env);
     env.insert("HOME".into(), settings.home_dir.display().to_string());
     env.insert(
         "CODEX_HOME".into(),
@@ -279,7 +286,7 @@ mod tests {
         expect![[r#"
             -c model_provider="nanoclaw"
             -c model="fake-model"
-            -c model_providers.nanoclaw={name="NanoClaw", base_url="http://127.0.0.1:18080/v1", wire_api="responses", env_key="NANOCLAW_CODEX_API_KEY", request_max_retries=2, stream_max_retries=2}
+            -c model_providers.nanoclaw={name="NanoClaw", base_url="http://127.0.0.1:18080/v1", wire_api="responses", env_key="NANOCLAW_CODEX_API_KEY", request_max_retries=2, stream_max_retries=2, stream_idle_timeout_ms=90000}
             -c approval_policy="never"
             -c sandbox_mode="danger-full-access"
             -c features.plugins=false

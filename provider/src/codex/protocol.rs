@@ -146,16 +146,29 @@ impl TurnError {
 
     /// Classifies the error for the runner.
     pub fn classify(&self) -> ErrorClass {
+        // An exhausted quota also comes as a 429 (`insufficient_quota`); only its text tells.
+        let text = self.describe().to_lowercase();
+        let exhausted = ["quota", "billing", "insufficient"]
+            .iter()
+            .any(|word| text.contains(word));
         match self.http_status() {
             Some(401 | 403) => return ErrorClass::Auth,
-            Some(429) => return ErrorClass::Quota,
+            Some(402) => return ErrorClass::Quota,
+            Some(429) if exhausted => return ErrorClass::Quota,
+            Some(429) => return ErrorClass::RATE_LIMITED,
             Some(_) => return ErrorClass::Api,
             None => {}
         }
         match self.codex_error_info.as_ref().and_then(Value::as_str) {
             Some("unauthorized") => ErrorClass::Auth,
-            Some("usageLimitExceeded" | "rateLimitExceeded" | "sessionBudgetExceeded") => {
-                ErrorClass::Quota
+            Some("rateLimitExceeded") => ErrorClass::RATE_LIMITED,
+            Some("usageLimitExceeded" | "sessionBudgetExceeded") => ErrorClass::Quota,
+            _ if text.contains("429") || text.contains("too many requests") => {
+                if exhausted {
+                    ErrorClass::Quota
+                } else {
+                    ErrorClass::RATE_LIMITED
+                }
             }
             Some("sandboxError" | "threadRollbackFailed" | "tooManyDenials") => ErrorClass::Other,
             Some(_) => ErrorClass::Api,
@@ -457,8 +470,19 @@ mod tests {
             (
                 json!({"responseTooManyFailedAttempts": {"httpStatusCode": 429}}),
                 "",
+                ErrorClass::RATE_LIMITED,
+            ),
+            (
+                json!({"responseTooManyFailedAttempts": {"httpStatusCode": 429}}),
+                "You exceeded your current quota, please check your plan and billing details.",
                 ErrorClass::Quota,
             ),
+            (
+                Value::Null,
+                "exceeded retry limit, last status: 429 Too Many Requests",
+                ErrorClass::RATE_LIMITED,
+            ),
+            (json!("rateLimitExceeded"), "", ErrorClass::RATE_LIMITED),
             (
                 json!({"responseStreamDisconnected": {"httpStatusCode": 500}}),
                 "",

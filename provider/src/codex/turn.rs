@@ -129,6 +129,8 @@ pub struct QueryState {
     closed: bool,
     covered: Option<PromptId>,
     last_activity: Option<Instant>,
+    /// When the last `Output` was emitted (throttled like activity).
+    last_output: Option<Instant>,
 }
 
 impl QueryState {
@@ -148,6 +150,7 @@ impl QueryState {
             closed: false,
             covered: None,
             last_activity: None,
+            last_output: None,
         }
     }
 
@@ -372,8 +375,10 @@ impl QueryState {
                             .push_str(&delta.delta);
                     }
                 }
-                self.activity(now, &mut actions);
+                self.output(now, &mut actions);
             }
+            // Reasoning streamed by the model.
+            m if m.starts_with("item/reasoning/") => self.output(now, &mut actions),
             "error" => {
                 if let Some(n) = parse::<ErrorNotification>(method, params) {
                     self.on_error(n, &mut actions);
@@ -439,8 +444,13 @@ impl QueryState {
                 actions.push(Action::Emit(ProviderEvent::Activity { tool: Some(tool) }));
                 self.last_activity = Some(now);
             } else {
-                turn.tools.remove(&item.id);
-                self.activity(now, actions);
+                let ended = turn.tools.remove(&item.id).is_some();
+                let running = turn.tools.len();
+                if ended {
+                    actions.push(Action::Emit(ProviderEvent::ToolEnded { running }));
+                } else {
+                    self.activity(now, actions);
+                }
                 // A push waiting for this tool may go now.
                 self.maybe_interrupt(now, actions);
             }
@@ -464,6 +474,12 @@ impl QueryState {
                     .or_else(|| turn.deltas.get(&item.id).cloned())
                     .unwrap_or_default();
                 turn.last_message = Some(text);
+                self.output(now, actions);
+                return;
+            }
+            "agentMessage" | "reasoning" => {
+                self.output(now, actions);
+                return;
             }
             _ => {}
         }
@@ -553,10 +569,12 @@ impl QueryState {
                         message: format!("the turn ended with status {status:?}"),
                         ..Default::default()
                     });
+                    let classification = error.classify();
                     actions.push(Action::Emit(ProviderEvent::Error {
                         message: error.describe(),
-                        retryable: false,
-                        classification: error.classify(),
+                        // A rate limit passes; anything else was retried by Codex already.
+                        retryable: matches!(classification, ErrorClass::RateLimited { .. }),
+                        classification,
                         ends_turn: true,
                     }));
                 }
@@ -612,6 +630,25 @@ impl QueryState {
         }
         self.last_activity = Some(now);
         actions.push(Action::Emit(ProviderEvent::Activity { tool: None }));
+    }
+}
+
+impl QueryState {
+    /// The model produced output: an `Output` for the runner's progress deadline, at most one
+    /// per [`ACTIVITY_INTERVAL`] (it also counts as activity for the watchdog).
+    fn output(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        if self.active.is_none() {
+            return;
+        }
+        self.last_activity = Some(now);
+        if self
+            .last_output
+            .is_some_and(|last| now.saturating_duration_since(last) < ACTIVITY_INTERVAL)
+        {
+            return;
+        }
+        self.last_output = Some(now);
+        actions.push(Action::Emit(ProviderEvent::Output));
     }
 }
 

@@ -40,7 +40,8 @@ pub fn state_dir(settings: &ProviderSettings) -> PathBuf {
 }
 
 /// The file holding the API key. OpenCode reads it through a `{file:…}` reference in the
-/// config, so the key is not in any environment variable the agent's shell inherits.
+/// config, so the key is not in any environment variable the agent's shell inherits. With the
+/// runner's credential proxy it holds the session token, never the real key.
 pub fn api_key_file(settings: &ProviderSettings) -> PathBuf {
     state_dir(settings).join("openai-api-key")
 }
@@ -76,6 +77,11 @@ pub fn config(settings: &ProviderSettings, key_file: Option<&Path>) -> Value {
             json!(format!("{{file:{}}}", key_file.display())),
         );
     }
+    // OpenCode's own bound on one model request, in ms.
+    options.insert(
+        "timeout".into(),
+        json!(u64::try_from(settings.request_timeout.as_millis()).unwrap_or(u64::MAX)),
+    );
     let timeout = mcp_timeout_ms(settings);
     let mut mcp = Map::new();
     for (name, server) in &settings.extra_mcp_servers {
@@ -155,7 +161,7 @@ pub fn environment(
     password: &str,
     disable_claude_md: bool,
 ) -> BTreeMap<String, String> {
-    let mut env = settings.env_policy.inherited(parent_env);
+    let mut env = settings.base_env(parent_env);
     let mut set = |name: &str, value: String| {
         env.insert(name.to_owned(), value);
     };
@@ -326,7 +332,8 @@ mod tests {
                   "npm": "@ai-sdk/openai-compatible",
                   "options": {
                     "apiKey": "{file:/workspace/.home/opencode/.nanoclaw/openai-api-key}",
-                    "baseURL": "http://127.0.0.1:18080/v1"
+                    "baseURL": "http://127.0.0.1:18080/v1",
+                    "timeout": 600000
                   }
                 }
               },

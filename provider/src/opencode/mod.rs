@@ -77,6 +77,8 @@ const IDLE_WAIT: Duration = Duration::from_secs(3);
 const RECONCILE_MESSAGES: usize = 20;
 /// Pause between the two checks of a reconciliation.
 const RECONCILE_PAUSE: Duration = Duration::from_millis(500);
+/// At most one `Output` event per this interval goes to the runner.
+const OUTPUT_INTERVAL: Duration = Duration::from_millis(500);
 
 /// The OpenCode provider.
 #[derive(Debug, Clone)]
@@ -411,6 +413,8 @@ struct Driver<'a> {
     /// The server stopped answering requests: replace it after this query.
     kill_server: bool,
     last_activity: Instant,
+    /// When the last `Output` went to the runner.
+    last_output_sent: Option<Instant>,
 }
 
 impl<'a> Driver<'a> {
@@ -480,6 +484,7 @@ impl<'a> Driver<'a> {
             loop_idle: true,
             kill_server: false,
             last_activity: Instant::now(),
+            last_output_sent: None,
         };
         driver.flush().await;
         let exit = driver.run(&mut stream).await;
@@ -560,6 +565,18 @@ impl<'a> Driver<'a> {
     }
 
     async fn send(&mut self, event: ProviderEvent) {
+        if event == ProviderEvent::Output {
+            // One per interval is enough for the runner's progress deadline (deltas come per
+            // token).
+            let now = Instant::now();
+            if self
+                .last_output_sent
+                .is_some_and(|last| now.duration_since(last) < OUTPUT_INTERVAL)
+            {
+                return;
+            }
+            self.last_output_sent = Some(now);
+        }
         if let Some(events) = &self.events {
             if events.send(event).await.is_err() {
                 // The runner dropped the query: same as an abort.

@@ -5,7 +5,6 @@
 //! for minutes (PROTOCOLS §3.4 and measured again here), so readiness is polled with short
 //! timeouts and later calls give up instead of blocking a turn.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -14,6 +13,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::process::{CliCommand, CliProcess};
+use crate::reaper::kill_marked;
 
 use super::config::SERVER_USER;
 
@@ -344,7 +344,11 @@ impl Server {
     pub async fn stop(&mut self) {
         let pid = self.process.pid();
         let status = self.process.terminate(STOP_GRACE).await;
-        let stragglers = kill_marked(&format!("OPENCODE_SERVER_PASSWORD={}", self.api.password));
+        let stragglers = kill_marked(
+            &format!("OPENCODE_SERVER_PASSWORD={}", self.api.password),
+            true,
+        )
+        .len();
         for task in self.log_tasks.drain(..) {
             task.abort();
         }
@@ -408,7 +412,10 @@ impl Api {
 impl Drop for Server {
     fn drop(&mut self) {
         // CliProcess kills the group on drop; the agent's detached shells need the marker scan.
-        let _ = kill_marked(&format!("OPENCODE_SERVER_PASSWORD={}", self.api.password));
+        let _ = kill_marked(
+            &format!("OPENCODE_SERVER_PASSWORD={}", self.api.password),
+            true,
+        );
         for task in self.log_tasks.drain(..) {
             task.abort();
         }
@@ -493,53 +500,6 @@ fn find_event_end(buffer: &[u8]) -> Option<(usize, usize)> {
         (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
         (a, b) => a.or(b),
     }
-}
-
-/// Sends SIGKILL to every process whose environment contains `marker` (an exact `NAME=value`
-/// entry), and to its process group. OpenCode runs the agent's shell commands in process groups
-/// of their own, so killing the server's group does not reach them; they inherit the server's
-/// environment, which carries a per-spawn password. Returns how many processes were found.
-pub fn kill_marked(marker: &str) -> usize {
-    use nix::sys::signal::{kill, killpg, Signal};
-    use nix::unistd::{getpgrp, Pid};
-
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    let me = std::process::id();
-    let own_group = getpgrp();
-    let mut found = 0;
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|name| name.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Ok(environ) = std::fs::read(Path::new("/proc").join(pid.to_string()).join("environ"))
-        else {
-            continue;
-        };
-        if !environ
-            .split(|byte| *byte == 0)
-            .any(|entry| entry == marker.as_bytes())
-        {
-            continue;
-        }
-        found += 1;
-        let pid = Pid::from_raw(pid as i32);
-        if let Ok(group) = nix::unistd::getpgid(Some(pid)) {
-            if group != own_group {
-                let _ = killpg(group, Signal::SIGKILL);
-            }
-        }
-        let _ = kill(pid, Signal::SIGKILL);
-    }
-    found
 }
 
 fn describe(status: Option<std::process::ExitStatus>) -> String {

@@ -110,13 +110,15 @@ fn text_reply() {
         expect![[r#"
             -- query
             -- post [0]
-            activity None x2
+            activity None
+            Output x5
             Result { text: "hello from the fake model", covers: 0 }
             Idle x2
             -- end
             -- query
             -- post [0]
-            activity None x2
+            activity None
+            Output x3
             Result { text: "second answer", covers: 0 }
             Idle x2
             -- end
@@ -124,7 +126,9 @@ fn text_reply() {
             -- post [0]
             activity None
             activity Some("nanoclaw_send_message")
-            activity None x2
+            ToolEnded { running: 0 }
+            activity None
+            Output x3
             Result { text: "done", covers: 0 }
             Idle x2
             -- end
@@ -143,7 +147,8 @@ fn push_restart() {
             activity None
             Idle x4
             -- post [1]
-            activity None x2
+            activity None
+            Output x3
             Result { text: "answer to both", covers: 1 }
             Idle x2
             -- end
@@ -154,7 +159,8 @@ fn push_restart() {
             Idle x4
             -- query
             -- post [0]
-            activity None x2
+            activity None
+            Output x3
             Result { text: "after the abort", covers: 0 }
             Idle x2
             -- end
@@ -173,7 +179,9 @@ fn push_during_tool() {
             activity Some("nanoclaw_ask_user_question")
             -- push
             -- post [1]
-            activity None x2
+            ToolEnded { running: 0 }
+            activity None
+            Output x3
             Result { text: "deploying, and noted", covers: 1 }
             Idle x2
             -- end
@@ -188,25 +196,29 @@ fn resume() {
         expect![[r#"
             -- query
             -- post [0]
-            activity None x2
+            activity None
+            Output x3
             Result { text: "second answer", covers: 0 }
             Idle x2
             -- end
             -- query
             -- post [0]
-            activity None x2
+            activity None
+            Output x3
             Result { text: "third answer", covers: 0 }
             Idle x2
             -- end
             -- query
             -- post [0]
-            activity None x2
+            activity None
+            Output x3
             Result { text: "fresh answer", covers: 0 }
             Idle x2
             -- end
             -- query
             -- post [0]
-            activity None x2
+            activity None
+            Output x3
             Result { text: "fresh again", covers: 0 }
             Idle x2
             -- end
@@ -227,9 +239,9 @@ fn api_errors() {
             Idle x2
             -- query
             -- post [0]
-            Error { message: "OpenCode retries the model API (retry 1): fake 429 error", retryable: true, classification: Quota, ends_turn: false }
+            Error { message: "OpenCode retries the model API (retry 1): fake 429 error", retryable: true, classification: RateLimited { retry_after_secs: None }, ends_turn: false }
             AbortSession
-            Error { message: "model API error after 1 retries: fake 429 error", retryable: false, classification: Quota, ends_turn: true }
+            Error { message: "model API error after 1 retries: fake 429 error", retryable: true, classification: RateLimited { retry_after_secs: None }, ends_turn: true }
             Idle x2
             -- query
             -- post [0]
@@ -245,7 +257,8 @@ fn api_errors() {
             Idle x2
             -- query
             -- post [0]
-            activity None x2
+            activity None
+            Output x3
             Result { text: "recovered", covers: 0 }
             Idle x2
             -- end
@@ -260,7 +273,8 @@ fn killed_server() {
         expect![[r#"
             -- query
             -- post [0]
-            activity None x2
+            activity None
+            Output x3
             Result { text: "before the crash", covers: 0 }
             Idle x2
             -- end
@@ -268,7 +282,8 @@ fn killed_server() {
             -- post [0]
             -- query
             -- post [0]
-            activity None x2
+            activity None
+            Output x3
             Result { text: "after the crash", covers: 0 }
             Idle x2
             -- end
@@ -286,7 +301,8 @@ fn watchdog() {
             activity None
             -- query
             -- post [0]
-            activity None x2
+            activity None
+            Output x3
             Result { text: "alive again", covers: 0 }
             Idle x2
             -- end
@@ -303,7 +319,9 @@ fn agent_shell() {
             -- post [0]
             activity None
             activity Some("bash")
-            activity None x2
+            ToolEnded { running: 0 }
+            activity None
+            Output x3
             Result { text: "env shown", covers: 0 }
             Idle x2
             -- end
@@ -386,7 +404,8 @@ fn result_waits_for_the_idle_and_its_text() {
         ],
     );
     expect![[r#"
-        activity None
+        Output
+        Output
         Result { text: "recovered", covers: 0 }
         Idle
     "#]]
@@ -414,8 +433,8 @@ fn two_answers_in_one_loop_are_two_results() {
         ],
     );
     expect![[r#"
-        activity None
-        activity None
+        Output
+        Output
         Result { text: "first answer", covers: 0 }
         Result { text: "second answer", covers: 1 }
         Idle
@@ -452,8 +471,9 @@ fn queued_follow_up_is_covered_by_the_final_answer() {
     );
     assert!(!turn.tool_running());
     expect![[r#"
+        ToolEnded { running: 0 }
         Idle
-        activity None
+        Output
         Result { text: "both done", covers: 1 }
         Idle
     "#]]

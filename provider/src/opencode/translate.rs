@@ -187,9 +187,21 @@ impl Turn {
         match event {
             Event::MessageUpdated(info) => self.message(info),
             Event::PartUpdated(part) => self.part(part),
-            Event::Status { status, .. } if status.kind == "retry" => {
-                self.retry(status.attempt.unwrap_or(0), status.message.as_deref())
+            // Streamed text of one of our answers: the model makes progress.
+            Event::PartDelta { part_id, .. }
+                if !self.failed
+                    && self
+                        .part_owners
+                        .get(part_id)
+                        .is_some_and(|message| self.assistants.contains_key(message)) =>
+            {
+                vec![Output::Event(ProviderEvent::Output)]
             }
+            Event::Status { status, .. } if status.kind == "retry" => self.retry(
+                status.attempt.unwrap_or(0),
+                status.message.as_deref(),
+                status.next,
+            ),
             // OpenCode 1.18.33 sends both `session.status` idle and `session.idle` when a run
             // loop ends; either counts, in case a later version drops one. Handling an idle
             // twice is harmless.
@@ -272,16 +284,22 @@ impl Turn {
             .filter(|part| self.part_owner(part) == Some(&id))
             .cloned()
             .collect();
-        for part in finished {
-            self.tools.remove(&part);
+        let mut out = Vec::new();
+        if !finished.is_empty() {
+            for part in finished {
+                self.tools.remove(&part);
+            }
+            out.push(Output::Event(ProviderEvent::ToolEnded {
+                running: self.tools.len(),
+            }));
         }
         if let Some(error) = &info.error {
             if error.is_abort() && self.aborted.contains(&info.id) {
-                return Vec::new();
+                return out;
             }
-            return self.error(error);
+            out.extend(self.error(error));
         }
-        Vec::new()
+        out
     }
 
     /// Results for every finished answer not reported yet, oldest first. Called when the run
@@ -345,17 +363,23 @@ impl Turn {
         if !self.assistants.contains_key(&part.message_id) {
             return Vec::new();
         }
+        let was_running = self.tools.contains_key(&part.id);
         let new = self.track_part(part);
-        if !new || self.failed {
+        if self.failed {
             return Vec::new();
         }
+        if was_running && !self.tools.contains_key(&part.id) {
+            return vec![Output::Event(ProviderEvent::ToolEnded {
+                running: self.tools.len(),
+            })];
+        }
         match part.kind.as_str() {
-            "tool" => vec![Output::Event(ProviderEvent::Activity {
+            "tool" if new => vec![Output::Event(ProviderEvent::Activity {
                 tool: part.tool.clone(),
             })],
-            "text" | "reasoning" | "step-start" => {
-                vec![Output::Event(ProviderEvent::Activity { tool: None })]
-            }
+            // Text and reasoning grow with every update: each one is model output.
+            "text" | "reasoning" => vec![Output::Event(ProviderEvent::Output)],
+            "step-start" if new => vec![Output::Event(ProviderEvent::Activity { tool: None })],
             _ => Vec::new(),
         }
     }
@@ -402,13 +426,19 @@ impl Turn {
         new
     }
 
-    fn retry(&mut self, attempt: u32, message: Option<&str>) -> Vec<Output> {
+    fn retry(&mut self, attempt: u32, message: Option<&str>, next: Option<f64>) -> Vec<Output> {
         if self.failed || self.aborting || attempt <= self.last_retry {
             return Vec::new();
         }
         self.last_retry = attempt;
         let message = message.unwrap_or("model API error");
-        let classification = classify_text(message);
+        let mut classification = classify_text(message);
+        if let ErrorClass::RateLimited { .. } = classification {
+            // OpenCode schedules the next attempt after the gateway's retry-after: the reset.
+            classification = ErrorClass::RateLimited {
+                retry_after_secs: next.and_then(secs_until),
+            };
+        }
         if attempt > self.max_retries {
             self.failed = true;
             // Abort first: OpenCode's next attempt may be only the retry-after away.
@@ -419,7 +449,8 @@ impl Turn {
                         "model API error after {} retries: {message}",
                         attempt.saturating_sub(1)
                     ),
-                    retryable: false,
+                    // A rate limit passes; anything else was retried by OpenCode already.
+                    retryable: matches!(classification, ErrorClass::RateLimited { .. }),
                     classification,
                     ends_turn: true,
                 }),
@@ -469,7 +500,15 @@ fn is_idle(event: &Event) -> bool {
 pub fn classify(error: &ErrorInfo) -> (ErrorClass, bool) {
     match error.name.as_str() {
         "APIError" => match error.data.status_code {
-            Some(429) => (ErrorClass::Quota, false),
+            Some(429) if is_exhausted_quota(&error.text()) => (ErrorClass::Quota, false),
+            // A rate limit passes: worth running again, after the reset the gateway named.
+            Some(429) => (
+                ErrorClass::RateLimited {
+                    retry_after_secs: retry_after_secs(error),
+                },
+                true,
+            ),
+            Some(402) => (ErrorClass::Quota, false),
             Some(401 | 403) => (ErrorClass::Auth, false),
             Some(_) => (ErrorClass::Api, false),
             None => (classify_text(&error.text()), false),
@@ -483,20 +522,51 @@ pub fn classify(error: &ErrorInfo) -> (ErrorClass, bool) {
     }
 }
 
+/// Whole seconds (rounded up) from now until `epoch_ms`; `None` when it is past or unreadable.
+fn secs_until(epoch_ms: f64) -> Option<u64> {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_millis() as f64;
+    let left = epoch_ms - now_ms;
+    (left.is_finite() && left > 0.0).then(|| ((left / 1000.0).ceil() as u64).min(86_400))
+}
+
+/// True when an error text says the quota or credit is exhausted (not a passing rate limit).
+fn is_exhausted_quota(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    ["quota", "billing", "insufficient", "credit"]
+        .iter()
+        .any(|needle| lower.contains(needle))
+}
+
+/// The gateway's `retry-after-ms` / `retry-after` (seconds) header of an API error, in whole
+/// seconds (rounded up).
+fn retry_after_secs(error: &ErrorInfo) -> Option<u64> {
+    let headers = error.data.extra.get("responseHeaders")?.as_object()?;
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(name))
+            .and_then(|(_, value)| value.as_str())
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            .filter(|value| value.is_finite() && *value >= 0.0)
+    };
+    let millis = header("retry-after-ms").or_else(|| header("retry-after").map(|s| s * 1000.0))?;
+    // Bounded above by a day: a header is input.
+    Some(((millis / 1000.0).ceil() as u64).min(86_400))
+}
+
 /// Classifies a retry notice, which carries only the error text (no status code).
 pub fn classify_text(message: &str) -> ErrorClass {
     let lower = message.to_ascii_lowercase();
-    if [
-        "429",
-        "rate limit",
-        "rate_limit",
-        "too many requests",
-        "quota",
-    ]
-    .iter()
-    .any(|needle| lower.contains(needle))
-    {
+    if is_exhausted_quota(&lower) {
         ErrorClass::Quota
+    } else if ["429", "rate limit", "rate_limit", "too many requests"]
+        .iter()
+        .any(|needle| lower.contains(needle))
+    {
+        ErrorClass::RATE_LIMITED
     } else if [
         "401",
         "403",

@@ -81,6 +81,8 @@ fn one_turn_with_a_tool_and_text() {
     expect![[r#"
         turn/start "hello"
         emit Activity { tool: Some("mcp__nanoclaw__send_message") }
+        emit ToolEnded { running: 0 }
+        emit Output
         emit Result { text: "done", covers: 0 }
         close
     "#]]
@@ -108,7 +110,7 @@ fn push_interrupts_and_restarts_with_every_unanswered_prompt() {
         turn/start "one"
         turn/interrupt t1
         turn/start "one\n\ntwo\n\nthree"
-        emit Activity { tool: None }
+        emit Output
         emit Result { text: "all three", covers: 2 }
         close
     "#]]
@@ -161,7 +163,7 @@ fn push_waits_for_a_running_tool_then_interrupts() {
         turn/start "one"
         emit Activity { tool: Some("shell") }
         emit Progress { message: "-- tool done --" }
-        emit Activity { tool: None }
+        emit ToolEnded { running: 0 }
         turn/interrupt t1
     "#]]
     .assert_eq(&render(&log));
@@ -289,8 +291,8 @@ fn failed_turn_reports_the_final_error_once() {
     ));
     expect![[r#"
         turn/start "one"
-        emit Error { message: "Reconnecting... 1/2 (exceeded retry limit, last status: 429 Too Many Requests)", retryable: true, classification: Quota, ends_turn: false }
-        emit Error { message: "exceeded retry limit, last status: 429 Too Many Requests", retryable: false, classification: Quota, ends_turn: true }
+        emit Error { message: "Reconnecting... 1/2 (exceeded retry limit, last status: 429 Too Many Requests)", retryable: true, classification: RateLimited { retry_after_secs: None }, ends_turn: false }
+        emit Error { message: "exceeded retry limit, last status: 429 Too Many Requests", retryable: true, classification: RateLimited { retry_after_secs: None }, ends_turn: true }
         close
     "#]]
     .assert_eq(&render(&log));
@@ -491,16 +493,17 @@ fn replay_text_reply() {
         "text_reply.jsonl",
         false,
         expect![[r#"
-        emit Init { session_id: "919025ef9554" }
-        turn/start "<message id=\"1\">hi</message>"
-        emit Activity { tool: None }
-        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-        emit Result { text: "hello from the fake model", covers: 0 }
-        -- control Some(End)
-        close
-        -- query closed
-        -- process exited
-    "#]],
+            emit Init { session_id: "919025ef9554" }
+            turn/start "<message id=\"1\">hi</message>"
+            emit Activity { tool: None }
+            emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+            emit Output
+            emit Result { text: "hello from the fake model", covers: 0 }
+            -- control Some(End)
+            close
+            -- query closed
+            -- process exited
+        "#]],
     );
 }
 
@@ -510,17 +513,19 @@ fn replay_mcp_tool_call() {
         "mcp_tool_call.jsonl",
         false,
         expect![[r#"
-        emit Init { session_id: "2ca158e75ed7" }
-        turn/start "please send"
-        emit Activity { tool: None }
-        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-        emit Activity { tool: Some("mcp__nanoclaw__send_message") }
-        emit Result { text: "done", covers: 0 }
-        -- control Some(End)
-        close
-        -- query closed
-        -- process exited
-    "#]],
+            emit Init { session_id: "2ca158e75ed7" }
+            turn/start "please send"
+            emit Activity { tool: None }
+            emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+            emit Activity { tool: Some("mcp__nanoclaw__send_message") }
+            emit ToolEnded { running: 0 }
+            emit Output
+            emit Result { text: "done", covers: 0 }
+            -- control Some(End)
+            close
+            -- query closed
+            -- process exited
+        "#]],
     );
 }
 
@@ -530,20 +535,21 @@ fn replay_push_restart() {
         "push_restart.jsonl",
         false,
         expect![[r#"
-        emit Init { session_id: "af34261f0185" }
-        turn/start "first message"
-        emit Activity { tool: None }
-        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-        -- control Some(Push { id: 1, prompt: Prompt { text: "second message", media: [] } })
-        turn/interrupt 05a8d37b1bac
-        turn/start "first message\n\nsecond message"
-        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-        emit Result { text: "answer to both", covers: 1 }
-        -- control Some(End)
-        close
-        -- query closed
-        -- process exited
-    "#]],
+            emit Init { session_id: "af34261f0185" }
+            turn/start "first message"
+            emit Activity { tool: None }
+            emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+            -- control Some(Push { id: 1, prompt: Prompt { text: "second message", media: [] } })
+            turn/interrupt 05a8d37b1bac
+            turn/start "first message\n\nsecond message"
+            emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+            emit Output
+            emit Result { text: "answer to both", covers: 1 }
+            -- control Some(End)
+            close
+            -- query closed
+            -- process exited
+        "#]],
     );
 }
 
@@ -553,18 +559,19 @@ fn replay_push_steer() {
         "push_steer.jsonl",
         true,
         expect![[r#"
-        emit Init { session_id: "dc0a1ae50460" }
-        turn/start "first message"
-        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-        emit Activity { tool: None }
-        -- control Some(Push { id: 1, prompt: Prompt { text: "second message", media: [] } })
-        turn/steer a208601aecd9 #1 "second message"
-        emit Result { text: "steered answer", covers: 1 }
-        -- control Some(End)
-        close
-        -- query closed
-        -- process exited
-    "#]],
+            emit Init { session_id: "dc0a1ae50460" }
+            turn/start "first message"
+            emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+            emit Activity { tool: None }
+            -- control Some(Push { id: 1, prompt: Prompt { text: "second message", media: [] } })
+            turn/steer a208601aecd9 #1 "second message"
+            emit Output
+            emit Result { text: "steered answer", covers: 1 }
+            -- control Some(End)
+            close
+            -- query closed
+            -- process exited
+        "#]],
     );
 }
 
@@ -574,37 +581,38 @@ fn replay_api_errors() {
         "api_errors.jsonl",
         false,
         expect![[r#"
-        emit Init { session_id: "b4041b4a8b75" }
-        turn/start "trigger 500"
-        emit Activity { tool: None }
-        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-        emit Error { message: "Reconnecting... 1/1 (We’re currently experiencing high demand, which may cause temporary errors.)", retryable: true, classification: Api, ends_turn: false }
-        emit Error { message: "We’re currently experiencing high demand, which may cause temporary errors.", retryable: false, classification: Api, ends_turn: true }
-        close
-        -- query closed
-        turn/start "trigger 429"
-        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-        emit Activity { tool: None }
-        emit Error { message: "Reconnecting... 1/1 (exceeded retry limit, last status: 429 Too Many Requests)", retryable: true, classification: Quota, ends_turn: false }
-        emit Error { message: "exceeded retry limit, last status: 429 Too Many Requests", retryable: false, classification: Quota, ends_turn: true }
-        close
-        -- query closed
-        turn/start "trigger 401"
-        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-        emit Activity { tool: None }
-        emit Error { message: "Reconnecting... 1/1 (unexpected status 401 Unauthorized: fake 401 error, url: http://127.0.0.1:38129/v1/responses)", retryable: true, classification: Auth, ends_turn: false }
-        emit Error { message: "unexpected status 401 Unauthorized: fake 401 error, url: http://127.0.0.1:38129/v1/responses", retryable: false, classification: Auth, ends_turn: true }
-        close
-        -- query closed
-        turn/start "are you there?"
-        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-        emit Activity { tool: None }
-        emit Result { text: "back to normal", covers: 0 }
-        -- control Some(End)
-        close
-        -- query closed
-        -- process exited
-    "#]],
+            emit Init { session_id: "b4041b4a8b75" }
+            turn/start "trigger 500"
+            emit Activity { tool: None }
+            emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+            emit Error { message: "Reconnecting... 1/1 (We’re currently experiencing high demand, which may cause temporary errors.)", retryable: true, classification: Api, ends_turn: false }
+            emit Error { message: "We’re currently experiencing high demand, which may cause temporary errors.", retryable: false, classification: Api, ends_turn: true }
+            close
+            -- query closed
+            turn/start "trigger 429"
+            emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+            emit Activity { tool: None }
+            emit Error { message: "Reconnecting... 1/1 (exceeded retry limit, last status: 429 Too Many Requests)", retryable: true, classification: RateLimited { retry_after_secs: None }, ends_turn: false }
+            emit Error { message: "exceeded retry limit, last status: 429 Too Many Requests", retryable: true, classification: RateLimited { retry_after_secs: None }, ends_turn: true }
+            close
+            -- query closed
+            turn/start "trigger 401"
+            emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+            emit Activity { tool: None }
+            emit Error { message: "Reconnecting... 1/1 (unexpected status 401 Unauthorized: fake 401 error, url: http://127.0.0.1:38129/v1/responses)", retryable: true, classification: Auth, ends_turn: false }
+            emit Error { message: "unexpected status 401 Unauthorized: fake 401 error, url: http://127.0.0.1:38129/v1/responses", retryable: false, classification: Auth, ends_turn: true }
+            close
+            -- query closed
+            turn/start "are you there?"
+            emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+            emit Activity { tool: None }
+            emit Output
+            emit Result { text: "back to normal", covers: 0 }
+            -- control Some(End)
+            close
+            -- query closed
+            -- process exited
+        "#]],
     );
 }
 
@@ -614,17 +622,18 @@ fn replay_stale_continuation() {
         "stale_continuation.jsonl",
         false,
         expect![[r#"
-        -- thread/resume refused: no rollout found for thread id 000000000000
-        emit Init { session_id: "565fd74f7ba3" }
-        turn/start "hello again"
-        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-        emit Activity { tool: None }
-        emit Result { text: "fresh answer", covers: 0 }
-        -- control Some(End)
-        close
-        -- query closed
-        -- process exited
-    "#]],
+            -- thread/resume refused: no rollout found for thread id 000000000000
+            emit Init { session_id: "565fd74f7ba3" }
+            turn/start "hello again"
+            emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+            emit Activity { tool: None }
+            emit Output
+            emit Result { text: "fresh answer", covers: 0 }
+            -- control Some(End)
+            close
+            -- query closed
+            -- process exited
+        "#]],
     );
 }
 
@@ -634,24 +643,25 @@ fn replay_abort() {
         "abort.jsonl",
         false,
         expect![[r#"
-        emit Init { session_id: "60807ee462d8" }
-        turn/start "long task"
-        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-        emit Activity { tool: None }
-        -- control Some(Abort)
-        emit Error { message: "the turn was aborted", retryable: false, classification: Aborted, ends_turn: true }
-        turn/interrupt 99b8f4c2f070
-        close
-        -- query closed
-        turn/start "next one"
-        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-        emit Activity { tool: None }
-        emit Result { text: "next", covers: 0 }
-        -- control Some(End)
-        close
-        -- query closed
-        -- process exited
-    "#]],
+            emit Init { session_id: "60807ee462d8" }
+            turn/start "long task"
+            emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+            emit Activity { tool: None }
+            -- control Some(Abort)
+            emit Error { message: "the turn was aborted", retryable: false, classification: Aborted, ends_turn: true }
+            turn/interrupt 99b8f4c2f070
+            close
+            -- query closed
+            turn/start "next one"
+            emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+            emit Activity { tool: None }
+            emit Output
+            emit Result { text: "next", covers: 0 }
+            -- control Some(End)
+            close
+            -- query closed
+            -- process exited
+        "#]],
     );
 }
 
@@ -661,24 +671,25 @@ fn replay_process_killed() {
         "process_killed.jsonl",
         false,
         expect![[r#"
-        emit Init { session_id: "c29a7b139bab" }
-        turn/start "doomed turn"
-        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-        emit Activity { tool: None }
-        -- process exited
-        emit Error { message: "the codex app-server process exited", retryable: true, classification: Process, ends_turn: true }
-        close
-        -- query closed
-        emit Init { session_id: "c29a7b139bab" }
-        turn/start "still there?"
-        emit Activity { tool: None }
-        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-        emit Result { text: "after the crash", covers: 0 }
-        -- control Some(End)
-        close
-        -- query closed
-        -- process exited
-    "#]],
+            emit Init { session_id: "c29a7b139bab" }
+            turn/start "doomed turn"
+            emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+            emit Activity { tool: None }
+            -- process exited
+            emit Error { message: "the codex app-server process exited", retryable: true, classification: Process, ends_turn: true }
+            close
+            -- query closed
+            emit Init { session_id: "c29a7b139bab" }
+            turn/start "still there?"
+            emit Activity { tool: None }
+            emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+            emit Output
+            emit Result { text: "after the crash", covers: 0 }
+            -- control Some(End)
+            close
+            -- query closed
+            -- process exited
+        "#]],
     );
 }
 
@@ -688,34 +699,37 @@ fn replay_resume() {
         "resume.jsonl",
         false,
         expect![[r#"
-        emit Init { session_id: "e442442f2bca" }
-        turn/start "remember the word PAPAYA"
-        emit Activity { tool: None }
-        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-        emit Result { text: "first answer", covers: 0 }
-        -- control Some(End)
-        close
-        -- query closed
-        -- process exited
-        emit Init { session_id: "e442442f2bca" }
-        turn/start "which word?"
-        emit Activity { tool: None }
-        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-        emit Result { text: "second answer", covers: 0 }
-        -- control Some(End)
-        close
-        -- query closed
-        -- process exited
-        emit Init { session_id: "e442442f2bca" }
-        turn/start "and now?"
-        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-        emit Activity { tool: None }
-        emit Result { text: "third answer", covers: 0 }
-        -- control Some(End)
-        close
-        -- query closed
-        -- process exited
-    "#]],
+            emit Init { session_id: "e442442f2bca" }
+            turn/start "remember the word PAPAYA"
+            emit Activity { tool: None }
+            emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+            emit Output
+            emit Result { text: "first answer", covers: 0 }
+            -- control Some(End)
+            close
+            -- query closed
+            -- process exited
+            emit Init { session_id: "e442442f2bca" }
+            turn/start "which word?"
+            emit Activity { tool: None }
+            emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+            emit Output
+            emit Result { text: "second answer", covers: 0 }
+            -- control Some(End)
+            close
+            -- query closed
+            -- process exited
+            emit Init { session_id: "e442442f2bca" }
+            turn/start "and now?"
+            emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+            emit Activity { tool: None }
+            emit Output
+            emit Result { text: "third answer", covers: 0 }
+            -- control Some(End)
+            close
+            -- query closed
+            -- process exited
+        "#]],
     );
 }
 
@@ -725,16 +739,18 @@ fn replay_shell_env() {
         "shell_env.jsonl",
         false,
         expect![[r#"
-        emit Init { session_id: "5f31034f5da2" }
-        turn/start "run env"
-        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-        emit Activity { tool: None }
-        emit Activity { tool: Some("shell") }
-        emit Result { text: "listed", covers: 0 }
-        -- control Some(End)
-        close
-        -- query closed
-        -- process exited
-    "#]],
+            emit Init { session_id: "5f31034f5da2" }
+            turn/start "run env"
+            emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+            emit Activity { tool: None }
+            emit Activity { tool: Some("shell") }
+            emit ToolEnded { running: 0 }
+            emit Output
+            emit Result { text: "listed", covers: 0 }
+            -- control Some(End)
+            close
+            -- query closed
+            -- process exited
+        "#]],
     );
 }

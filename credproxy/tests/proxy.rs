@@ -1,0 +1,390 @@
+//! The proxy against a loopback upstream that records what it receives: the token is checked
+//! and stripped, the real key reaches the upstream, SSE streams through without buffering, and
+//! an unreachable gateway is a 502 naming the endpoint.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::Router;
+use credproxy::{Api, CredProxy, Upstream};
+use futures::StreamExt;
+use tokio::sync::{mpsc, Notify};
+
+const REAL_KEY: &str = "sk-real-upstream-key";
+
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    path_and_query: String,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+#[derive(Default)]
+struct UpstreamState {
+    seen: Mutex<Vec<Seen>>,
+    /// The SSE stream's second event waits for this.
+    release: Notify,
+}
+
+/// A loopback upstream: records every request; answers with an SSE stream whose first event goes
+/// out at once and whose second waits for `release`.
+async fn upstream() -> (String, Arc<UpstreamState>) {
+    let state = Arc::new(UpstreamState::default());
+    let app = Router::new()
+        .fallback(record)
+        .with_state(Arc::clone(&state));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), state)
+}
+
+async fn record(State(state): State<Arc<UpstreamState>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+    state.seen.lock().unwrap().push(Seen {
+        method: parts.method.to_string(),
+        path_and_query: parts
+            .uri
+            .path_and_query()
+            .map(|p| p.to_string())
+            .unwrap_or_default(),
+        headers: parts.headers,
+        body,
+    });
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+    let state = Arc::clone(&state);
+    tokio::spawn(async move {
+        let _ = tx
+            .send(Ok(Bytes::from_static(b"event: first\ndata: {\"n\":1}\n\n")))
+            .await;
+        state.release.notified().await;
+        let _ = tx
+            .send(Ok(Bytes::from_static(
+                b"event: second\ndata: {\"n\":2}\n\n",
+            )))
+            .await;
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    Response::builder()
+        .status(200)
+        .header("content-type", "text/event-stream")
+        .header("x-upstream", "yes")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder().build().unwrap()
+}
+
+async fn json_of(response: reqwest::Response) -> serde_json::Value {
+    serde_json::from_str(&response.text().await.unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn missing_or_wrong_token_is_401_and_nothing_is_forwarded() {
+    let (base, state) = upstream().await;
+    let proxy = CredProxy::start(vec![Upstream::new(Api::Anthropic, Some(&base), REAL_KEY)])
+        .await
+        .unwrap();
+    let url = format!("{}/v1/messages", proxy.base_url(Api::Anthropic));
+
+    let none = client().post(&url).body("{}").send().await.unwrap();
+    assert_eq!(none.status(), 401);
+    let body = json_of(none).await;
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "authentication_error");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("no session token"), "{message}");
+
+    let wrong = client()
+        .post(&url)
+        .header("x-api-key", format!("{}0", &proxy.token()[1..]))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    let message = json_of(wrong).await["error"]["message"].to_string();
+    assert!(message.contains("wrong session token"), "{message}");
+
+    // The real key is no token either.
+    let key = client()
+        .post(&url)
+        .header("authorization", format!("Bearer {REAL_KEY}"))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(key.status(), 401);
+    assert!(state.seen.lock().unwrap().is_empty(), "nothing forwarded");
+}
+
+#[tokio::test]
+async fn anthropic_headers_are_rewritten_and_the_real_key_reaches_the_upstream() {
+    let (base, state) = upstream().await;
+    let proxy = CredProxy::start(vec![Upstream::new(Api::Anthropic, Some(&base), REAL_KEY)])
+        .await
+        .unwrap();
+    state.release.notify_one();
+    let response = client()
+        .post(format!(
+            "{}/v1/messages?beta=true",
+            proxy.base_url(Api::Anthropic)
+        ))
+        .header("x-api-key", proxy.token())
+        .header("anthropic-version", "2023-06-01")
+        .header("anthropic-beta", "claude-code-20250219")
+        .header("content-type", "application/json")
+        .header("accept", "text/event-stream")
+        .header("user-agent", "claude-cli/2.1.330 (external, sdk-cli)")
+        .header("x-stainless-retry-count", "0")
+        .header("connection", "keep-alive, x-hop")
+        .header("x-hop", "per-connection")
+        .body(r#"{"model":"m","stream":true}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-upstream"], "yes");
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let text = response.text().await.unwrap();
+    assert!(text.contains("event: first") && text.contains("event: second"));
+
+    let seen = state.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    let request = &seen[0];
+    assert_eq!(request.method, "POST");
+    assert_eq!(request.path_and_query, "/v1/messages?beta=true");
+    assert_eq!(&request.body[..], br#"{"model":"m","stream":true}"#);
+    let h = &request.headers;
+    assert_eq!(h["x-api-key"], REAL_KEY);
+    assert!(h.get("authorization").is_none());
+    assert_eq!(h["anthropic-version"], "2023-06-01");
+    assert_eq!(h["anthropic-beta"], "claude-code-20250219");
+    assert_eq!(h["content-type"], "application/json");
+    assert_eq!(h["accept"], "text/event-stream");
+    assert_eq!(h["user-agent"], "claude-cli/2.1.330 (external, sdk-cli)");
+    assert_eq!(h["x-stainless-retry-count"], "0");
+    assert!(
+        h.get("x-hop").is_none(),
+        "a header named by Connection is hop-by-hop"
+    );
+    for (name, value) in h {
+        let value = value.to_str().unwrap_or_default();
+        assert!(
+            !value.contains(proxy.token()),
+            "the token left the proxy in {name}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn openai_routes_get_the_real_key_as_bearer() {
+    let (base, state) = upstream().await;
+    let proxy = CredProxy::start(vec![Upstream::new(
+        Api::OpenAi,
+        Some(&format!("{base}/v1/")),
+        REAL_KEY,
+    )])
+    .await
+    .unwrap();
+    for path in ["/responses", "/chat/completions"] {
+        state.release.notify_one();
+        let response = client()
+            .post(format!("{}{path}", proxy.base_url(Api::OpenAi)))
+            .bearer_auth(proxy.token())
+            .header("openai-beta", "responses=v1")
+            .header("x-stainless-os", "Linux")
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        response.text().await.unwrap();
+    }
+    let seen = state.seen.lock().unwrap().clone();
+    let paths: Vec<&str> = seen.iter().map(|s| s.path_and_query.as_str()).collect();
+    assert_eq!(paths, ["/v1/responses", "/v1/chat/completions"]);
+    for request in &seen {
+        assert_eq!(
+            request.headers["authorization"],
+            format!("Bearer {REAL_KEY}")
+        );
+        assert!(request.headers.get("x-api-key").is_none());
+        assert_eq!(request.headers["openai-beta"], "responses=v1");
+        assert_eq!(request.headers["x-stainless-os"], "Linux");
+    }
+    // A route without an upstream, and a path outside the model endpoints, are refused.
+    let anthropic = client()
+        .post(format!("{}/v1/messages", proxy.base_url(Api::Anthropic)))
+        .bearer_auth(proxy.token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anthropic.status(), 404);
+    let files = client()
+        .get(format!("{}/files", proxy.base_url(Api::OpenAi)))
+        .bearer_auth(proxy.token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(files.status(), 403);
+    let message = json_of(files).await["error"]["message"].to_string();
+    assert!(message.contains("/files is not forwarded"), "{message}");
+    assert_eq!(
+        state.seen.lock().unwrap().len(),
+        2,
+        "refusals are not forwarded"
+    );
+}
+
+#[tokio::test]
+async fn sse_chunks_arrive_before_the_upstream_finishes() {
+    let (base, state) = upstream().await;
+    let proxy = CredProxy::start(vec![Upstream::new(Api::Anthropic, Some(&base), REAL_KEY)])
+        .await
+        .unwrap();
+    let sent = client()
+        .post(format!("{}/v1/messages", proxy.base_url(Api::Anthropic)))
+        .header("x-api-key", proxy.token())
+        .body("{}")
+        .send();
+    let response = tokio::time::timeout(Duration::from_secs(10), sent)
+        .await
+        .expect("the response starts while the upstream is still streaming")
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    // The upstream holds its second event until released: a proxy that reads the whole body
+    // first never delivers the first one.
+    let first = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("the first event arrives while the upstream is still streaming")
+        .unwrap()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&first).contains("event: first"),
+        "{first:?}"
+    );
+    assert!(!String::from_utf8_lossy(&first).contains("event: second"));
+    state.release.notify_one();
+    let mut rest = Vec::new();
+    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .unwrap()
+    {
+        rest.extend_from_slice(&chunk.unwrap());
+    }
+    assert!(String::from_utf8_lossy(&rest).contains("event: second"));
+}
+
+#[tokio::test]
+async fn unreachable_gateway_is_a_502_naming_the_endpoint() {
+    // A port nobody listens on: bind, note it, close.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let base = format!("http://127.0.0.1:{port}/v1");
+    let proxy = CredProxy::start(vec![Upstream::new(Api::OpenAi, Some(&base), REAL_KEY)])
+        .await
+        .unwrap();
+    let response = client()
+        .post(format!("{}/responses?x=1", proxy.base_url(Api::OpenAi)))
+        .bearer_auth(proxy.token())
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 502);
+    let message = json_of(response).await["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        message.contains(&format!("{base}/responses")),
+        "names the endpoint: {message}"
+    );
+    assert!(
+        message.to_lowercase().contains("refused"),
+        "names the cause: {message}"
+    );
+    assert!(!message.contains(REAL_KEY));
+}
+
+#[tokio::test]
+async fn the_token_is_worthless_in_another_run_and_after_the_proxy_stops() {
+    let (base, state) = upstream().await;
+    let first = CredProxy::start(vec![Upstream::new(Api::Anthropic, Some(&base), REAL_KEY)])
+        .await
+        .unwrap();
+    let second = CredProxy::start(vec![Upstream::new(Api::Anthropic, Some(&base), REAL_KEY)])
+        .await
+        .unwrap();
+    assert_ne!(first.token(), second.token());
+    let other_run = client()
+        .post(format!("{}/v1/messages", second.base_url(Api::Anthropic)))
+        .header("x-api-key", first.token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other_run.status(), 401);
+
+    let url = format!("{}/v1/messages", first.base_url(Api::Anthropic));
+    let token = first.token().to_owned();
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let after = client().post(&url).header("x-api-key", &token).send().await;
+    assert!(
+        after.is_err() || after.is_ok_and(|r| r.status() == 401),
+        "a stopped proxy forwards nothing"
+    );
+    assert!(state.seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_base_url_that_is_no_url_fails_at_start() {
+    let err = CredProxy::start(vec![Upstream::new(
+        Api::OpenAi,
+        Some("api.openai.com/v1"),
+        REAL_KEY,
+    )])
+    .await
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("openai base URL"), "{text}");
+    assert!(!text.contains(REAL_KEY));
+}
+
+#[tokio::test]
+async fn a_bearer_client_on_the_anthropic_route_gets_the_key_as_bearer() {
+    let (base, state) = upstream().await;
+    let proxy = CredProxy::start(vec![Upstream::new(Api::Anthropic, Some(&base), REAL_KEY)])
+        .await
+        .unwrap();
+    state.release.notify_one();
+    let response = client()
+        .post(format!("{}/v1/messages", proxy.base_url(Api::Anthropic)))
+        .bearer_auth(proxy.token())
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.text().await.unwrap();
+    let seen = state.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen[0].headers["authorization"],
+        format!("Bearer {REAL_KEY}")
+    );
+    assert!(seen[0].headers.get("x-api-key").is_none());
+}
