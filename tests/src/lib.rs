@@ -8,9 +8,10 @@
 //!   (setup, child re-exec with a marker secret, event collection).
 //! * [`scenarios`]: the acceptance and archiving scenarios shared by every CLI, each a function
 //!   taking the provider name (the `e2e_<cli>.rs` / `archive_<cli>.rs` tests call them).
-//! * [`stalls`], [`leftovers`], [`credentials`], [`secrets`], [`stops`]: the fault scenarios (a gateway that is
-//!   down or stalls, processes that outlive a run, the credential proxy, secrets the agent could read, signals mid-turn),
-//!   re-exported by [`scenarios`] so that `scenario_tests!` finds them.
+//! * [`stalls`], [`stops`], [`leftovers`], [`credentials`], [`secrets`]: the fault scenarios
+//!   (a gateway that is down or stalls, signals mid-turn, processes that outlive a run, the
+//!   credential proxy, secrets the agent could read), re-exported by [`scenarios`] so that
+//!   `scenario_tests!` finds them.
 
 pub mod credentials;
 pub mod fake_model;
