@@ -568,19 +568,30 @@ mod tests {
         let reason = failure(outcome);
         assert!(reason.contains("timed out after 300 ms"), "{reason}");
         assert!(reason.contains("stderr: waiting"), "{reason}");
-        let pid: i32 = std::fs::read_to_string(dir.path().join("grandchild.pid"))
+        let pid = read_pid(&dir.path().join("grandchild.pid"));
+        // The group got KILL before run_script returned; allow the kernel a moment to tear down.
+        wait_gone(pid).await;
+        assert!(is_gone(pid), "grandchild {pid} still running");
+    }
+
+    /// The pid a test script wrote to `path`.
+    fn read_pid(path: &std::path::Path) -> i32 {
+        std::fs::read_to_string(path)
             .unwrap()
             .trim()
             .parse()
-            .unwrap();
-        // The group got KILL before run_script returned; allow the kernel a moment to tear down.
+            .unwrap()
+    }
+
+    /// Waits up to a second for `pid` to be gone (the kernel tears a killed process down
+    /// asynchronously).
+    async fn wait_gone(pid: i32) {
         for _ in 0..50 {
             if is_gone(pid) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert!(is_gone(pid), "grandchild {pid} still running");
     }
 
     #[tokio::test]
@@ -596,17 +607,8 @@ mod tests {
         .await;
         assert_eq!(outcome, ScriptOutcome::Skip);
         assert!(started.elapsed() < Duration::from_secs(5));
-        let pid: i32 = std::fs::read_to_string(dir.path().join("leftover.pid"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        for _ in 0..50 {
-            if is_gone(pid) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let pid = read_pid(&dir.path().join("leftover.pid"));
+        wait_gone(pid).await;
         assert!(is_gone(pid), "leftover {pid} still running");
     }
 
@@ -621,17 +623,8 @@ mod tests {
         )
         .await;
         assert_eq!(outcome, ScriptOutcome::Skip);
-        let pid: i32 = std::fs::read_to_string(dir.path().join("escaped.pid"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        for _ in 0..50 {
-            if is_gone(pid) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let pid = read_pid(&dir.path().join("escaped.pid"));
+        wait_gone(pid).await;
         let gone = is_gone(pid);
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),
