@@ -412,12 +412,19 @@ async fn api_errors_are_bounded_and_classified() {
     let events = ask(&provider, "second", Some(&session)).await;
     let errors = final_errors(&events);
     assert_eq!(errors.len(), 1, "{events:#?}");
-    assert_eq!(errors[0].0, ErrorClass::Quota, "{errors:?}");
+    // A 429 is a passing rate limit, not an exhausted quota: retryable, with the CLI's wait.
+    assert!(
+        matches!(
+            errors[0],
+            (ErrorClass::RateLimited { retry_after_secs: Some(_) }, true, _)
+        ),
+        "{errors:?}"
+    );
     assert!(events.iter().any(|e| matches!(
         e,
         ProviderEvent::Error {
             ends_turn: false,
-            classification: ErrorClass::Quota,
+            classification: ErrorClass::RateLimited { .. },
             ..
         }
     )));

@@ -309,10 +309,19 @@ async fn api_errors_are_bounded_and_classified() {
     let s = setup("api_errors", cli);
     let provider = s.provider();
     let mut thread = None;
-    for (status, retry_after, class) in [
-        (500, false, ErrorClass::Api),
-        (429, true, ErrorClass::Quota),
-        (401, false, ErrorClass::Auth),
+    // (status, retry-after header, class, retryable): a 429 is a passing rate limit, retryable
+    // by the runner; Codex honours the header but does not report the wait.
+    for (status, retry_after, class, retryable) in [
+        (500, false, ErrorClass::Api, false),
+        (
+            429,
+            true,
+            ErrorClass::RateLimited {
+                retry_after_secs: None,
+            },
+            true,
+        ),
+        (401, false, ErrorClass::Auth, false),
     ] {
         s.fake.clear_log();
         let mut step = Step::error(status, format!("fake {status} error"));
@@ -329,7 +338,7 @@ async fn api_errors_are_bounded_and_classified() {
         assert_eq!(errors.len(), 1, "{status}: {events:#?}");
         assert_eq!(
             (errors[0].0, errors[0].1),
-            (class, false),
+            (class, retryable),
             "{status}: {events:#?}"
         );
         assert!(results(&events).is_empty());

@@ -402,12 +402,16 @@ async fn api_errors_are_bounded_and_classified() {
     let s = setup("api_errors", cli);
     let provider = s.provider();
     let mut session = None;
-    // (status, class, model requests); status 0 = the connection drops mid-stream.
-    for (status, class, requests) in [
-        (500, ErrorClass::Api, 2),
-        (429, ErrorClass::Quota, 2),
-        (401, ErrorClass::Auth, 1),
-        (0, ErrorClass::Api, 2),
+    // (status, class, retryable, model requests); status 0 = the connection drops mid-stream.
+    // A 429 is a passing rate limit: retryable by the runner, with the wait the CLI was told.
+    let rate_limited = ErrorClass::RateLimited {
+        retry_after_secs: Some(scenarios::OPENCODE_RETRY_AFTER_MS.div_ceil(1000)),
+    };
+    for (status, class, retryable, requests) in [
+        (500, ErrorClass::Api, false, 2),
+        (429, rate_limited, true, 2),
+        (401, ErrorClass::Auth, false, 1),
+        (0, ErrorClass::Api, false, 2),
     ] {
         s.fake.clear_log();
         let step = if status == 0 {
@@ -426,9 +430,9 @@ async fn api_errors_are_bounded_and_classified() {
         let errors = final_errors(&events);
         assert_eq!(errors.len(), 1, "{events:#?}");
         assert_eq!(errors[0].0, class, "{errors:?}");
-        assert!(
-            !errors[0].1,
-            "not retryable after the CLI's retries: {errors:?}"
+        assert_eq!(
+            errors[0].1, retryable,
+            "only a rate limit is retryable after the CLI's retries: {errors:?}"
         );
         if status != 0 {
             assert!(
