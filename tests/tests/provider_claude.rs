@@ -18,15 +18,15 @@ use e2e::fake_model::Step;
 use e2e::harness::claude_user_texts as user_texts;
 use e2e::harness::{alive, descendants};
 use e2e::provider_harness::{
-    answer, ask, ask_with, drain, ends_turn, final_errors, input, is_result, question_id, results,
-    session_id, until, ModelApi, ProviderSetup, ProviderSpec, MARKER_VALUE, MARKER_VAR,
+    MARKER_VALUE, MARKER_VAR, ModelApi, ProviderSetup, ProviderSpec, answer, ask, ask_with, drain,
+    ends_turn, final_errors, input, is_result, question_id, results, session_id, until,
 };
 use provider::claude::ClaudeProvider;
 use provider::{
     AgentProvider, ErrorClass, MediaFile, Prompt, ProviderError, ProviderEvent, ProviderSettings,
     QueryInput,
 };
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 const KEY: &str = "sk-claude-provider-test-key";
 const SPEC: ProviderSpec = ProviderSpec {
@@ -333,9 +333,11 @@ async fn resume_after_restart_keeps_history_and_applies_the_system_prompt() {
     );
     let request = s.fake.model_requests().pop().unwrap();
     assert!(request.system_text().contains("SYSTEM-MARKER-3"));
-    assert!(user_texts(&request)
-        .iter()
-        .any(|t| t.contains("what was the word?")));
+    assert!(
+        user_texts(&request)
+            .iter()
+            .any(|t| t.contains("what was the word?"))
+    );
     second.shutdown().await;
 }
 
@@ -416,7 +418,13 @@ async fn api_errors_are_bounded_and_classified() {
     assert!(
         matches!(
             errors[0],
-            (ErrorClass::RateLimited { retry_after_secs: Some(_) }, true, _)
+            (
+                ErrorClass::RateLimited {
+                    retry_after_secs: Some(_)
+                },
+                true,
+                _
+            )
         ),
         "{errors:?}"
     );
@@ -655,13 +663,20 @@ async fn media_reach_the_model_natively() {
         .find(|b| b["type"] == "image")
         .unwrap_or_else(|| panic!("no image block: {blocks:#?}"));
     assert_eq!(image_block["source"]["media_type"], "image/png");
-    assert_eq!(image_block["source"]["data"], "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVQI12P4z8AAAAMBAQAY3Y2wAAAAAElFTkSuQmCC");
-    assert!(blocks
-        .iter()
-        .any(|b| b["type"] == "document" && b["source"]["media_type"] == "application/pdf"));
-    assert!(blocks
-        .iter()
-        .any(|b| b["type"] == "text" && b["text"].as_str().unwrap_or("").starts_with("look")));
+    assert_eq!(
+        image_block["source"]["data"],
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVQI12P4z8AAAAMBAQAY3Y2wAAAAAElFTkSuQmCC"
+    );
+    assert!(
+        blocks
+            .iter()
+            .any(|b| b["type"] == "document" && b["source"]["media_type"] == "application/pdf")
+    );
+    assert!(
+        blocks
+            .iter()
+            .any(|b| b["type"] == "text" && b["text"].as_str().unwrap_or("").starts_with("look"))
+    );
     provider.shutdown().await;
 }
 
