@@ -18,15 +18,15 @@ use e2e::fake_model::Step;
 use e2e::harness::claude_user_texts as user_texts;
 use e2e::harness::{alive, descendants};
 use e2e::provider_harness::{
-    MARKER_VALUE, MARKER_VAR, ModelApi, ProviderSetup, ProviderSpec, answer, ask, ask_with, drain,
-    ends_turn, final_errors, input, is_result, question_id, results, session_id, until,
+    answer, ask, ask_with, drain, ends_turn, final_errors, input, is_result, question_id, results,
+    session_id, until, ModelApi, ProviderSetup, ProviderSpec, MARKER_VALUE, MARKER_VAR,
 };
 use provider::claude::ClaudeProvider;
 use provider::{
     AgentProvider, ErrorClass, MediaFile, Prompt, ProviderError, ProviderEvent, ProviderSettings,
     QueryInput,
 };
-use serde_json::{Value, json};
+use serde_json::{json, Value};
 
 const KEY: &str = "sk-claude-provider-test-key";
 const SPEC: ProviderSpec = ProviderSpec {
@@ -333,11 +333,9 @@ async fn resume_after_restart_keeps_history_and_applies_the_system_prompt() {
     );
     let request = s.fake.model_requests().pop().unwrap();
     assert!(request.system_text().contains("SYSTEM-MARKER-3"));
-    assert!(
-        user_texts(&request)
-            .iter()
-            .any(|t| t.contains("what was the word?"))
-    );
+    assert!(user_texts(&request)
+        .iter()
+        .any(|t| t.contains("what was the word?")));
     second.shutdown().await;
 }
 
@@ -667,16 +665,12 @@ async fn media_reach_the_model_natively() {
         image_block["source"]["data"],
         "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVQI12P4z8AAAAMBAQAY3Y2wAAAAAElFTkSuQmCC"
     );
-    assert!(
-        blocks
-            .iter()
-            .any(|b| b["type"] == "document" && b["source"]["media_type"] == "application/pdf")
-    );
-    assert!(
-        blocks
-            .iter()
-            .any(|b| b["type"] == "text" && b["text"].as_str().unwrap_or("").starts_with("look"))
-    );
+    assert!(blocks
+        .iter()
+        .any(|b| b["type"] == "document" && b["source"]["media_type"] == "application/pdf"));
+    assert!(blocks
+        .iter()
+        .any(|b| b["type"] == "text" && b["text"].as_str().unwrap_or("").starts_with("look")));
     provider.shutdown().await;
 }
 

@@ -18,8 +18,8 @@ use e2e::fake_model::Step;
 use e2e::harness::codex_user_texts as user_texts;
 use e2e::harness::{descendants, live_processes};
 use e2e::provider_harness::{
-    MARKER_VALUE, MARKER_VAR, ProviderSetup, ProviderSpec, ask, drain, final_errors, input,
-    is_result, results, session_id, until,
+    ask, drain, final_errors, input, is_result, results, session_id, until, ProviderSetup,
+    ProviderSpec, MARKER_VALUE, MARKER_VAR,
 };
 use provider::codex::CodexProvider;
 use provider::{AgentProvider, ErrorClass, Prompt, ProviderError, ProviderEvent, ProviderSettings};

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use e2e::fake_model::Step;
 use e2e::harness::{descendants, live_processes, processes_with, processes_with_env};
 use e2e::provider_harness::{
-    MARKER_VALUE, MARKER_VAR, ProviderSetup, ProviderSpec, answer, ask_for, drain_for, ends_turn,
-    final_errors, input, is_result, results, session_id, until_for,
+    answer, ask_for, drain_for, ends_turn, final_errors, input, is_result, results, session_id,
+    until_for, ProviderSetup, ProviderSpec, MARKER_VALUE, MARKER_VAR,
 };
 use e2e::scenarios;
 use provider::opencode::OpenCodeProvider;
@@ -161,12 +161,11 @@ async fn text_reply_with_the_generated_config() {
         "the built-in question tool is off: {:?}",
         request.tool_names()
     );
-    assert!(
-        s.settings
-            .home_dir
-            .join(".local/share/opencode/opencode.db")
-            .is_file()
-    );
+    assert!(s
+        .settings
+        .home_dir
+        .join(".local/share/opencode/opencode.db")
+        .is_file());
 
     // The next query reuses the running server and the session.
     let pid = provider.server_pid().unwrap();
