@@ -30,7 +30,9 @@ step "tests"
 # cargo-nextest (when installed) runs the test binaries side by side, which matters here: the
 # end-to-end suites spend most of their time waiting on real CLIs. Plain `cargo test` otherwise.
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --workspace --no-fail-fast --test-threads "${NANOCLAW_TEST_THREADS:-3}"
+  # The slots per kind of test are in .config/nextest.toml; NANOCLAW_TEST_THREADS overrides the
+  # total.
+  cargo nextest run --workspace --no-fail-fast ${NANOCLAW_TEST_THREADS:+--test-threads "$NANOCLAW_TEST_THREADS"}
 else
   output=$(mktemp)
   trap 'rm -f "$output"' EXIT

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
-use provider::{AgentProvider, McpServer, ProviderSettings};
+use provider::{AgentProvider, ProviderSettings};
 use schema::{OpenOptions, SessionDb};
 
-use crate::config::{self, Config};
+use crate::config::{self, Config, Settings};
 use crate::lock;
 use crate::runner::{Runner, RunnerOptions};
 
@@ -64,7 +64,8 @@ pub async fn main(cli: Args) -> Result<()> {
             .workspace
             .clone()
             .unwrap_or_else(|| PathBuf::from("/workspace"));
-        crate::archive_hook::main(args, load_config(&cli), &workspace);
+        let settings = load_config(&cli).and_then(|config| config.settings());
+        crate::archive_hook::main(args, settings, &workspace);
         return Ok(());
     }
     let config = load_config(&cli)?;
@@ -114,17 +115,18 @@ async fn run(config: Config) -> Result<()> {
     if let Err(err) = provider::reaper::init() {
         tracing::warn!("{err}");
     }
+    let settings = config.settings()?;
     // The configuration and its secret files are read (`load_config`); nothing is opened or
     // started yet, so everything from here on happens as the `runAs` user.
-    crate::privileges::drop_privileges(config.text("runAs").as_deref(), &config.workspace)?;
+    crate::privileges::drop_privileges(settings.run_as.as_deref(), &settings.workspace)?;
     for warning in config.exposed_secrets() {
         tracing::warn!("{warning}");
     }
-    let db_path = config.path("sessionDb").context("sessionDb is not set")?;
-    ensure_db_exists(&db_path, config.flag("createSessionDb"))?;
+    let db_path = settings.session_db.clone();
+    ensure_db_exists(&db_path, settings.create_session_db)?;
     let lock = lock::RunnerLock::acquire(&db_path)?;
     let identity = DbIdentity::of(&db_path)?;
-    let timezone = schema::cron::parse_tz(&config.timezone_name())?;
+    let timezone = settings.timezone;
     let db = SessionDb::open_with(
         &db_path,
         OpenOptions {
@@ -139,8 +141,8 @@ async fn run(config: Config) -> Result<()> {
             .context(format!("opening the session DB {}", db_path.display())),
     })?;
     // Lives as long as the runner: the CLI reaches the model only through it (issue 10, point 4).
-    let model_proxy = crate::model_proxy::start(&config, &config.provider()).await?;
-    let provider = create_provider(&config, &db_path, model_proxy.as_ref())?;
+    let model_proxy = crate::model_proxy::start(&settings).await?;
+    let provider = create_provider(&settings, model_proxy.as_ref())?;
     tracing::info!(
         provider = provider.name(),
         db = %db_path.display(),
@@ -148,44 +150,24 @@ async fn run(config: Config) -> Result<()> {
         pid = std::process::id(),
         "agent-runner starting"
     );
-    let script_env = script_env(&config);
     let options = RunnerOptions {
-        agent_dir: config
-            .path("agentDir")
-            .unwrap_or_else(|| config.workspace.join("agent")),
-        script_env,
-        script_limits: crate::script::ScriptLimits {
-            timeout: config.secs("scriptTimeoutSecs"),
-            ..Default::default()
-        },
-        media_limits: crate::media::MediaLimits {
-            max_bytes: config.number("maxAttachmentBytes"),
-            timeout: config.secs("downloadTimeoutSecs"),
-            ..Default::default()
-        },
+        agent_dir: settings.dirs.agent.clone(),
+        script_env: script_env(&settings),
+        script_limits: settings.script.clone(),
+        media_limits: settings.media.clone(),
         clock: crate::runner::system_clock(),
         timezone,
-        workspace: config.workspace.clone(),
-        max_messages: usize::try_from(config.number("maxMessagesPerPrompt"))
-            .unwrap_or(10)
-            .max(1),
-        idle_poll: config
-            .millis("idlePollMs")
-            .clamp(Duration::from_millis(10), Duration::from_secs(1)),
-        active_poll: config
-            .millis("activePollMs")
-            .clamp(Duration::from_millis(10), Duration::from_millis(500)),
-        heartbeat: config
-            .secs("heartbeatSecs")
-            .clamp(Duration::from_secs(1), Duration::from_secs(10)),
-        query_retries: u32::try_from(config.number("queryRetries")).unwrap_or(2),
-        progress: crate::runner::ProgressLimits {
-            notice: config.secs("progressNoticeSecs"),
-            silence: config.secs("progressSilenceSecs"),
-            max_turn: config.secs("maxTurnSecs"),
-        },
-        model_endpoint: model_endpoint(&config),
-        prompt_sources: Some(crate::system_prompt::PromptSources::from_config(&config)),
+        workspace: settings.workspace.clone(),
+        max_messages: settings.max_messages_per_prompt,
+        idle_poll: settings.idle_poll,
+        active_poll: settings.active_poll,
+        heartbeat: settings.heartbeat,
+        query_retries: settings.query_retries,
+        progress: settings.progress,
+        model_endpoint: model_endpoint(&settings),
+        prompt_sources: Some(crate::system_prompt::PromptSources::from_settings(
+            &settings,
+        )),
     };
     let heartbeat = options.heartbeat;
     // Under the lock, before anything is spawned: what a previous run left behind goes.
@@ -295,16 +277,12 @@ impl DbIdentity {
 
 /// The environment of pre-agent scripts: the same allow-list and scrubbing as the CLI gets,
 /// plus TZ and the workspace paths.
-fn script_env(config: &Config) -> BTreeMap<String, String> {
-    let policy = provider::process::EnvPolicy {
-        passthrough: config.list("envPassthrough"),
-        scrub_patterns: config.list("envScrubPatterns"),
-    };
-    let mut env = policy.inherited(std::env::vars());
-    env.insert("TZ".into(), config.timezone_name());
+fn script_env(settings: &Settings) -> BTreeMap<String, String> {
+    let mut env = settings.env_policy.inherited(std::env::vars());
+    env.insert("TZ".into(), settings.timezone_name.clone());
     env.insert(
         "WORKSPACE_DIR".into(),
-        config.workspace.display().to_string(),
+        settings.workspace.display().to_string(),
     );
     env.entry("PATH".into())
         .or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".into());
@@ -331,88 +309,68 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     }
 }
 
-/// The model endpoint of the configured provider: its base URL, or the CLI's default.
-fn model_endpoint(config: &Config) -> String {
-    let (key, default) = match config.provider().as_str() {
-        "claude" => ("anthropicBaseUrl", "https://api.anthropic.com"),
-        "mock" => return "the mock provider".to_owned(),
-        _ => ("openaiBaseUrl", "https://api.openai.com/v1"),
-    };
-    config.text(key).unwrap_or_else(|| default.to_owned())
+/// The model endpoint of the configured provider: its base URL, or the API's default.
+fn model_endpoint(settings: &Settings) -> String {
+    settings.model_api().map_or_else(
+        || "the mock provider".to_owned(),
+        config::ModelApi::endpoint,
+    )
 }
 
 /// Creates the configured provider; with a credential proxy, the CLI gets the proxy's URL and
 /// token instead of the configured base URL and key.
-pub fn create_provider(
-    config: &Config,
-    db_path: &Path,
+fn create_provider(
+    settings: &Settings,
     model_proxy: Option<&credproxy::CredProxy>,
 ) -> Result<Arc<dyn AgentProvider>> {
-    let name = config.provider();
-    let mut settings = provider_settings(config, db_path, &name)?;
-    crate::model_proxy::apply(model_proxy, &mut settings, &name);
-    provider::create(&name, settings).map_err(|err| anyhow::anyhow!("{err}"))
+    let mut provider_settings = provider_settings(settings);
+    crate::model_proxy::apply(model_proxy, &mut provider_settings, settings);
+    provider::create(settings.provider, provider_settings, settings.mock.clone())
+        .map_err(|err| anyhow::anyhow!("{err}"))
 }
 
-/// Provider settings from the configuration.
-pub fn provider_settings(config: &Config, db_path: &Path, name: &str) -> Result<ProviderSettings> {
-    let mut settings = ProviderSettings::for_workspace(&config.workspace, name);
-    if let Some(agent_dir) = config.path("agentDir") {
-        settings.agent_dir = agent_dir;
+/// What every provider needs, from the settings and the runner's surroundings (its own binary,
+/// the extra directories that exist now).
+fn provider_settings(settings: &Settings) -> ProviderSettings {
+    let api = settings.model_api();
+    ProviderSettings {
+        workspace: settings.workspace.clone(),
+        agent_dir: settings.dirs.agent.clone(),
+        home_dir: settings.dirs.home.join(settings.provider.name()),
+        session_db: settings.session_db.clone(),
+        mcp_tools_path: settings.mcp_tools_path.clone().unwrap_or_else(|| {
+            std::env::current_exe()
+                .ok()
+                .and_then(|exe| exe.parent().map(|dir| dir.join("mcp-tools")))
+                .unwrap_or_else(|| PathBuf::from("mcp-tools"))
+        }),
+        timezone: settings.timezone_name.clone(),
+        admin_user_id: settings.admin_user_id.clone(),
+        model: settings.model(),
+        effort: settings.effort.clone(),
+        base_url: api.and_then(|api| api.base_url.clone()),
+        api_key: api.and_then(|api| api.api_key.as_ref().map(|key| key.expose().to_owned())),
+        cli_path: settings.cli_path(),
+        extra_mcp_servers: settings.mcp_servers.clone(),
+        extra_dirs: settings
+            .dirs
+            .extra
+            .as_deref()
+            .map(list_dirs)
+            .unwrap_or_default(),
+        env_policy: settings.env_policy.clone(),
+        watchdog: settings.watchdog,
+        tool_timeout: settings.tool_timeout,
+        max_retries: settings.cli_max_retries,
+        request_timeout: settings.cli_request_timeout,
+        stream_idle_timeout: settings.cli_stream_idle,
+        cli_env: settings.cli_env.clone(),
+        codex_steer: settings.codex_steer,
+        mcp_env: BTreeMap::new(),
+        // Claude's PreCompact hook calls this binary back (`agent-runner archive-hook`).
+        runner_exe: std::env::current_exe().ok(),
+        assistant_name: settings.assistant_name.clone(),
     }
-    if let Some(home) = config.path("homeDir") {
-        settings.home_dir = home.join(name);
-    }
-    settings.session_db = db_path.to_path_buf();
-    settings.mcp_tools_path = match config.text("mcpToolsPath") {
-        Some(path) => PathBuf::from(path),
-        None => std::env::current_exe()
-            .ok()
-            .and_then(|exe| exe.parent().map(|dir| dir.join("mcp-tools")))
-            .unwrap_or_else(|| PathBuf::from("mcp-tools")),
-    };
-    settings.timezone = config.timezone_name();
-    settings.admin_user_id = config.text("adminUserId");
-    settings.model = config.model();
-    settings.effort = config.text("effort");
-    let (base_url, api_key, cli_path) = match name {
-        "claude" => ("anthropicBaseUrl", "anthropicApiKey", "claudePath"),
-        "codex" => ("openaiBaseUrl", "openaiApiKey", "codexPath"),
-        _ => ("openaiBaseUrl", "openaiApiKey", "opencodePath"),
-    };
-    settings.base_url = config.text(base_url);
-    settings.api_key = config.text(api_key);
-    settings.cli_path = config.text(cli_path).map(PathBuf::from);
-    if let Some(servers) = config.object("mcpServers") {
-        let servers: BTreeMap<String, McpServer> = serde_json::from_value(servers)
-            .context("mcpServers: expected {name: {command, args, env}}")?;
-        settings.extra_mcp_servers = servers;
-    }
-    if let Some(extra) = config.path("extraDir") {
-        settings.extra_dirs = list_dirs(&extra);
-    }
-    settings.env_policy.scrub_patterns = config.list("envScrubPatterns");
-    settings.env_policy.passthrough = config.list("envPassthrough");
-    settings.watchdog = config.secs("watchdogSecs");
-    settings.tool_timeout = config.secs("toolTimeoutSecs");
-    settings.max_retries = u32::try_from(config.number("cliMaxRetries")).unwrap_or(2);
-    settings.request_timeout = config.secs("cliRequestTimeoutSecs");
-    settings.stream_idle_timeout = config.secs("cliStreamIdleSecs");
-    if let Some(env) = config.object("cliEnv") {
-        settings.cli_env = serde_json::from_value(env)
-            .context("cliEnv: expected an object of {\"NAME\": \"value\"} strings")?;
-    }
-    settings.codex_steer = config.flag("codexSteer");
-    // Claude's PreCompact hook calls this binary back (`agent-runner archive-hook`).
-    settings.runner_exe = std::env::current_exe().ok();
-    settings.assistant_name = config.text("assistantName");
-    settings.mock_delay = config.millis("mockDelayMs");
-    settings.mock_echo_system_prompt = config.flag("mockEchoSystemPrompt");
-    if let Some(script) = config.object("mockScript") {
-        settings.mock_script =
-            serde_json::from_value(script).context("mockScript: expected [{\"step\": ...}]")?;
-    }
-    Ok(settings)
 }
 
 /// Every directory directly under `root`, sorted; none when `root` does not exist.

@@ -21,7 +21,7 @@ use chrono_tz::Tz;
 use provider::archive::{self, RenderOptions};
 use serde::Deserialize;
 
-use crate::config::Config;
+use crate::config::Settings;
 
 /// The most hook JSON read from stdin (it is a few hundred bytes).
 const MAX_STDIN_BYTES: u64 = 1 << 20;
@@ -74,16 +74,12 @@ pub struct HookSettings {
 impl HookSettings {
     /// Settings from the flags, then the configuration (when it loaded), then defaults under
     /// `workspace`.
-    pub fn resolve(args: &ArchiveHookArgs, config: Option<&Config>, workspace: &Path) -> Self {
-        let agent_dir = config.and_then(|c| c.path("agentDir")).unwrap_or_else(|| {
-            config
-                .map_or(workspace, |c| c.workspace.as_path())
-                .join("agent")
-        });
+    pub fn resolve(args: &ArchiveHookArgs, config: Option<&Settings>, workspace: &Path) -> Self {
+        let agent_dir = config.map_or_else(|| workspace.join("agent"), |c| c.dirs.agent.clone());
         let tz_name = args
             .timezone
             .clone()
-            .or_else(|| config.map(Config::timezone_name))
+            .or_else(|| config.map(|c| c.timezone_name.clone()))
             .or_else(|| std::env::var("TZ").ok())
             .unwrap_or_else(|| "UTC".into());
         Self {
@@ -92,14 +88,14 @@ impl HookSettings {
                 .clone()
                 .unwrap_or_else(|| agent_dir.join("conversations")),
             timezone: archive::parse_tz(&tz_name),
-            assistant_name: config.and_then(|c| c.text("assistantName")),
+            assistant_name: config.and_then(|c| c.assistant_name.clone()),
             full: args.full,
         }
     }
 }
 
 /// Runs the hook: reads stdin, archives, logs the outcome. Never fails.
-pub fn main(args: &ArchiveHookArgs, config: Result<Config>, workspace: &Path) {
+pub fn main(args: &ArchiveHookArgs, config: Result<Settings>, workspace: &Path) {
     let config = match config {
         Ok(config) => Some(config),
         Err(err) => {

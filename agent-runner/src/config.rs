@@ -2,6 +2,11 @@
 //! flag), an environment variable, `/workspace/config.json`, or a default, in that order of
 //! precedence. One table describes every field, so the sources never drift apart and
 //! `agent-runner config` can show where each value came from.
+//!
+//! Two layers, as ripgrep's flags → low-level → high-level arguments: [`Config::load`] resolves
+//! the table into values with their sources (what `agent-runner config` prints), then
+//! [`Config::settings`] turns them, once, into the typed [`Settings`] the rest of the runner
+//! reads. Nothing outside this module reads a setting by its key.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -9,7 +14,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use chrono_tz::Tz;
+use credproxy::Api;
+use provider::process::EnvPolicy;
+use provider::{McpServer, MockSettings, ProviderKind};
 use serde_json::Value;
+
+use crate::media::MediaLimits;
+use crate::runner::ProgressLimits;
+use crate::script::ScriptLimits;
 
 /// What a field holds, for parsing env and flag strings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -515,10 +528,11 @@ impl Config {
 
     fn validate(&self) -> Result<()> {
         let provider = self.text("provider").unwrap_or_default();
-        if !["claude", "codex", "opencode", "mock"].contains(&provider.as_str()) {
+        if provider.parse::<ProviderKind>().is_err() {
             bail!(
-                "provider {provider:?} ({}) is not one of claude, codex, opencode, mock",
-                self.source_of("provider")
+                "provider {provider:?} ({}) is not one of {}",
+                self.source_of("provider"),
+                ProviderKind::names(", ")
             );
         }
         schema::cron::parse_tz(&self.timezone_name())
@@ -543,7 +557,7 @@ impl Config {
     }
 
     /// A text field.
-    pub fn text(&self, key: &str) -> Option<String> {
+    fn text(&self, key: &str) -> Option<String> {
         match self.values.get(key) {
             Some((Value::String(text), _)) => Some(text.clone()),
             Some((Value::Number(n), _)) => Some(n.to_string()),
@@ -553,7 +567,7 @@ impl Config {
     }
 
     /// A numeric field (0 when unset).
-    pub fn number(&self, key: &str) -> u64 {
+    fn number(&self, key: &str) -> u64 {
         self.values
             .get(key)
             .and_then(|(v, _)| v.as_u64())
@@ -561,7 +575,7 @@ impl Config {
     }
 
     /// A boolean field.
-    pub fn flag(&self, key: &str) -> bool {
+    fn flag(&self, key: &str) -> bool {
         self.values
             .get(key)
             .and_then(|(v, _)| v.as_bool())
@@ -569,7 +583,7 @@ impl Config {
     }
 
     /// A list field.
-    pub fn list(&self, key: &str) -> Vec<String> {
+    fn list(&self, key: &str) -> Vec<String> {
         match self.values.get(key) {
             Some((Value::Array(items), _)) => items
                 .iter()
@@ -580,14 +594,14 @@ impl Config {
     }
 
     /// An object field.
-    pub fn object(&self, key: &str) -> Option<Value> {
+    fn object(&self, key: &str) -> Option<Value> {
         self.values.get(key).map(|(v, _)| v.clone())
     }
 
     /// A path field. Relative paths from a flag or the environment are taken as given (relative
     /// to the current directory, as a shell user expects); relative paths from config.json or a
     /// default are relative to the workspace.
-    pub fn path(&self, key: &str) -> Option<PathBuf> {
+    fn path(&self, key: &str) -> Option<PathBuf> {
         let (value, source) = self.values.get(key)?;
         let text = value.as_str()?;
         Some(match source {
@@ -597,36 +611,20 @@ impl Config {
     }
 
     /// A duration field given in seconds.
-    pub fn secs(&self, key: &str) -> Duration {
+    fn secs(&self, key: &str) -> Duration {
         Duration::from_secs(self.number(key))
     }
 
     /// A duration field given in milliseconds.
-    pub fn millis(&self, key: &str) -> Duration {
+    fn millis(&self, key: &str) -> Duration {
         Duration::from_millis(self.number(key))
     }
 
-    /// The selected provider.
-    pub fn provider(&self) -> String {
-        self.text("provider").unwrap_or_else(|| "claude".into())
-    }
-
     /// The IANA time zone name.
-    pub fn timezone_name(&self) -> String {
+    fn timezone_name(&self) -> String {
         self.text("timezone")
             .map(|tz| tz.trim_start_matches(':').to_owned())
             .unwrap_or_else(|| "UTC".into())
-    }
-
-    /// The model for the selected provider: its own setting, else `model`.
-    pub fn model(&self) -> Option<String> {
-        let own = match self.provider().as_str() {
-            "claude" => self.text("claudeModel"),
-            "codex" => self.text("codexModel"),
-            "opencode" => self.text("opencodeModel"),
-            _ => None,
-        };
-        own.or_else(|| self.text("model"))
     }
 
     /// Warnings about secrets the agent can read: a secret that came from a config.json inside
@@ -685,6 +683,323 @@ impl Config {
             out.push_str(&format!("{} = {shown}{source}\n", field.key));
         }
         out
+    }
+}
+
+/// The typed configuration: every field of the table as the runner uses it, made once by
+/// [`Config::settings`].
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Workspace root.
+    pub workspace: PathBuf,
+    /// The session DB (`sessionDb`).
+    pub session_db: PathBuf,
+    /// Create an empty session DB when none exists (`createSessionDb`).
+    pub create_session_db: bool,
+    /// The provider to run (`provider`).
+    pub provider: ProviderKind,
+    /// The agent's name as configured (`assistantName`); blank is left to each reader.
+    pub assistant_name: Option<String>,
+    /// Time zone of prompts and schedules (`timezone`).
+    pub timezone: Tz,
+    /// Its name as configured (a leading `:` removed), given to the CLI and scripts as `TZ`.
+    pub timezone_name: String,
+    /// User id allowed to register agent groups (`adminUserId`).
+    pub admin_user_id: Option<String>,
+    /// Rows per prompt, at least 1 (`maxMessagesPerPrompt`).
+    pub max_messages_per_prompt: usize,
+    /// Model names; [`Settings::model`] picks the selected provider's.
+    pub models: Models,
+    /// Reasoning effort (`effort`).
+    pub effort: Option<String>,
+    /// The Anthropic API (Claude).
+    pub anthropic: ModelApi,
+    /// The OpenAI-compatible API (Codex, OpenCode).
+    pub openai: ModelApi,
+    /// Serve the model API through the credential proxy (`credentialProxy`).
+    pub credential_proxy: bool,
+    /// Explicit CLI binaries; [`Settings::cli_path`] picks the selected provider's.
+    pub cli_paths: CliPaths,
+    /// The mcp-tools binary (`mcpToolsPath`); beside agent-runner when `None`.
+    pub mcp_tools_path: Option<PathBuf>,
+    /// Extra MCP servers (`mcpServers`).
+    pub mcp_servers: BTreeMap<String, McpServer>,
+    /// Variables passed to and scrubbed from the CLI's and scripts' environment
+    /// (`envPassthrough`, `envScrubPatterns`).
+    pub env_policy: EnvPolicy,
+    /// The user a runner started as root drops to (`runAs`).
+    pub run_as: Option<String>,
+    /// The workspace's folders.
+    pub dirs: Dirs,
+    /// Idle poll fallback, 10 ms ..= 1 s (`idlePollMs`).
+    pub idle_poll: Duration,
+    /// Poll during a query, 10 ms ..= 500 ms (`activePollMs`).
+    pub active_poll: Duration,
+    /// `runner_state` heartbeat, 1 s ..= 10 s (`heartbeatSecs`).
+    pub heartbeat: Duration,
+    /// Kill a CLI silent this long mid-turn (`watchdogSecs`).
+    pub watchdog: Duration,
+    /// The turn's progress deadlines (`progressNoticeSecs`, `progressSilenceSecs`,
+    /// `maxTurnSecs`).
+    pub progress: ProgressLimits,
+    /// The CLI's own model request timeout (`cliRequestTimeoutSecs`).
+    pub cli_request_timeout: Duration,
+    /// The CLI's own wait for the next stream event (`cliStreamIdleSecs`).
+    pub cli_stream_idle: Duration,
+    /// Variables added to the CLI's environment (`cliEnv`).
+    pub cli_env: BTreeMap<String, String>,
+    /// Longest blocking MCP tool wait (`toolTimeoutSecs`).
+    pub tool_timeout: Duration,
+    /// Re-runs of a query after a retryable error (`queryRetries`).
+    pub query_retries: u32,
+    /// The CLI's own API retries (`cliMaxRetries`).
+    pub cli_max_retries: u32,
+    /// Pre-agent scripts (`scriptTimeoutSecs`).
+    pub script: ScriptLimits,
+    /// Attachment downloads (`maxAttachmentBytes`, `downloadTimeoutSecs`).
+    pub media: MediaLimits,
+    /// Codex follow-ups via `turn/steer` (`codexSteer`).
+    pub codex_steer: bool,
+    /// The mock provider's own settings (`mockDelayMs`, `mockScript`, `mockEchoSystemPrompt`).
+    pub mock: MockSettings,
+}
+
+/// Model names by provider.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Models {
+    /// Any provider's model (`model`).
+    pub any: Option<String>,
+    /// Claude's (`claudeModel`).
+    pub claude: Option<String>,
+    /// Codex's (`codexModel`).
+    pub codex: Option<String>,
+    /// OpenCode's (`opencodeModel`).
+    pub opencode: Option<String>,
+}
+
+/// Explicit CLI binaries by provider; found on PATH or in `.cli/` when `None`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CliPaths {
+    /// `claudePath`.
+    pub claude: Option<PathBuf>,
+    /// `codexPath`.
+    pub codex: Option<PathBuf>,
+    /// `opencodePath`.
+    pub opencode: Option<PathBuf>,
+}
+
+/// A model API as configured: where it is and its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelApi {
+    /// The API's shape and route.
+    pub api: Api,
+    /// The base URL (`anthropicBaseUrl`, `openaiBaseUrl`); the API's default when `None`.
+    pub base_url: Option<String>,
+    /// The key (`anthropicApiKey`, `openaiApiKey`).
+    pub api_key: Option<Secret>,
+    /// The key's setting, named in log lines.
+    pub key_setting: &'static str,
+}
+
+impl ModelApi {
+    /// The base URL, or the API's public default.
+    pub fn endpoint(&self) -> String {
+        self.base_url
+            .clone()
+            .unwrap_or_else(|| self.api.default_base_url().to_owned())
+    }
+}
+
+/// A secret value: masked by `Debug`, so logging settings never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret itself.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&mask(&self.0))
+    }
+}
+
+/// The workspace's folders (`agentDir`, `globalDir`, `extraDir`, `downloadsDir`, `homeDir`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dirs {
+    /// The agent's working directory.
+    pub agent: PathBuf,
+    /// Global instructions (`CLAUDE.md`).
+    pub global: PathBuf,
+    /// Root of the additional directories; none when set to `null` in config.json.
+    pub extra: Option<PathBuf>,
+    /// Inbound attachments. Not read yet: the runner saves attachments under
+    /// `<workspace>/downloads`, which mcp-tools' `send_file` also assumes.
+    pub downloads: PathBuf,
+    /// Private CLI homes, one folder per provider.
+    pub home: PathBuf,
+}
+
+impl Settings {
+    /// The selected provider's model: its own setting, else `model`.
+    pub fn model(&self) -> Option<String> {
+        let own = match self.provider {
+            ProviderKind::Claude => &self.models.claude,
+            ProviderKind::Codex => &self.models.codex,
+            ProviderKind::OpenCode => &self.models.opencode,
+            ProviderKind::Mock => &None,
+        };
+        own.clone().or_else(|| self.models.any.clone())
+    }
+
+    /// The model API the selected provider's CLI speaks; `None` for the mock, which calls none.
+    pub fn model_api(&self) -> Option<&ModelApi> {
+        match self.provider {
+            ProviderKind::Claude => Some(&self.anthropic),
+            ProviderKind::Codex | ProviderKind::OpenCode => Some(&self.openai),
+            ProviderKind::Mock => None,
+        }
+    }
+
+    /// The selected provider's explicit CLI binary.
+    pub fn cli_path(&self) -> Option<PathBuf> {
+        match self.provider {
+            ProviderKind::Claude => self.cli_paths.claude.clone(),
+            ProviderKind::Codex => self.cli_paths.codex.clone(),
+            ProviderKind::OpenCode => self.cli_paths.opencode.clone(),
+            ProviderKind::Mock => None,
+        }
+    }
+}
+
+impl Config {
+    /// The typed settings: the one place values become types. Fails where the table cannot
+    /// check a value's shape (`mcpServers`, `cliEnv`, `mockScript`), naming the key.
+    pub fn settings(&self) -> Result<Settings> {
+        // `load` validated these; parsing again keeps this free of unwraps.
+        let provider = self
+            .text("provider")
+            .unwrap_or_default()
+            .parse::<ProviderKind>()?;
+        let timezone_name = self.timezone_name();
+        let timezone = schema::cron::parse_tz(&timezone_name)
+            .with_context(|| format!("timezone ({})", self.source_of("timezone")))?;
+        let mcp_servers = match self.object("mcpServers") {
+            Some(servers) => serde_json::from_value(servers)
+                .context("mcpServers: expected {name: {command, args, env}}")?,
+            None => BTreeMap::new(),
+        };
+        let cli_env = match self.object("cliEnv") {
+            Some(env) => serde_json::from_value(env)
+                .context("cliEnv: expected an object of {\"NAME\": \"value\"} strings")?,
+            None => BTreeMap::new(),
+        };
+        let mock_script = match self.object("mockScript") {
+            Some(script) => {
+                serde_json::from_value(script).context("mockScript: expected [{\"step\": ...}]")?
+            }
+            None => Vec::new(),
+        };
+        let model_api = |api: Api, base_url: &str, api_key: &'static str| ModelApi {
+            api,
+            base_url: self.text(base_url),
+            api_key: self.text(api_key).map(Secret),
+            key_setting: api_key,
+        };
+        Ok(Settings {
+            workspace: self.workspace.clone(),
+            session_db: self.path("sessionDb").context("sessionDb is not set")?,
+            create_session_db: self.flag("createSessionDb"),
+            provider,
+            assistant_name: self.text("assistantName"),
+            timezone,
+            timezone_name,
+            admin_user_id: self.text("adminUserId"),
+            max_messages_per_prompt: usize::try_from(self.number("maxMessagesPerPrompt"))
+                .unwrap_or(10)
+                .max(1),
+            models: Models {
+                any: self.text("model"),
+                claude: self.text("claudeModel"),
+                codex: self.text("codexModel"),
+                opencode: self.text("opencodeModel"),
+            },
+            effort: self.text("effort"),
+            anthropic: model_api(Api::Anthropic, "anthropicBaseUrl", "anthropicApiKey"),
+            openai: model_api(Api::OpenAi, "openaiBaseUrl", "openaiApiKey"),
+            credential_proxy: self.flag("credentialProxy"),
+            // Taken as given, never relative to the workspace.
+            cli_paths: CliPaths {
+                claude: self.text("claudePath").map(PathBuf::from),
+                codex: self.text("codexPath").map(PathBuf::from),
+                opencode: self.text("opencodePath").map(PathBuf::from),
+            },
+            mcp_tools_path: self.text("mcpToolsPath").map(PathBuf::from),
+            mcp_servers,
+            env_policy: EnvPolicy {
+                passthrough: self.list("envPassthrough"),
+                scrub_patterns: self.list("envScrubPatterns"),
+            },
+            run_as: self.text("runAs"),
+            dirs: Dirs {
+                agent: self.path_or_default("agentDir"),
+                global: self.path_or_default("globalDir"),
+                extra: self.path("extraDir"),
+                downloads: self.path_or_default("downloadsDir"),
+                home: self.path_or_default("homeDir"),
+            },
+            idle_poll: self
+                .millis("idlePollMs")
+                .clamp(Duration::from_millis(10), Duration::from_secs(1)),
+            active_poll: self
+                .millis("activePollMs")
+                .clamp(Duration::from_millis(10), Duration::from_millis(500)),
+            heartbeat: self
+                .secs("heartbeatSecs")
+                .clamp(Duration::from_secs(1), Duration::from_secs(10)),
+            watchdog: self.secs("watchdogSecs"),
+            progress: ProgressLimits {
+                notice: self.secs("progressNoticeSecs"),
+                silence: self.secs("progressSilenceSecs"),
+                max_turn: self.secs("maxTurnSecs"),
+            },
+            cli_request_timeout: self.secs("cliRequestTimeoutSecs"),
+            cli_stream_idle: self.secs("cliStreamIdleSecs"),
+            cli_env,
+            tool_timeout: self.secs("toolTimeoutSecs"),
+            query_retries: u32::try_from(self.number("queryRetries")).unwrap_or(2),
+            cli_max_retries: u32::try_from(self.number("cliMaxRetries")).unwrap_or(2),
+            script: ScriptLimits {
+                timeout: self.secs("scriptTimeoutSecs"),
+                ..ScriptLimits::default()
+            },
+            media: MediaLimits {
+                max_bytes: self.number("maxAttachmentBytes"),
+                timeout: self.secs("downloadTimeoutSecs"),
+                ..MediaLimits::default()
+            },
+            codex_steer: self.flag("codexSteer"),
+            mock: MockSettings {
+                delay: self.millis("mockDelayMs"),
+                script: mock_script,
+                echo_system_prompt: self.flag("mockEchoSystemPrompt"),
+            },
+        })
+    }
+
+    /// A folder setting; its table default under the workspace when config.json set it to
+    /// `null`.
+    fn path_or_default(&self, key: &str) -> PathBuf {
+        self.path(key).unwrap_or_else(|| {
+            let default = FIELDS
+                .iter()
+                .find(|f| f.key == key)
+                .map_or("", |f| f.default);
+            self.workspace.join(default)
+        })
     }
 }
 
@@ -845,7 +1160,6 @@ fn check_file_value(field: &Field, value: &Value) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn inputs(dir: &Path, flags: &[(&str, &str)], env: &[(&str, &str)]) -> Inputs {
@@ -1129,5 +1443,92 @@ mod tests {
         ))
         .unwrap();
         assert!(env.exposed_secrets().is_empty());
+    }
+
+    /// A key added to the table but not to [`Settings`] would be read by nothing: set alone to a
+    /// value that is not its default, every key must change the typed settings.
+    #[test]
+    fn every_field_reaches_the_typed_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let typed = |env: &[(&str, &str)]| {
+            let config = Config::load(&inputs(dir.path(), &[], env)).unwrap();
+            format!("{:?}", config.settings().unwrap())
+        };
+        let defaults = typed(&[]);
+        for field in FIELDS {
+            let sample = match (field.key, field.kind) {
+                ("provider", _) => "codex".to_owned(),
+                ("timezone", _) => "Asia/Tokyo".to_owned(),
+                ("cliEnv", _) => r#"{"SAMPLE": "1"}"#.to_owned(),
+                (_, Kind::Text) => "sample-text".to_owned(),
+                (_, Kind::Path) => "/sample/path".to_owned(),
+                (_, Kind::Number) => "7".to_owned(),
+                (_, Kind::Bool) => (field.default != "true").to_string(),
+                (_, Kind::List) => "SAMPLE_A,SAMPLE_B".to_owned(),
+                (_, Kind::Object) => r#"{"sample": {"command": "x"}}"#.to_owned(),
+                (_, Kind::Json) => r#"[{"step": "reply", "text": "sample"}]"#.to_owned(),
+            };
+            assert_ne!(
+                typed(&[(field.env, &sample)]),
+                defaults,
+                "{} ({}={sample}) does not reach Settings",
+                field.key,
+                field.env
+            );
+        }
+    }
+
+    #[test]
+    fn typed_settings_keep_the_defaults_and_the_shape_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = Config::load(&inputs(dir.path(), &[], &[]))
+            .unwrap()
+            .settings()
+            .unwrap();
+        assert_eq!(settings.provider, ProviderKind::Claude);
+        assert_eq!(settings.session_db, dir.path().join("session.db"));
+        assert_eq!(settings.dirs.agent, dir.path().join("agent"));
+        assert_eq!(settings.max_messages_per_prompt, 10);
+        assert_eq!(settings.heartbeat, Duration::from_secs(5));
+        assert_eq!(settings.env_policy, EnvPolicy::default());
+        assert_eq!(
+            settings.model_api().map(|m| m.endpoint()).as_deref(),
+            Some("https://api.anthropic.com")
+        );
+        let secret = Config::load(&inputs(
+            dir.path(),
+            &[],
+            &[("ANTHROPIC_API_KEY", "sk-ant-very-secret-key")],
+        ))
+        .unwrap()
+        .settings()
+        .unwrap();
+        assert!(!format!("{secret:?}").contains("very-secret"));
+        for (key, value, expected) in [
+            ("cliEnv", r#"{"A": 1}"#, "cliEnv: expected an object"),
+            (
+                "mcpServers",
+                r#"{"s": {"command": "x", "args": "no"}}"#,
+                "mcpServers: expected",
+            ),
+            (
+                "mockScript",
+                r#"[{"step": "dance"}]"#,
+                "mockScript: expected",
+            ),
+        ] {
+            let err = Config::load(&inputs(dir.path(), &[(key, value)], &[]))
+                .unwrap()
+                .settings()
+                .unwrap_err();
+            assert!(format!("{err:#}").contains(expected), "{err:#}");
+        }
+    }
+
+    #[test]
+    fn the_provider_help_and_default_are_provider_kinds() {
+        let provider = FIELDS.iter().find(|f| f.key == "provider").unwrap();
+        assert_eq!(provider.help, ProviderKind::names(" | "));
+        assert!(provider.default.parse::<ProviderKind>().is_ok());
     }
 }

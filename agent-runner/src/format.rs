@@ -1,4 +1,5 @@
-//! The prompt formatter (SPEC §6): turns the claimed rows of a batch into the text the agent reads.
+//! The prompt formatter (docs/contract/prompt.md): turns the claimed rows of a batch into the text
+//! the agent reads.
 //!
 //! Shape, in order:
 //! - `<context timezone="…" />`, always the first line;
@@ -8,19 +9,22 @@
 //!   and `<message kind="…">` for a kind this version does not know.
 //!
 //! Text and attribute values are XML-escaped (`& < > "`, not `'`) so a message can never close
-//! its element or forge another one. JSON bodies (webhook payloads, script output, system
+//! its element or forge another one (the escaping is `provider::prompt_xml`'s, which also reads
+//! it back for replies and archives). JSON bodies (webhook payloads, script output, system
 //! results, unknown kinds) are pretty-printed and escape only `& < >`: that is enough to keep the
 //! element closed, and leaving `"` alone keeps them readable as JSON. Texts are never truncated;
 //! only unparsable content is, to 4 KiB, after its base64 runs are left out ([`unparsable_text`]):
 //! it is a malformed row, not something a person wrote, and may hold a whole attachment.
 //!
 //! Formatting does no I/O and cannot fail: a missing field drops its attribute, a bad timestamp
-//! drops the `time` attribute, content that is not JSON reads as a chat message (SPEC §4, §13).
+//! drops the `time` attribute, content that is not JSON reads as a chat message
+//! (docs/contract/content.md#reading-rules).
 
 use std::borrow::Cow;
 use std::path::{Component, Path};
 
 use chrono_tz::Tz;
+use provider::prompt_xml::{escape_body, escape_text, start_tag};
 use schema::content::ReplyTo;
 use schema::{Attachment, ChatContent, Destination, InboundContent, MessageIn, Routing};
 use serde_json::Value;
@@ -34,7 +38,8 @@ pub struct PromptRow<'a> {
     pub content: InboundContent,
     /// Its attachments as resolved by the media module, in the content's order.
     pub attachments: Vec<AttachmentNote>,
-    /// A task's pre-agent script `data` (SPEC §10); `None` (or JSON `null`) when there is none.
+    /// A task's pre-agent script `data` (docs/contract/prompt.md#task-scripts); `None` (or JSON
+    /// `null`) when there is none.
     pub script_output: Option<Value>,
 }
 
@@ -65,7 +70,7 @@ pub struct FormatContext<'a> {
     pub destinations: &'a [Destination],
 }
 
-/// Formats a batch of claimed rows (in seq order) into the prompt of SPEC §6.
+/// Formats a batch of claimed rows (in seq order) into the prompt of docs/contract/prompt.md.
 pub fn format_prompt(rows: &[PromptRow<'_>], ctx: &FormatContext<'_>) -> String {
     let mut chats = Vec::new();
     let mut others = Vec::new();
@@ -293,7 +298,8 @@ fn render_row(prompt_row: &PromptRow<'_>, ctx: &FormatContext<'_>) -> Rendered {
             Rendered::Chat(render_chat(prompt_row, &view, ctx))
         }
         InboundContent::Unparsable { raw, .. } => {
-            // SPEC §4: unparsable content reads as `{"text": raw}`, i.e. a chat message.
+            // docs/contract/content.md#reading-rules: unparsable content reads as `{"text": raw}`,
+            // i.e. a chat message.
             let kind = row.kind.as_str();
             let view = ChatView {
                 sender: None,
@@ -311,7 +317,7 @@ fn render_row(prompt_row: &PromptRow<'_>, ctx: &FormatContext<'_>) -> Rendered {
                 .as_deref()
                 .and_then(|due| format_time(due, ctx.timezone))
                 .or_else(|| format_time(&row.timestamp, ctx.timezone));
-            let mut out = open_tag("task", &[("time", time.as_deref())]);
+            let mut out = start_tag("task", &[("time", time.as_deref())]);
             match prompt_row.script_output.as_ref().filter(|v| !v.is_null()) {
                 Some(data) => {
                     out.push_str("Script output:\n");
@@ -325,7 +331,7 @@ fn render_row(prompt_row: &PromptRow<'_>, ctx: &FormatContext<'_>) -> Rendered {
             Rendered::Other(out)
         }
         InboundContent::Webhook(hook) => {
-            let mut out = open_tag(
+            let mut out = start_tag(
                 "webhook",
                 &[
                     ("source", hook.source.as_deref()),
@@ -342,7 +348,7 @@ fn render_row(prompt_row: &PromptRow<'_>, ctx: &FormatContext<'_>) -> Rendered {
         InboundContent::Unknown { kind, value } => {
             let seq = row.seq.map(|s| s.to_string());
             let time = format_time(&row.timestamp, ctx.timezone);
-            let mut out = open_tag(
+            let mut out = start_tag(
                 "message",
                 &[
                     ("id", seq.as_deref()),
@@ -375,7 +381,7 @@ fn render_chat(prompt_row: &PromptRow<'_>, view: &ChatView<'_>, ctx: &FormatCont
     let seq = row.seq.map(|s| s.to_string());
     let time = format_time(&row.timestamp, ctx.timezone);
     let reply_id = view.reply_to.and_then(|r| non_empty(r.id.as_deref()));
-    let mut out = open_tag(
+    let mut out = start_tag(
         "message",
         &[
             ("id", seq.as_deref()),
@@ -410,7 +416,7 @@ fn render_chat(prompt_row: &PromptRow<'_>, view: &ChatView<'_>, ctx: &FormatCont
     if let Some(reply) = quote {
         // The quote gets its own indented line so it reads as context, not as the new text.
         out.push_str("\n  ");
-        out.push_str(&open_tag(
+        out.push_str(&start_tag(
             "quoted_message",
             &[("from", non_empty(reply.sender.as_deref()))],
         ));
@@ -426,7 +432,7 @@ fn render_chat(prompt_row: &PromptRow<'_>, view: &ChatView<'_>, ctx: &FormatCont
 /// `ask_user_question` call is waiting for any more.
 fn render_system(value: &Value, content: &InboundContent) -> String {
     if let Some(answer) = content.question_answer() {
-        let mut out = open_tag(
+        let mut out = start_tag(
             "system_response",
             &[
                 ("action", Some("question_response")),
@@ -447,14 +453,14 @@ fn render_system(value: &Value, content: &InboundContent) -> String {
         None => (field("type"), "type"),
     };
     let status = field("status");
-    let mut out = open_tag(
+    let mut out = start_tag(
         "system_response",
         &[("action", action.as_deref()), ("status", status.as_deref())],
     );
     let body = match value {
         Value::Object(map) => match map.get("result") {
             Some(result) => Some(result.clone()),
-            // No `result`: show whatever else the row holds, so nothing is hidden (SPEC §13).
+            // No `result`: show whatever else the row holds, so nothing is hidden.
             None => {
                 let rest: serde_json::Map<String, Value> = map
                     .iter()
@@ -492,22 +498,6 @@ fn source_name<'a>(routing: &Routing, destinations: &'a [Destination]) -> Option
         .map(|d| d.name.as_str())
 }
 
-/// `<name a="v" …>`, skipping attributes without a value.
-fn open_tag(name: &str, attrs: &[(&str, Option<&str>)]) -> String {
-    let mut out = format!("<{name}");
-    for (key, value) in attrs {
-        if let Some(value) = value {
-            out.push(' ');
-            out.push_str(key);
-            out.push_str("=\"");
-            out.push_str(&escape_text(value));
-            out.push('"');
-        }
-    }
-    out.push('>');
-    out
-}
-
 /// A JSON scalar as an attribute value; `null`, objects and arrays have none.
 fn attr_value(value: &Value) -> Option<String> {
     match value {
@@ -529,35 +519,12 @@ fn non_empty(value: Option<&str>) -> Option<&str> {
     value.filter(|v| !v.trim().is_empty())
 }
 
-/// Escapes `& < > "` for text and attribute values. `'` stays: attributes are double-quoted.
-fn escape_text(text: &str) -> Cow<'_, str> {
-    escape(text, true)
-}
-
 /// Pretty JSON as an element body: `& < >` escaped so it cannot close its element.
 fn json_body(value: &Value) -> String {
     // Serializing a `Value` cannot fail (its keys are strings); the fallback only keeps this
     // free of `unwrap`.
     let json = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
-    escape(&json, false).into_owned()
-}
-
-fn escape(text: &str, quotes: bool) -> Cow<'_, str> {
-    let needs = |c: char| matches!(c, '&' | '<' | '>') || (quotes && c == '"');
-    if !text.contains(needs) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' if quotes => out.push_str("&quot;"),
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out)
+    escape_body(&json).into_owned()
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use agent_runner::app::{self, Command};
 use agent_runner::config;
 use clap::Parser;
+use provider::ProviderKind;
 
 /// Drives a coding-agent CLI (Claude Code, Codex, OpenCode) from a per-session SQLite DB.
 #[derive(Debug, Parser)]
@@ -18,8 +19,15 @@ struct Cli {
     /// Session DB (env SESSION_DB) [default: <workspace>/session.db].
     #[arg(long, global = true)]
     db: Option<PathBuf>,
-    /// Provider: claude, codex, opencode or mock (env AGENT_PROVIDER) [default: claude].
-    #[arg(long, global = true)]
+    // The help names the providers from `ProviderKind`, the one list of them.
+    #[arg(
+        long,
+        global = true,
+        help = format!(
+            "Provider: {} (env AGENT_PROVIDER) [default: claude]",
+            ProviderKind::names(", ")
+        )
+    )]
     provider: Option<String>,
     /// Model for the selected provider (env CLAUDE_MODEL / CODEX_MODEL / OPENCODE_MODEL).
     #[arg(long, global = true)]

@@ -1,5 +1,5 @@
-//! Inbound attachments (SPEC §9): each attachment of a message becomes a file on disk the agent
-//! can open, or a note saying why it could not.
+//! Inbound attachments (docs/contract/prompt.md#attachments): each attachment of a message becomes
+//! a file on disk the agent can open, or a note saying why it could not.
 //!
 //! - `localPath` (relative to the workspace root, or absolute) is referenced in place, without a
 //!   copy, once its canonical path (symlinks resolved) is a regular file inside the canonical
@@ -720,7 +720,6 @@ fn extension_for_kind(kind: &str) -> Option<&'static str> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use std::time::Instant;
 

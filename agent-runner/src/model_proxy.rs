@@ -2,50 +2,48 @@
 //! point the CLI at the proxy with the session token instead of the real base URL and key.
 
 use anyhow::{Context, Result};
-use credproxy::{Api, CredProxy, Upstream};
+use credproxy::{CredProxy, Upstream};
 use provider::ProviderSettings;
 
-use crate::config::Config;
+use crate::config::Settings;
 
-/// The API a provider's CLI speaks and the config keys of its base URL and key; `None` for
-/// providers that call no model API (mock).
-fn api_of(provider: &str) -> Option<(Api, &'static str, &'static str)> {
-    match provider {
-        "claude" => Some((Api::Anthropic, "anthropicBaseUrl", "anthropicApiKey")),
-        "codex" | "opencode" => Some((Api::OpenAi, "openaiBaseUrl", "openaiApiKey")),
-        _ => None,
-    }
-}
-
-/// Starts the proxy for `provider` when it has an API key configured and `credentialProxy` is
-/// on. Without a key there is nothing to hide: no proxy, and the CLI uses its own login (or its
-/// own base URL settings) as before.
-pub async fn start(config: &Config, provider: &str) -> Result<Option<CredProxy>> {
-    let Some((api, base_url, api_key)) = api_of(provider) else {
+/// Starts the proxy for the selected provider when it has an API key configured and
+/// `credentialProxy` is on. Without a key there is nothing to hide: no proxy, and the CLI uses
+/// its own login (or its own base URL settings) as before. The mock calls no model API.
+pub async fn start(settings: &Settings) -> Result<Option<CredProxy>> {
+    let provider = settings.provider;
+    let Some(model_api) = settings.model_api() else {
         return Ok(None);
     };
-    let Some(key) = config.text(api_key).filter(|k| !k.trim().is_empty()) else {
+    let Some(key) = model_api
+        .api_key
+        .as_ref()
+        .map(|key| key.expose())
+        .filter(|k| !k.trim().is_empty())
+    else {
         tracing::info!(
-            "no {api_key} configured: no credential proxy, the {provider} CLI uses its own login"
+            "no {} configured: no credential proxy, the {provider} CLI uses its own login",
+            model_api.key_setting
         );
         return Ok(None);
     };
-    if !config.flag("credentialProxy") {
+    if !settings.credential_proxy {
         tracing::warn!(
             "credentialProxy is off: the {provider} CLI gets the API key itself, where the agent can read it"
         );
         return Ok(None);
     }
-    let upstream = Upstream::new(api, config.text(base_url).as_deref(), key);
+    let upstream = Upstream::new(model_api.api, model_api.base_url.as_deref(), key.to_owned());
     let proxy = CredProxy::start(vec![upstream]).await.with_context(|| {
         format!("starting the credential proxy for {provider} (or set credentialProxy=false)")
     })?;
     Ok(Some(proxy))
 }
 
-/// Points `settings` at `proxy`: its URL for the CLI's base URL, its token for the CLI's key.
-pub fn apply(proxy: Option<&CredProxy>, settings: &mut ProviderSettings, provider: &str) {
-    let (Some(proxy), Some((api, ..))) = (proxy, api_of(provider)) else {
+/// Points `settings` at `proxy`: its URL for the CLI's base URL, its token for the CLI's key
+/// (for the API the configured provider speaks).
+pub fn apply(proxy: Option<&CredProxy>, settings: &mut ProviderSettings, configured: &Settings) {
+    let (Some(proxy), Some(api)) = (proxy, configured.model_api().map(|m| m.api)) else {
         return;
     };
     if proxy.serves(api) {
@@ -84,11 +82,10 @@ fn with_loopback(existing: Option<&str>) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::config::Inputs;
+    use crate::config::{Config, Inputs};
 
-    fn config(env: &[(&str, &str)]) -> (tempfile::TempDir, Config) {
+    fn config(env: &[(&str, &str)]) -> (tempfile::TempDir, Settings) {
         let dir = tempfile::tempdir().unwrap();
         let inputs = Inputs {
             workspace: dir.path().to_path_buf(),
@@ -99,8 +96,8 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
         };
-        let config = Config::load(&inputs).unwrap();
-        (dir, config)
+        let settings = Config::load(&inputs).unwrap().settings().unwrap();
+        (dir, settings)
     }
 
     #[tokio::test]
@@ -109,11 +106,11 @@ mod tests {
             ("ANTHROPIC_API_KEY", "sk-real"),
             ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/"),
         ]);
-        let proxy = start(&config, "claude").await.unwrap().unwrap();
+        let proxy = start(&config).await.unwrap().unwrap();
         let mut settings = ProviderSettings::for_workspace(dir.path(), "claude");
-        settings.base_url = config.text("anthropicBaseUrl");
-        settings.api_key = config.text("anthropicApiKey");
-        apply(Some(&proxy), &mut settings, "claude");
+        settings.base_url = config.anthropic.base_url.clone();
+        settings.api_key = config.anthropic.api_key.as_ref().map(|k| k.expose().into());
+        apply(Some(&proxy), &mut settings, &config);
         assert_eq!(settings.api_key.as_deref(), Some(proxy.token()));
         assert_eq!(
             settings.base_url,
@@ -134,15 +131,17 @@ mod tests {
 
     #[tokio::test]
     async fn no_key_or_proxy_off_or_mock_means_no_proxy() {
-        let (_dir, no_key) = config(&[]);
-        assert!(start(&no_key, "codex").await.unwrap().is_none());
+        let (_dir, no_key) = config(&[("AGENT_PROVIDER", "codex")]);
+        assert!(start(&no_key).await.unwrap().is_none());
         let (_dir, off) = config(&[
+            ("AGENT_PROVIDER", "opencode"),
             ("OPENAI_API_KEY", "sk-real"),
             ("NANOCLAW_CREDENTIAL_PROXY", "false"),
         ]);
-        assert!(start(&off, "opencode").await.unwrap().is_none());
-        let (_dir, mock) = config(&[("OPENAI_API_KEY", "sk-real")]);
-        assert!(start(&mock, "mock").await.unwrap().is_none());
-        assert!(start(&mock, "codex").await.unwrap().is_some());
+        assert!(start(&off).await.unwrap().is_none());
+        let (_dir, mock) = config(&[("AGENT_PROVIDER", "mock"), ("OPENAI_API_KEY", "sk-real")]);
+        assert!(start(&mock).await.unwrap().is_none());
+        let (_dir, codex) = config(&[("AGENT_PROVIDER", "codex"), ("OPENAI_API_KEY", "sk-real")]);
+        assert!(start(&codex).await.unwrap().is_some());
     }
 }

@@ -228,7 +228,6 @@ pub fn drop_privileges(run_as: Option<&str>, workspace: &Path) -> Result<Outcome
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

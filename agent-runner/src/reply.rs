@@ -1,4 +1,5 @@
-//! Reply dispatch (SPEC §6): what a turn's result text becomes in `messages_out`.
+//! Reply dispatch (docs/contract/prompt.md#replies): what a turn's result text becomes in
+//! `messages_out`.
 //!
 //! - `<internal>…</internal>` is the agent's private note and is never sent, wherever it is
 //!   (also inside a message block). An unclosed `<internal>` runs to the end of its scope (the
@@ -14,6 +15,11 @@
 //! in it is meant literally). A `<message>` without `to`, or without a closing `</message>`, is
 //! not a block: it stays as plain text. Blocks do not nest: a block ends at the first
 //! `</message>`.
+//!
+//! The tag and attribute reading is `provider::prompt_xml`'s, the module that also writes the
+//! prompt's XML.
+
+use provider::prompt_xml::{attribute, Scanner};
 
 /// One reply to write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,12 +61,12 @@ pub fn parse_reply(result_text: &str) -> Vec<Outgoing> {
 /// The text with every `<internal>…</internal>` removed (an unclosed one runs to the end), trimmed:
 /// the text as it would be sent.
 pub fn strip_internal(text: &str) -> String {
-    let lower = text.to_ascii_lowercase();
+    let scanner = Scanner::new(text);
     let mut out = String::with_capacity(text.len());
     let mut pos = 0;
-    while let Some(open) = find_open(&lower, pos, "internal") {
+    while let Some(open) = scanner.find_start(pos, "internal") {
         out.push_str(&text[pos..open.start]);
-        pos = skip_internal(&lower, &open);
+        pos = scanner.element(open, "internal").end;
     }
     out.push_str(&text[pos..]);
     out.trim().to_owned()
@@ -80,14 +86,13 @@ struct Scan<'a> {
 }
 
 fn scan(text: &str) -> Scan<'_> {
-    // ASCII lowercasing keeps every byte offset, so positions found in `lower` index `text`.
-    let lower = text.to_ascii_lowercase();
+    let scanner = Scanner::new(text);
     let mut outside = String::new();
     let mut blocks = Vec::new();
     let mut pos = 0;
     loop {
-        let internal = find_open(&lower, pos, "internal");
-        let message = find_open(&lower, pos, "message");
+        let internal = scanner.find_start(pos, "internal");
+        let message = scanner.find_start(pos, "message");
         let (open, is_internal) = match (internal, message) {
             (Some(i), Some(m)) if i.start < m.start => (i, true),
             (_, Some(m)) => (m, false),
@@ -97,18 +102,16 @@ fn scan(text: &str) -> Scan<'_> {
         if is_internal {
             // A message block inside an internal note is part of the note: not sent.
             outside.push_str(&text[pos..open.start]);
-            pos = skip_internal(&lower, &open);
+            pos = scanner.element(open, "internal").end;
             continue;
         }
-        let to = message_target(&text[open.start..open.end]);
-        let close = (!open.self_closing)
-            .then(|| find_close(&lower, open.end, "message"))
-            .flatten();
-        match (to, close) {
-            (Some(to), Some(close)) => {
+        let to = attribute(scanner.tag_text(&open), "to").map(|to| to.trim().to_owned());
+        let block = scanner.element(open, "message");
+        match to {
+            Some(to) if !open.self_closing && block.closed => {
                 outside.push_str(&text[pos..open.start]);
-                blocks.push((to, &text[open.end..close.start]));
-                pos = close.end;
+                blocks.push((to, &text[block.content]));
+                pos = block.end;
             }
             // Not a block: the tag stays as text, and what follows is scanned as usual.
             _ => {
@@ -119,164 +122,6 @@ fn scan(text: &str) -> Scan<'_> {
     }
     outside.push_str(&text[pos..]);
     Scan { outside, blocks }
-}
-
-/// Byte range of a tag in the text.
-struct Tag {
-    start: usize,
-    end: usize,
-    self_closing: bool,
-}
-
-/// The next opening tag `<name …>` at or after `from` in lowercased text. A `<name` that never
-/// reaches its `>` is not a tag.
-fn find_open(lower: &str, from: usize, name: &str) -> Option<Tag> {
-    let pattern = format!("<{name}");
-    let mut search = from;
-    while let Some(found) = lower.get(search..)?.find(&pattern) {
-        let start = search + found;
-        let after = start + pattern.len();
-        let boundary = lower[after..]
-            .chars()
-            .next()
-            .is_some_and(|c| c == '>' || c == '/' || c.is_ascii_whitespace());
-        if boundary {
-            let end = tag_end(lower, after)?;
-            let self_closing = lower[..end - 1].trim_end().ends_with('/');
-            return Some(Tag {
-                start,
-                end,
-                self_closing,
-            });
-        }
-        search = after;
-    }
-    None
-}
-
-/// The byte after the `>` that ends a tag whose attributes start at `from`, skipping quoted
-/// attribute values so `to="a>b"` does not end the tag early.
-fn tag_end(lower: &str, from: usize) -> Option<usize> {
-    let mut quote = None;
-    for (i, c) in lower[from..].char_indices() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, '"' | '\'') => quote = Some(c),
-            (None, '>') => return Some(from + i + 1),
-            (None, _) => {}
-        }
-    }
-    None
-}
-
-/// The next closing tag `</name>` (whitespace allowed before `>`) at or after `from`.
-fn find_close(lower: &str, from: usize, name: &str) -> Option<Tag> {
-    let pattern = format!("</{name}");
-    let mut search = from;
-    while let Some(found) = lower.get(search..)?.find(&pattern) {
-        let start = search + found;
-        let after = start + pattern.len();
-        let rest = &lower[after..];
-        let trimmed = rest.trim_start_matches(|c: char| c.is_ascii_whitespace());
-        if trimmed.starts_with('>') {
-            let end = after + (rest.len() - trimmed.len()) + 1;
-            return Some(Tag {
-                start,
-                end,
-                self_closing: false,
-            });
-        }
-        search = after;
-    }
-    None
-}
-
-/// Where an internal note that opened with `open` ends: after its `</internal>`, after the tag
-/// itself when self-closing, or at the end of the text when never closed.
-fn skip_internal(lower: &str, open: &Tag) -> usize {
-    if open.self_closing {
-        return open.end;
-    }
-    find_close(lower, open.end, "internal").map_or(lower.len(), |close| close.end)
-}
-
-/// The unescaped `to` attribute of a `<message …>` tag, if it has one.
-fn message_target(tag: &str) -> Option<String> {
-    let inner = tag.strip_prefix('<')?.strip_suffix('>')?;
-    let inner = inner.strip_suffix('/').unwrap_or(inner);
-    let mut rest = inner.get("message".len()..)?;
-    loop {
-        rest = rest.trim_start();
-        if rest.is_empty() {
-            return None;
-        }
-        let name_len = rest
-            .find(|c: char| c.is_whitespace() || c == '=')
-            .unwrap_or(rest.len());
-        let name = &rest[..name_len];
-        rest = rest[name_len..].trim_start();
-        let value = if let Some(after_eq) = rest.strip_prefix('=') {
-            let after_eq = after_eq.trim_start();
-            let (value, remaining) = match after_eq.chars().next() {
-                Some(q @ ('"' | '\'')) => {
-                    let body = &after_eq[1..];
-                    let close = body.find(q)?;
-                    (&body[..close], &body[close + 1..])
-                }
-                _ => {
-                    let len = after_eq.find(char::is_whitespace).unwrap_or(after_eq.len());
-                    (&after_eq[..len], &after_eq[len..])
-                }
-            };
-            rest = remaining;
-            Some(value)
-        } else {
-            None
-        };
-        if name.eq_ignore_ascii_case("to") {
-            return value.map(|v| xml_unescape(v).trim().to_owned());
-        }
-    }
-}
-
-/// Decodes the five XML entities and numeric character references; anything else is kept.
-fn xml_unescape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(amp) = rest.find('&') {
-        out.push_str(&rest[..amp]);
-        rest = &rest[amp..];
-        let decoded = rest.find(';').and_then(|semi| {
-            let entity = &rest[1..semi];
-            let c = match entity {
-                "amp" => Some('&'),
-                "lt" => Some('<'),
-                "gt" => Some('>'),
-                "quot" => Some('"'),
-                "apos" => Some('\''),
-                _ => entity
-                    .strip_prefix("#x")
-                    .or_else(|| entity.strip_prefix("#X"))
-                    .and_then(|hex| u32::from_str_radix(hex, 16).ok())
-                    .or_else(|| entity.strip_prefix('#').and_then(|d| d.parse().ok()))
-                    .and_then(char::from_u32),
-            };
-            c.map(|c| (c, semi + 1))
-        });
-        match decoded {
-            Some((c, len)) => {
-                out.push(c);
-                rest = &rest[len..];
-            }
-            None => {
-                out.push('&');
-                rest = &rest[1..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
 }
 
 #[cfg(test)]

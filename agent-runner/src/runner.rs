@@ -1,6 +1,6 @@
-//! The runner loop of SPEC §5: poll (woken by DB changes, with the polls as fallback), claim,
-//! prepare (commands, scripts, attachments, formatting), query the provider, push follow-ups,
-//! and write replies together with the completion of the rows they answer.
+//! The runner loop (docs/contract/db.md#status): poll (woken by DB changes, with the polls as
+//! fallback), claim, prepare (commands, scripts, attachments, formatting), query the provider, push
+//! follow-ups, and write replies together with the completion of the rows they answer.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
@@ -146,6 +146,18 @@ struct Target {
     sender_id: Option<String>,
 }
 
+impl Target {
+    /// The `current_batch` record of a query on `ids` answered to this target.
+    fn batch(&self, ids: Vec<String>) -> CurrentBatch {
+        CurrentBatch {
+            routing: self.routing.clone(),
+            in_reply_to: self.in_reply_to.clone(),
+            ids,
+            sender_id: self.sender_id.clone(),
+        }
+    }
+}
+
 /// A unit of work cut from a claimed batch, processed in seq order.
 #[derive(Debug)]
 enum Work {
@@ -155,6 +167,15 @@ enum Work {
     Clear(MessageIn),
     /// A command the CLI handles natively, sent raw as its own query.
     Native(MessageIn, String),
+}
+
+/// The rows of a batch that passed script gating, to be rendered into a prompt.
+#[derive(Debug)]
+struct Gated {
+    /// The rows, in seq order.
+    rows: Vec<MessageIn>,
+    /// Per row: its parsed content and a task's pre-agent script `data`.
+    parsed: Vec<(InboundContent, Option<serde_json::Value>)>,
 }
 
 /// A prompt ready for the provider, with the rows it answers.
@@ -405,16 +426,26 @@ impl Runner {
         Ok(())
     }
 
-    /// Turns rows into a prompt: formats them with their attachments. Rows that need no agent
-    /// are completed here. `None` when nothing is left for the agent.
+    /// Turns claimed rows into a prompt: script gating, then rendering. `None` when nothing is
+    /// left for the agent.
     async fn prepare(&mut self, rows: Vec<MessageIn>) -> Result<Option<Prepared>> {
+        match self.gate(rows).await? {
+            Some(gated) => Ok(Some(self.render(gated).await)),
+            None => Ok(None),
+        }
+    }
+
+    /// Script gating: which claimed rows go to the agent. A task's pre-agent script may skip
+    /// its row or fail; that row is completed here without the agent. Context-only rows (no
+    /// triggering row, or none left after the scripts) go back to `pending` to wait for a
+    /// triggering row. `None` when nothing is left for the agent.
+    async fn gate(&mut self, rows: Vec<MessageIn>) -> Result<Option<Gated>> {
         if rows.is_empty() {
             return Ok(None);
         }
         if !rows.iter().any(|row| row.trigger) {
             // Context-only rows wait for a triggering row; they were claimed with others.
-            let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
-            self.call(move |db| db.release(&ids)).await?;
+            self.release_rows(&rows).await?;
             return Ok(None);
         }
         let mut kept = Vec::with_capacity(rows.len());
@@ -440,38 +471,38 @@ impl Runner {
             // (A row whose process_after cannot be read never gets here: the poll takes it out of
             // the queue, see `SessionDb::eligible`.)
             let mut script_output = None;
-            if let InboundContent::Task(task) = &content {
-                if let Some(script) = task.script.as_deref().filter(|s| !s.trim().is_empty()) {
-                    let run = run_script(
-                        script,
-                        &self.options.agent_dir,
-                        &self.options.script_env,
-                        &self.options.script_limits,
-                    );
-                    let outcome = tokio::select! {
-                        outcome = run => outcome,
-                        // Shutdown must not wait out the script's timeout (Docker allows 10 s):
-                        // dropping the run SIGKILLs its process group at once. The claimed rows
-                        // stay `processing` for the next start's recovery, as after a query.
-                        () = self.stop.cancelled() => {
-                            tracing::info!(task = %row.id, "stopping: pre-agent script killed");
-                            return Ok(None);
-                        }
-                    };
-                    match outcome {
-                        ScriptOutcome::Wake { data } => {
-                            script_output = Some(data.unwrap_or(serde_json::Value::Null))
-                        }
-                        ScriptOutcome::Skip => {
-                            tracing::info!(task = %row.id, "pre-agent script: wakeAgent=false; task completed without the agent");
-                            finished_early.push((row, None));
-                            continue;
-                        }
-                        ScriptOutcome::Failed { reason } => {
-                            tracing::warn!(task = %row.id, %reason, "pre-agent script failed; task skipped");
-                            finished_early.push((row, Some(reason)));
-                            continue;
-                        }
+            let script = match &content {
+                InboundContent::Task(task) => {
+                    task.script.as_deref().filter(|s| !s.trim().is_empty())
+                }
+                _ => None,
+            };
+            if let Some(script) = script {
+                let Some(outcome) = self.run_pre_agent_script(&row.id, script).await else {
+                    // The claimed rows stay `processing` for the next start's recovery, as
+                    // after a query.
+                    return Ok(None);
+                };
+                match outcome {
+                    ScriptOutcome::Wake { data } => {
+                        script_output = Some(data.unwrap_or(serde_json::Value::Null))
+                    }
+                    ScriptOutcome::Skip => {
+                        tracing::info!(
+                            task = %row.id,
+                            "pre-agent script: wakeAgent=false; task completed without the agent"
+                        );
+                        finished_early.push((row, None));
+                        continue;
+                    }
+                    ScriptOutcome::Failed { reason } => {
+                        tracing::warn!(
+                            task = %row.id,
+                            %reason,
+                            "pre-agent script failed; task skipped"
+                        );
+                        finished_early.push((row, Some(reason)));
+                        continue;
                     }
                 }
             }
@@ -483,12 +514,43 @@ impl Runner {
         }
         if !kept.iter().any(|row| row.trigger) {
             // Scripts removed every triggering row; context rows wait for the next one.
-            let ids: Vec<String> = kept.iter().map(|r| r.id.clone()).collect();
-            if !ids.is_empty() {
-                self.call(move |db| db.release(&ids)).await?;
-            }
+            self.release_rows(&kept).await?;
             return Ok(None);
         }
+        Ok(Some(Gated { rows: kept, parsed }))
+    }
+
+    /// Runs a task's pre-agent script; `None` when the runner stops meanwhile. Shutdown must
+    /// not wait out the script's timeout (Docker allows 10 s): dropping the run SIGKILLs its
+    /// process group at once.
+    async fn run_pre_agent_script(&self, task_id: &str, script: &str) -> Option<ScriptOutcome> {
+        let run = run_script(
+            script,
+            &self.options.agent_dir,
+            &self.options.script_env,
+            &self.options.script_limits,
+        );
+        tokio::select! {
+            outcome = run => Some(outcome),
+            () = self.stop.cancelled() => {
+                tracing::info!(task = %task_id, "stopping: pre-agent script killed");
+                None
+            }
+        }
+    }
+
+    /// Puts claimed rows back to `pending` (without counting a try).
+    async fn release_rows(&self, rows: &[MessageIn]) -> Result<()> {
+        let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+        if !ids.is_empty() {
+            self.call(move |db| db.release(&ids)).await?;
+        }
+        Ok(())
+    }
+
+    /// Rendering: the gated rows with their attachments, formatted as one prompt.
+    async fn render(&self, gated: Gated) -> Prepared {
+        let Gated { rows: kept, parsed } = gated;
         let destinations = self.call(|db| db.destinations()).await.unwrap_or_default();
         let mut media = Vec::new();
         let mut prompt_rows = Vec::with_capacity(kept.len());
@@ -523,11 +585,11 @@ impl Runner {
             destinations: &destinations,
         };
         let text = format::format_prompt(&prompt_rows, &context);
-        Ok(Some(Prepared {
+        Prepared {
             prompt: Prompt { text, media },
             row_ids: kept.iter().map(|r| r.id.clone()).collect(),
             target: target_of(&kept),
-        }))
+        }
     }
 
     /// Completes a task row whose pre-agent script said not to wake the agent, or failed; a
@@ -555,28 +617,21 @@ impl Runner {
 
     /// Runs one query to its end, with retries; true when shutdown was requested.
     async fn run_query(&mut self, first: Prepared, stop: &CancellationToken) -> Result<bool> {
+        /// What comes after a query's batch is finished.
+        enum Next {
+            /// Return from `run_query` (true: shutdown requested).
+            Return(bool),
+            /// Run the uncovered prompts (merged) again after the backoff.
+            Retry(Box<Prepared>, Duration),
+        }
         let mut attempt = 0u32;
         let mut prepared = first;
         loop {
-            let batch = CurrentBatch {
-                routing: prepared.target.routing.clone(),
-                in_reply_to: prepared.target.in_reply_to.clone(),
-                ids: prepared.row_ids.clone(),
-                sender_id: prepared.target.sender_id.clone(),
-            };
-            self.call(move |db| db.set_current_batch(Some(&batch)))
-                .await?;
-            self.call(|db| db.set_runner_status(RunnerStatus::Busy))
-                .await?;
-            let end = self.drive_query(prepared, stop).await?;
-            self.call(|db| db.set_current_batch(None)).await?;
-            self.call(|db| db.set_current_tool(None)).await?;
-            self.call(|db| db.set_waiting_on(None)).await?;
-            self.call(|db| db.set_runner_status(RunnerStatus::Idle))
-                .await?;
-            match end {
-                QueryEnd::Done => return Ok(false),
-                QueryEnd::Shutdown => return Ok(true),
+            let batch = prepared.target.batch(prepared.row_ids.clone());
+            self.call(move |db| db.start_batch(&batch)).await?;
+            let (report, next) = match self.drive_query(prepared, stop).await? {
+                QueryEnd::Done => (None, Next::Return(false)),
+                QueryEnd::Shutdown => (None, Next::Return(true)),
                 QueryEnd::Failed {
                     message,
                     retryable,
@@ -587,9 +642,6 @@ impl Runner {
                         let provider = self.provider.name();
                         self.call(move |db| db.clear_continuation(provider)).await?;
                     }
-                    let Some(merged) = merge(uncovered) else {
-                        return Ok(false);
-                    };
                     // A turn that made no progress already waited its deadline out (the CLI's
                     // own retries included): running it again would multiply that bound, so it
                     // goes to the host at once. A rate limit is waited out here only when its
@@ -598,34 +650,48 @@ impl Runner {
                     let runner_retries = retryable
                         && classification != ErrorClass::NoProgress
                         && retry_after.is_none_or(|after| after <= MAX_RATE_LIMIT_WAIT);
-                    if runner_retries && attempt < self.options.query_retries {
-                        attempt += 1;
-                        let backoff = Duration::from_secs(1 << (attempt - 1).min(5))
-                            .max(retry_after.unwrap_or_default());
-                        tracing::warn!(%message, attempt, ?backoff, "query failed; retrying");
-                        tokio::select! {
-                            _ = stop.cancelled() => return Ok(true),
-                            _ = sleep(backoff) => {}
+                    match merge(uncovered) {
+                        None => (None, Next::Return(false)),
+                        Some(merged) if runner_retries && attempt < self.options.query_retries => {
+                            attempt += 1;
+                            let backoff = Duration::from_secs(1 << (attempt - 1).min(5))
+                                .max(retry_after.unwrap_or_default());
+                            tracing::warn!(%message, attempt, ?backoff, "query failed; retrying");
+                            (None, Next::Retry(Box::new(merged), backoff))
                         }
-                        prepared = merged;
-                        continue;
+                        Some(merged) => {
+                            let report =
+                                self.query_error_row(&merged, &message, retryable, classification);
+                            (Some(report), Next::Return(false))
+                        }
                     }
-                    self.report_query_error(&merged, &message, retryable, classification)
-                        .await?;
-                    return Ok(false);
+                }
+            };
+            // Runner state back to idle, with a failed query's report, in one transaction.
+            self.call(move |db| db.finish_batch(report.as_ref()))
+                .await?;
+            match next {
+                Next::Return(shutdown) => return Ok(shutdown),
+                Next::Retry(merged, backoff) => {
+                    tokio::select! {
+                        _ = stop.cancelled() => return Ok(true),
+                        _ = sleep(backoff) => {}
+                    }
+                    prepared = *merged;
                 }
             }
         }
     }
 
-    /// Writes the `query_error` system row; the rows stay `processing` for the host's sweep.
-    async fn report_query_error(
+    /// The `query_error` system row of a failed query; its rows stay `processing` for the
+    /// host's sweep.
+    fn query_error_row(
         &self,
         prepared: &Prepared,
         message: &str,
         retryable: bool,
         classification: ErrorClass,
-    ) -> Result<()> {
+    ) -> NewMessageOut {
         tracing::error!(%message, ?classification, rows = ?prepared.row_ids, "query failed; rows left for the host's sweep");
         let mut payload = json!({
             "message": message,
@@ -642,10 +708,8 @@ impl Runner {
             payload["retryAt"] = json!(schema::time::format_ts(at));
         }
         let content = out::system_action("query_error", payload);
-        let row = NewMessageOut::new(OutKind::System, prepared.target.routing.clone(), &content)
-            .replying_to(prepared.target.in_reply_to.clone());
-        self.call(move |db| db.insert_out(&row)).await?;
-        Ok(())
+        NewMessageOut::new(OutKind::System, prepared.target.routing.clone(), &content)
+            .replying_to(prepared.target.in_reply_to.clone())
     }
 
     /// Sends the first prompt, pushes follow-ups, handles events until every prompt is covered.
@@ -733,7 +797,10 @@ impl Runner {
                     };
                     let now = Instant::now();
                     let moved = match &event {
+                        // `Init`: the CLI is up and its session open. Its start-up (seconds for
+                        // OpenCode's server, more on a loaded machine) is not the model's silence.
                         ProviderEvent::Output
+                        | ProviderEvent::Init { .. }
                         | ProviderEvent::Result { .. }
                         | ProviderEvent::Progress { .. } => true,
                         ProviderEvent::Activity { tool: Some(_) } => {
@@ -813,12 +880,9 @@ impl Runner {
                     if let Some(prepared) = self.follow_up().await? {
                         let mut ids = in_flight.iter().flat_map(|f| f.prepared.row_ids.clone()).collect::<Vec<_>>();
                         ids.extend(prepared.row_ids.iter().cloned());
-                        let batch = CurrentBatch {
-                            routing: prepared.target.routing.clone(),
-                            in_reply_to: prepared.target.in_reply_to.clone(),
-                            ids,
-                            sender_id: prepared.target.sender_id.clone(),
-                        };
+                        // The batch widens to the follow-up; the status stays (busy, or
+                        // waiting_user while a question is open).
+                        let batch = prepared.target.batch(ids);
                         self.call(move |db| db.set_current_batch(Some(&batch))).await?;
                         match query.push(prepared.prompt.clone()) {
                             Ok(id) => {
@@ -854,8 +918,8 @@ impl Runner {
         }
     }
 
-    /// One poll: the eligible rows at `now` (every gate of SPEC §5.2), claimed and cut into work
-    /// items; nothing when they may not wake the agent.
+    /// One poll: the eligible rows at `now` (every gate of docs/contract/db.md#the-poll), claimed
+    /// and cut into work items; nothing when they may not wake the agent.
     async fn claim_work(&self, now: chrono::DateTime<Utc>, first_poll: bool) -> Result<Vec<Work>> {
         let limit = self.options.max_messages;
         let eligible = self
@@ -1258,7 +1322,6 @@ fn spawn_heartbeat(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     const LIMITS: ProgressLimits = ProgressLimits {

@@ -1,5 +1,6 @@
-//! Pre-agent task scripts (SPEC §10): a task's `script` runs with `bash` before the agent is
-//! woken, and its last non-empty stdout line decides whether the agent runs at all.
+//! Pre-agent task scripts (docs/contract/prompt.md#task-scripts): a task's `script` runs with
+//! `bash` before the agent is woken, and its last non-empty stdout line decides whether the agent
+//! runs at all.
 //!
 //! The script is written to a private temp file (mode 0600, deleted afterwards) and run as
 //! `bash <file>` in the agent folder, in its own process group with a parent-death signal, from
@@ -72,7 +73,7 @@ pub struct ScriptLimits {
 }
 
 impl Default for ScriptLimits {
-    /// 30 s and 1 MiB per stream (SPEC §10).
+    /// 30 s and 1 MiB per stream (docs/contract/prompt.md#task-scripts).
     fn default() -> Self {
         Self {
             timeout: Duration::from_secs(30),
@@ -479,7 +480,6 @@ fn format_bytes(bytes: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
 

@@ -1,6 +1,6 @@
-//! The system prompt (SPEC §2, §6, §7, §8): the instruction files of the session with their
-//! `@path` imports inlined, then a runner addendum that tells the agent who it is, how its replies
-//! are delivered, which destinations exist and which `nanoclaw` tools it has.
+//! The system prompt (docs/contract/prompt.md#system-prompt): the instruction files of the session
+//! with their `@path` imports inlined, then a runner addendum that tells the agent who it is, how
+//! its replies are delivered, which destinations exist and which `nanoclaw` tools it has.
 //!
 //! Instruction files, in order, each optional:
 //! 1. `<globalDir>/CLAUDE.md` (`/workspace/global/CLAUDE.md`, mounted read-only),
@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use schema::Destination;
 
-use crate::config::Config;
+use crate::config::Settings;
 
 /// Deepest import chain followed: a top-level file is depth 0, a file it imports depth 1, ...
 pub const MAX_IMPORT_DEPTH: usize = 5;
@@ -117,17 +117,19 @@ impl PromptSources {
         }
     }
 
-    /// Sources from the configuration (`globalDir`, `agentDir`, `assistantName`, `timezone`).
-    pub fn from_config(config: &Config) -> Self {
-        let defaults = Self::for_workspace(&config.workspace);
+    /// Sources from the settings (`globalDir`, `agentDir`, `assistantName`, `timezone`); a
+    /// blank name is the default one.
+    pub fn from_settings(settings: &Settings) -> Self {
+        let defaults = Self::for_workspace(&settings.workspace);
         Self {
-            global_dir: config.path("globalDir").unwrap_or(defaults.global_dir),
-            agent_dir: config.path("agentDir").unwrap_or(defaults.agent_dir),
-            assistant_name: config
-                .text("assistantName")
+            global_dir: settings.dirs.global.clone(),
+            agent_dir: settings.dirs.agent.clone(),
+            assistant_name: settings
+                .assistant_name
+                .clone()
                 .filter(|name| !name.trim().is_empty())
                 .unwrap_or(defaults.assistant_name),
-            timezone: config.timezone_name(),
+            timezone: settings.timezone_name.clone(),
             workspace: defaults.workspace,
         }
     }
@@ -475,7 +477,6 @@ fn cell(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use expect_test::{expect, Expect};
 
@@ -772,7 +773,7 @@ mod tests {
     #[test]
     fn from_config_reads_the_paths_name_and_time_zone() {
         let dir = tempfile::tempdir().unwrap();
-        let config = Config::load(&crate::config::Inputs {
+        let config = crate::config::Config::load(&crate::config::Inputs {
             workspace: dir.path().to_path_buf(),
             config_file: None,
             flags: vec![
@@ -784,7 +785,7 @@ mod tests {
                 .collect(),
         })
         .unwrap();
-        let sources = PromptSources::from_config(&config);
+        let sources = PromptSources::from_settings(&config.settings().unwrap());
         assert_eq!(sources.global_dir, PathBuf::from("/srv/global"));
         assert_eq!(sources.agent_dir, dir.path().join("agent"));
         assert_eq!(sources.assistant_name, "Andy");

@@ -1,5 +1,5 @@
 //! The runner loop against a real session DB and the mock provider, in-process: every gate of
-//! SPEC §5, follow-ups, commands, reply dispatch, errors and bad input.
+//! docs/contract/db.md#status, follow-ups, commands, reply dispatch, errors and bad input.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;

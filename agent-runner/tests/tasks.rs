@@ -1,7 +1,7 @@
-//! Scheduled tasks through the runner loop (SPEC §5, §10; issue 5): due times and the runner's
-//! own timer, recurring series on the cron grid (also across DST in America/New_York), pre-agent
-//! scripts, the heartbeat during a script, pause / resume / cancel / update, no forks under a
-//! crash, and an invalid cron stopping its series.
+//! Scheduled tasks through the runner loop (docs/contract/db.md#tasks; issue 5): due times and the
+//! runner's own timer, recurring series on the cron grid (also across DST in America/New_York),
+//! pre-agent scripts, the heartbeat during a script, pause / resume / cancel / update, no forks
+//! under a crash, and an invalid cron stopping its series.
 //!
 //! # Time
 //!
@@ -280,7 +280,8 @@ fn is_gone(pid: i32) -> bool {
     stat.is_empty() || stat.contains(") Z ")
 }
 
-// ----- due times and the runner's timer -----------------------------------------------------------
+// ----- due times and the runner's timer
+// -----------------------------------------------------------
 
 /// The runner sleeps until the earliest due row by itself: with the idle poll set to an hour,
 /// a task due in 10 minutes (off any poll grid) still runs exactly then, and not a millisecond

@@ -93,8 +93,8 @@ impl Api {
     }
 
     /// The paths (after the base URL) that are forwarded, with everything below them: the model
-    /// endpoints the CLIs call (PROTOCOLS: Claude `/v1/messages?beta=true`, Codex `/responses`,
-    /// OpenCode `/chat/completions`) and the model lists.
+    /// endpoints the CLIs call (docs/contract/providers.md: Claude `/v1/messages?beta=true`, Codex
+    /// `/responses`, OpenCode `/chat/completions`) and the model lists.
     pub fn allowed_paths(self) -> &'static [&'static str] {
         match self {
             Api::Anthropic => &["/v1/messages", "/v1/models"],
@@ -571,7 +571,6 @@ async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]

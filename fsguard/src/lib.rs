@@ -304,7 +304,6 @@ pub mod testing {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use std::io::Write;
 

@@ -1,5 +1,5 @@
 //! `answer`: the user's choice for an `ask_user_question` row, as a `system` `question_response`
-//! row (SPEC §4) routed like the question.
+//! row (docs/contract/content.md#answers) routed like the question.
 
 use anyhow::{bail, Context, Result};
 use schema::{Inserted, MessageOut, NewMessageIn, Routing, SessionDb};
@@ -221,7 +221,6 @@ pub fn answer(db: &SessionDb, request: &AnswerRequest) -> Result<Answered> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn question(options: Value) -> Question {

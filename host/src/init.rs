@@ -1,5 +1,5 @@
-//! `init`: the workspace folder tree (SPEC §2), the session DB, its default routing and its
-//! destinations. Idempotent: existing folders and rows are kept, given values are upserted.
+//! `init`: the workspace folder tree (docs/contract/README.md), the session DB, its default routing
+//! and its destinations. Idempotent: existing folders and rows are kept, given values are upserted.
 
 use std::path::{Path, PathBuf};
 
@@ -234,7 +234,6 @@ pub fn format_routing(routing: &Routing) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -1,7 +1,7 @@
-//! The host side of a NanoClaw session (SPEC §12): create a workspace and its session DB, post
-//! `messages_in` rows, follow `messages_out`, answer questions, sweep stale claims and report
-//! status. The `nanoclaw` binary is a thin CLI over these functions; tests and other hosts can
-//! drive the same operations in-process.
+//! The host side of a NanoClaw session (docs/contract/db.md): create a workspace and its session
+//! DB, post `messages_in` rows, follow `messages_out`, answer questions, sweep stale claims and
+//! report status. The `nanoclaw` binary is a thin CLI over these functions; tests and other hosts
+//! can drive the same operations in-process.
 //!
 //! All SQL lives in the `schema` crate; this crate only builds rows and renders results.
 

@@ -1,5 +1,5 @@
-//! `send`: builds a `messages_in` row (content shapes of SPEC §4) from a [`SendRequest`] and
-//! inserts it with the next even seq.
+//! `send`: builds a `messages_in` row (content shapes of docs/contract/content.md) from a
+//! [`SendRequest`] and inserts it with the next even seq.
 
 use std::path::{Component, Path};
 
@@ -296,7 +296,8 @@ fn raw_content(kind: SendKind, raw: &str) -> Result<Value> {
     if !value.is_object() {
         bail!("--content must be a JSON object, got {raw}");
     }
-    // The runner reads a field of the wrong type leniently; the host writes none in the first place.
+    // The runner reads a field of the wrong type leniently; the host writes none in the first
+    // place.
     let (parsed, problems) = InboundContent::parse_with_problems(&kind.in_kind(), raw);
     if let InboundContent::Unparsable { reason, .. } = parsed {
         bail!("--content does not fit --kind {}: {reason}", kind.name());
@@ -513,7 +514,6 @@ pub fn excerpt(text: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -273,7 +273,6 @@ impl StatusReport {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     fn report(waiting_on: Option<WaitingOn>, now: DateTime<Utc>) -> StatusReport {

@@ -109,7 +109,6 @@ pub fn ago(at: DateTime<Utc>, now: DateTime<Utc>) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use schema::time::{format_ts, parse_ts};
 

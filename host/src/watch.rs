@@ -292,7 +292,6 @@ fn option_text(option: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use schema::Routing;
 

@@ -1,6 +1,6 @@
 //! `mcp-tools`: the MCP server (`nanoclaw`, over stdio) that the agent CLIs spawn to act on the
-//! world (SPEC §7). Every tool writes or updates rows in the session DB through the `schema`
-//! crate; no SQL lives here.
+//! world (docs/contract/tools.md). Every tool writes or updates rows in the session DB through the
+//! `schema` crate; no SQL lives here.
 //!
 //! - [`config`]: flags and environment.
 //! - [`transport`]: newline-delimited JSON-RPC on stdio, answering what rmcp should not see.

@@ -2,11 +2,11 @@
 //!
 //! Why not rmcp's own `(stdin, stdout)` transport: every request must get an answer at once,
 //! including ones the server does not serve. Claude Code probes `server/discover` before
-//! `initialize` and waits about 3 s on a server that does not answer (PROTOCOLS.md §0.3); rmcp
-//! would answer that probe with an error that depends on the probe's `_meta`, would answer a
-//! request whose params do not fit its types with an id-less error (leaving the client
-//! waiting), and stops serving if a notification arrives before `initialize`. So each line is
-//! looked at here first:
+//! `initialize` and waits about 3 s on a server that does not answer
+//! (docs/contract/tools.md#protocol-rules); rmcp would answer that probe with an error that depends
+//! on the probe's `_meta`, would answer a request whose params do not fit its types with an id-less
+//! error (leaving the client waiting), and stops serving if a notification arrives before
+//! `initialize`. So each line is looked at here first:
 //!
 //! - not JSON → JSON-RPC `-32700` (id null); not an object → `-32600`;
 //! - a request for a method this server does not serve (anything but `initialize` and `ping`

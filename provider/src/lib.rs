@@ -1,5 +1,5 @@
-//! The `AgentProvider` trait of SPEC §8 and its implementations. The provider owns how it talks
-//! to its CLI; the runner owns what to send.
+//! The `AgentProvider` trait (docs/contract/providers.md) and its implementations. The provider
+//! owns how it talks to its CLI; the runner owns what to send.
 //!
 //! A provider is long-lived (one CLI process across turns where the CLI allows it). Each batch of
 //! messages becomes one [`AgentQuery`]: the runner sends the first prompt with
@@ -7,14 +7,16 @@
 //! [`ProviderEvent`]s, and calls [`AgentQuery::end`] once every prompt it sent is answered.
 
 pub mod archive;
-pub mod archive_job;
+mod classify;
 pub mod claude;
 pub mod codex;
+mod kind;
 pub mod media;
 pub mod mock;
 pub mod opencode;
 pub mod process;
-pub mod query;
+pub mod prompt_xml;
+mod query;
 pub mod reaper;
 pub mod settings;
 
@@ -22,7 +24,10 @@ use std::path::PathBuf;
 
 use futures::future::BoxFuture;
 
-pub use query::{AgentQuery, Control, QueryHandle};
+pub use kind::{ProviderKind, UnknownProvider};
+pub use mock::MockSettings;
+pub use query::AgentQuery;
+pub(crate) use query::{Control, QueryHandle};
 pub use settings::{McpServer, ProviderSettings};
 
 /// A file the agent should see natively (images and PDFs for Claude), next to the text.
@@ -37,7 +42,7 @@ pub struct MediaFile {
 /// One prompt: formatted text plus native media.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Prompt {
-    /// The formatted prompt (SPEC §6).
+    /// The formatted prompt (docs/contract/prompt.md).
     pub text: String,
     /// Files to attach natively where the provider supports it.
     pub media: Vec<MediaFile>,
@@ -212,22 +217,17 @@ pub trait AgentProvider: Send + Sync {
     fn shutdown(&self) -> BoxFuture<'_, ()>;
 }
 
-/// Creates the provider named `name` (`claude`, `codex`, `opencode` or `mock`).
+/// Creates the provider of `kind` from the settings every provider shares; `mock` is read only
+/// by the mock (its script, delay and echo mode).
 pub fn create(
-    name: &str,
+    kind: ProviderKind,
     settings: ProviderSettings,
+    mock: MockSettings,
 ) -> Result<std::sync::Arc<dyn AgentProvider>, ProviderError> {
-    match name {
-        "mock" => Ok(std::sync::Arc::new(mock::MockProvider::from_settings(
-            &settings,
-        ))),
-        "claude" => Ok(std::sync::Arc::new(claude::ClaudeProvider::new(settings)?)),
-        "codex" => Ok(std::sync::Arc::new(codex::CodexProvider::new(settings)?)),
-        "opencode" => Ok(std::sync::Arc::new(opencode::OpenCodeProvider::new(
-            settings,
-        )?)),
-        other => Err(ProviderError::Spawn(format!(
-            "provider {other:?} is not available (expected claude, codex, opencode or mock)"
-        ))),
-    }
+    Ok(match kind {
+        ProviderKind::Mock => std::sync::Arc::new(mock::MockProvider::from_settings(mock)),
+        ProviderKind::Claude => std::sync::Arc::new(claude::ClaudeProvider::new(settings)?),
+        ProviderKind::Codex => std::sync::Arc::new(codex::CodexProvider::new(settings)?),
+        ProviderKind::OpenCode => std::sync::Arc::new(opencode::OpenCodeProvider::new(settings)?),
+    })
 }

@@ -56,6 +56,19 @@ fn other_class() -> ErrorClass {
     ErrorClass::Other
 }
 
+/// What only the mock reads from the configuration (`mockDelayMs`, `mockScript`,
+/// `mockEchoSystemPrompt`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MockSettings {
+    /// Think time of echo replies that no script step covers.
+    pub delay: Duration,
+    /// Scripted steps for the first prompts (`[{"step":"echo"|"reply"|"fail", ...}]`).
+    pub script: Vec<MockStep>,
+    /// Echo replies start with the query's system prompt and a `---` line, so a test of the
+    /// binary can see the system prompt the runner built.
+    pub echo_system_prompt: bool,
+}
+
 /// Shared, inspectable state of the mock.
 #[derive(Debug, Default)]
 pub struct MockState {
@@ -87,11 +100,11 @@ impl MockProvider {
         Self::default()
     }
 
-    /// A mock configured from provider settings (delay and script).
-    pub fn from_settings(settings: &crate::ProviderSettings) -> Self {
-        let mock = Self::with_delay(settings.mock_delay);
-        mock.script(settings.mock_script.iter().cloned());
-        mock.with_state(|state| state.echo_system_prompt = settings.mock_echo_system_prompt);
+    /// A mock configured by its settings (delay, script, echo mode).
+    pub fn from_settings(settings: MockSettings) -> Self {
+        let mock = Self::with_delay(settings.delay);
+        mock.script(settings.script);
+        mock.with_state(|state| state.echo_system_prompt = settings.echo_system_prompt);
         mock
     }
 
@@ -137,7 +150,7 @@ impl MockProvider {
 
 impl AgentProvider for MockProvider {
     fn name(&self) -> &'static str {
-        "mock"
+        crate::ProviderKind::Mock.name()
     }
 
     fn query(&self, input: QueryInput) -> Result<AgentQuery, ProviderError> {
@@ -274,7 +287,6 @@ fn aborted() -> ProviderEvent {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     async fn collect(query: &mut AgentQuery) -> Vec<ProviderEvent> {
@@ -310,9 +322,10 @@ mod tests {
 
     #[tokio::test]
     async fn can_echo_the_system_prompt_escaped() {
-        let mut settings = crate::ProviderSettings::for_workspace("/workspace", "mock");
-        settings.mock_echo_system_prompt = true;
-        let mock = MockProvider::from_settings(&settings);
+        let mock = MockProvider::from_settings(MockSettings {
+            echo_system_prompt: true,
+            ..MockSettings::default()
+        });
         let mut query = mock
             .query(QueryInput {
                 prompt: Prompt::text("hi"),

@@ -15,7 +15,7 @@ use crate::ProviderError;
 
 /// Environment variables a CLI may inherit from the runner. Everything else is dropped, then
 /// scrub patterns remove secrets even from this list.
-pub const ENV_ALLOW_LIST: &[&str] = &[
+pub(crate) const ENV_ALLOW_LIST: &[&str] = &[
     "PATH",
     "LANG",
     "LANGUAGE",
@@ -40,7 +40,7 @@ pub const ENV_ALLOW_LIST: &[&str] = &[
 ];
 
 /// Default patterns of host secrets that never reach a CLI (`*` matches any run of characters).
-pub const DEFAULT_SCRUB_PATTERNS: &[&str] = &[
+pub(crate) const DEFAULT_SCRUB_PATTERNS: &[&str] = &[
     "*_TOKEN",
     "*_SECRET",
     "*_SECRET_*",
@@ -73,7 +73,7 @@ impl Default for EnvPolicy {
 
 impl EnvPolicy {
     /// True when `name` matches a scrub pattern.
-    pub fn is_scrubbed(&self, name: &str) -> bool {
+    pub(crate) fn is_scrubbed(&self, name: &str) -> bool {
         self.scrub_patterns
             .iter()
             .any(|pattern| glob_match(pattern, name))
@@ -98,7 +98,7 @@ impl EnvPolicy {
 }
 
 /// Matches `name` against `pattern`, where `*` matches any run of characters.
-pub fn glob_match(pattern: &str, name: &str) -> bool {
+pub(crate) fn glob_match(pattern: &str, name: &str) -> bool {
     fn go(p: &[u8], n: &[u8]) -> bool {
         match p.split_first() {
             None => n.is_empty(),
@@ -221,12 +221,12 @@ impl CliProcess {
     }
 
     /// The leader's pid (also the process group id).
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.pgid.as_raw() as u32
     }
 
     /// Exit status if the leader has exited.
-    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+    pub(crate) fn try_wait(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()
     }
 
@@ -273,7 +273,7 @@ impl Drop for CliProcess {
 /// Finds a CLI: the explicit setting (which must exist), else `PATH`, else the project-local
 /// folder `.cli/node_modules/.bin` found upward from the runner's executable or `local_dir`.
 /// The error names the setting to fix.
-pub fn resolve_cli(
+pub(crate) fn resolve_cli(
     name: &str,
     explicit: Option<&Path>,
     setting: &str,
@@ -315,7 +315,6 @@ pub fn resolve_cli(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

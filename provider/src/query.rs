@@ -7,7 +7,7 @@ use crate::{Prompt, PromptId, ProviderError, ProviderEvent};
 
 /// A control message from the runner to the provider's query task.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Control {
+pub(crate) enum Control {
     /// A follow-up prompt for the active query.
     Push {
         /// Its id (1, 2, ...).
@@ -31,16 +31,16 @@ pub struct AgentQuery {
 
 /// The provider's side of one query.
 #[derive(Debug)]
-pub struct QueryHandle {
+pub(crate) struct QueryHandle {
     /// Events to the runner; a send error means the runner dropped the query.
-    pub events: mpsc::Sender<ProviderEvent>,
+    pub(crate) events: mpsc::Sender<ProviderEvent>,
     /// Controls from the runner; `None` means the runner dropped the query (treat as abort).
-    pub control: mpsc::UnboundedReceiver<Control>,
+    pub(crate) control: mpsc::UnboundedReceiver<Control>,
 }
 
 impl AgentQuery {
     /// Creates a connected pair.
-    pub fn channel() -> (AgentQuery, QueryHandle) {
+    pub(crate) fn channel() -> (AgentQuery, QueryHandle) {
         let (event_tx, event_rx) = mpsc::channel(256);
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         (
@@ -64,11 +64,6 @@ impl AgentQuery {
             .map_err(|_| ProviderError::Closed)?;
         self.last_prompt = id;
         Ok(id)
-    }
-
-    /// Id of the last prompt sent (0 when only the first).
-    pub fn last_prompt(&self) -> PromptId {
-        self.last_prompt
     }
 
     /// Says no more input will come; the event stream closes after the current turn.

@@ -31,7 +31,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 /// The environment variable that marks every process the runner starts with its session.
-pub const MARK_VAR: &str = "NANOCLAW_SESSION_MARK";
+pub(crate) const MARK_VAR: &str = "NANOCLAW_SESSION_MARK";
 
 /// How long [`Leftovers::stop`] waits for killed descendants to be gone.
 const STOP_WAIT: Duration = Duration::from_secs(3);
@@ -194,7 +194,7 @@ fn owned() -> MutexGuard<'static, Vec<(i32, u64)>> {
 /// Spawns a child with `spawn` and registers its pid (from `pid_of`) before the reaper can look
 /// at it: every process the runner spawns directly must go through here (`CliProcess::spawn`
 /// does), or the reaper may reap it before its owner waits for it.
-pub fn spawn_owned<T, E>(
+pub(crate) fn spawn_owned<T, E>(
     spawn: impl FnOnce() -> Result<T, E>,
     pid_of: impl FnOnce(&T) -> Option<u32>,
 ) -> Result<T, E> {
@@ -211,7 +211,7 @@ pub fn spawn_owned<T, E>(
 
 /// Reaps every zombie child of this process that it did not spawn itself (orphans adopted as
 /// subreaper or PID 1); returns their pids. Owned children that are gone are forgotten.
-pub fn reap_orphans() -> Vec<i32> {
+pub(crate) fn reap_orphans() -> Vec<i32> {
     let children = own_children();
     let mut owned = owned();
     // Checked one by one, not against `children` (which may miss one): forgetting a child that
@@ -277,18 +277,18 @@ async fn reap_forever() {
 static MARK: OnceLock<String> = OnceLock::new();
 
 /// The session's marker value, once [`Leftovers::start`] (or [`set_session_mark`]) set it.
-pub fn session_mark() -> Option<&'static str> {
+pub(crate) fn session_mark() -> Option<&'static str> {
     MARK.get().map(String::as_str)
 }
 
 /// Sets the marker every process spawned from now on carries (the first value wins).
-pub fn set_session_mark(mark: &str) {
+pub(crate) fn set_session_mark(mark: &str) {
     let _ = MARK.set(mark.to_owned());
 }
 
 /// The marker of the session whose DB is at `db`: its (device, inode), the same for every run
 /// of the session and different for every other DB on the machine.
-pub fn mark_for(db: &Path) -> Result<String, ReaperError> {
+pub(crate) fn mark_for(db: &Path) -> Result<String, ReaperError> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(db).map_err(|source| ReaperError::Identity {
         path: db.to_path_buf(),
@@ -339,7 +339,7 @@ pub fn kill_marked(marker: &str, groups: bool) -> Vec<u32> {
 
 /// The ledger file of the session DB at `db`: `<db>.procs` beside the DB (resolved path, like the
 /// runner's `.lock`), read and written through `fsguard` because the agent can write the folder.
-pub fn ledger_path(db: &Path) -> PathBuf {
+pub(crate) fn ledger_path(db: &Path) -> PathBuf {
     let resolved = std::fs::canonicalize(db).unwrap_or_else(|_| db.to_path_buf());
     let mut name = resolved.into_os_string();
     name.push(".procs");
@@ -516,7 +516,7 @@ impl Leftovers {
 
 /// SIGKILLs every live descendant of this process (start time checked), then reaps and waits up
 /// to `wait` until none is left; returns the pids killed.
-pub fn kill_descendants(wait: Duration) -> Vec<i32> {
+pub(crate) fn kill_descendants(wait: Duration) -> Vec<i32> {
     let me = std::process::id();
     let mut killed = Vec::new();
     let deadline = Instant::now() + wait;
@@ -547,7 +547,6 @@ pub fn kill_descendants(wait: Duration) -> Vec<i32> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     use crate::process::{CliCommand, CliProcess};

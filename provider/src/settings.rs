@@ -21,7 +21,8 @@ pub struct McpServer {
     pub env: BTreeMap<String, String>,
 }
 
-/// Settings shared by the Claude, Codex and OpenCode providers.
+/// Settings shared by the Claude, Codex and OpenCode providers (the mock's own are
+/// [`crate::MockSettings`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProviderSettings {
     /// Workspace root (`/workspace` in the container).
@@ -82,13 +83,6 @@ pub struct ProviderSettings {
     /// The agent's display name (config `assistantName`), the heading of its messages in
     /// archived transcripts (`Assistant` when `None`).
     pub assistant_name: Option<String>,
-    /// Mock provider only: default think time per prompt.
-    pub mock_delay: Duration,
-    /// Mock provider only: scripted steps (`[{"step":"echo"|"reply"|"fail", ...}]`).
-    pub mock_script: Vec<crate::mock::MockStep>,
-    /// Mock provider only: echo replies start with the query's system prompt and a `---` line,
-    /// so a test of the binary can see the system prompt the runner built.
-    pub mock_echo_system_prompt: bool,
 }
 
 impl ProviderSettings {
@@ -120,9 +114,6 @@ impl ProviderSettings {
             mcp_env: BTreeMap::new(),
             runner_exe: None,
             assistant_name: None,
-            mock_delay: Duration::ZERO,
-            mock_script: Vec::new(),
-            mock_echo_system_prompt: false,
             workspace,
         }
     }

@@ -1,4 +1,5 @@
-//! Content shapes of SPEC §4: parsing inbound JSON tolerantly, building outbound JSON.
+//! Content shapes (docs/contract/content.md): parsing inbound JSON tolerantly, building outbound
+//! JSON.
 //!
 //! Inbound content is read field by field ([`Fields`]): a field of an unexpected type (a numeric
 //! `name`, an object where text belongs) is coerced or ignored and reported as a
@@ -252,7 +253,7 @@ impl InboundContent {
     }
 }
 
-/// Builders for `messages_out` content (SPEC §4).
+/// Builders for `messages_out` content (docs/contract/content.md#messages_out).
 pub mod out {
     use super::*;
 

@@ -71,7 +71,6 @@ pub fn parse_tz(name: &str) -> Result<Tz, Error> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::time::{format_ts, parse_ts};
     use chrono::{Datelike, Timelike, Weekday};

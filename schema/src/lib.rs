@@ -1,13 +1,23 @@
-//! The session DB contract (SPEC §3, §4) shared by the host, the runner and mcp-tools: schema,
-//! pragmas, typed rows, seq allocation, claims and completions, and change notification. No
-//! other crate writes SQL for these tables.
+//! The session DB contract (docs/contract/db.md, content.md) shared by the host, the runner and
+//! mcp-tools: schema, pragmas, typed rows, seq allocation, claims and completions, and change
+//! notification. No other crate writes SQL for these tables.
 
+mod batch;
+mod completion;
 pub mod content;
 pub mod cron;
 pub mod db;
+mod delivered;
+mod destinations;
+mod messages;
+mod questions;
+mod queue;
 pub mod routing;
 pub mod rows;
+mod runner_state;
 mod sql;
+mod state;
+mod sweep;
 pub mod tasks;
 pub mod time;
 pub mod watch;
@@ -16,11 +26,12 @@ pub use content::{
     Attachment, ChatContent, ChatSdkContent, FieldProblem, InboundContent, QuestionAnswer,
     TaskContent, WebhookContent,
 };
-pub use db::{
-    continuation_key, Eligible, OpenOptions, QueueCounts, SessionDb, SweepPolicy, SweepReport,
-};
+pub use db::{OpenOptions, SessionDb};
+pub use queue::{Eligible, QueueCounts};
 pub use routing::{find_destination, DestinationRoute};
 pub use rows::*;
+pub use state::continuation_key;
+pub use sweep::{SweepPolicy, SweepReport};
 pub use watch::DbWatcher;
 
 use std::path::PathBuf;
@@ -109,7 +120,6 @@ impl Error {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::Error;
 

@@ -209,7 +209,6 @@ pub mod cases {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
 
     use super::*;
     use crate::NewMessageIn;

@@ -1,4 +1,4 @@
-//! The schema of SPEC §3, its indexes, and the column migrations for older DBs.
+//! The schema of docs/contract/db.md, its indexes, and the column migrations for older DBs.
 
 /// Tables and indexes, idempotent.
 pub(crate) const SCHEMA: &str = r#"

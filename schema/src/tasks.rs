@@ -1,5 +1,5 @@
 //! Task series: the queries behind mcp-tools' `list_tasks`, `pause_task`, `resume_task`,
-//! `cancel_task` and `update_task` (SPEC §7, §10).
+//! `cancel_task` and `update_task` (docs/contract/db.md#tasks, docs/contract/tools.md#tasks).
 //!
 //! # Semantics
 //!
@@ -10,7 +10,7 @@
 //!   also names its series.
 //! - A series is **active** while it has a `pending` or `paused` row (the next run), or a
 //!   `processing` row that still carries a `recurrence` (it is running now and will insert its
-//!   successor when the runner completes it, see `schedule_next_occurrence` in `db.rs`).
+//!   successor when the runner completes it, see `schedule_next_occurrence` in `completion.rs`).
 //!   [`SessionDb::task_series`] lists the active series; a series that is not active has
 //!   finished (or was cancelled) and the other calls refuse it with [`Error::NotFound`].
 //! - **pause**: every `pending` row of the series becomes `paused`, and the session-state key
@@ -36,9 +36,10 @@ use rusqlite::{params, OptionalExtension, Transaction};
 use serde_json::{json, Map, Value};
 
 use crate::cron::Schedule;
-use crate::db::{set_state_tx, usable_rows, SERIES_PAUSED_PREFIX};
+use crate::messages::usable_rows;
 use crate::rows::{InStatus, MessageIn};
 use crate::sql::IN_COLUMNS;
+use crate::state::set_state_tx;
 use crate::time::{format_ts, parse_ts};
 use crate::{Error, SessionDb, TaskContent};
 
@@ -78,6 +79,9 @@ pub struct TaskSeries {
     /// The next run's row (`pending`/`paused`), or the running one for [`TaskState::Running`].
     pub row: MessageIn,
 }
+
+/// Session-state key prefix of paused task series.
+pub(crate) const SERIES_PAUSED_PREFIX: &str = "series_paused:";
 
 impl TaskSeries {
     /// The task's prompt and script (an unparsable content gives an empty prompt).
@@ -483,7 +487,6 @@ fn series_view(id: &str, rows: Vec<MessageIn>, pause_requested: bool) -> Option<
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
     use crate::cron::parse_tz;

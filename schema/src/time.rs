@@ -57,7 +57,6 @@ pub fn parse_ts(value: &str) -> Result<DateTime<Utc>, Error> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -1,4 +1,5 @@
-//! A scripted fake model server for end-to-end tests (see PROTOCOLS.md §0.2).
+//! A scripted fake model server for end-to-end tests (each CLI's endpoint:
+//! docs/contract/providers.md).
 //!
 //! One loopback HTTP server stands in for the three model APIs the agent CLIs speak:
 //!
@@ -28,7 +29,7 @@
 //!
 //! # Tool names
 //! [`Step::ToolCall`] takes the bare MCP tool name of the `nanoclaw` server and maps it per API
-//! (PROTOCOLS.md §0.4): Anthropic `tool_use` named `mcp__nanoclaw__<name>`; Responses
+//! (docs/contract/tools.md): Anthropic `tool_use` named `mcp__nanoclaw__<name>`; Responses
 //! `function_call` with `name:<name>` and `namespace:"mcp__nanoclaw"`; Chat `nanoclaw_<name>`.
 //! [`Step::RawToolCall`] sends the name as is (builtin tools: Claude `Bash`, Codex
 //! `exec_command`, OpenCode `bash`), with an optional Responses `namespace`.
@@ -105,7 +106,7 @@ impl Api {
     }
 
     /// The tool name the model emits for the `nanoclaw` MCP tool `tool` in this API, and the
-    /// Responses namespace (PROTOCOLS.md §0.4).
+    /// Responses namespace (docs/contract/providers.md#codex).
     pub fn mcp_tool_name(self, tool: &str) -> (String, Option<String>) {
         match self {
             Api::Anthropic => (format!("mcp__{MCP_SERVER}__{tool}"), None),
@@ -138,35 +139,54 @@ impl fmt::Display for Api {
 pub enum Step {
     /// Stream `text`, split into `chunks` deltas (at least 1) with `delay_ms` between them.
     Text {
+        /// The whole text.
         text: String,
+        /// How many deltas it is split into.
         #[serde(default = "one")]
         chunks: usize,
+        /// Pause between deltas.
         #[serde(default)]
         delay_ms: u64,
     },
     /// Call the `nanoclaw` MCP tool `name` (bare name, mapped per API, see the module docs).
-    ToolCall { name: String, arguments: Value },
+    ToolCall {
+        /// The bare tool name (`send_message`).
+        name: String,
+        /// The call's arguments.
+        arguments: Value,
+    },
     /// Call a tool by its raw name (a CLI builtin: Claude `Bash`, Codex `exec_command`, OpenCode
     /// `bash`). `namespace` is only sent on the Responses API.
     RawToolCall {
+        /// The tool name as the CLI knows it.
         name: String,
+        /// The call's arguments.
         arguments: Value,
+        /// The Responses API's tool namespace, if any.
         #[serde(default)]
         namespace: Option<String>,
     },
     /// One reply made of several content blocks, in order: each entry must be a `Text`,
     /// `ToolCall` or `RawToolCall` (others are ignored). E.g. some text and then a tool call, or
     /// two parallel tool calls.
-    Reply { steps: Vec<Step> },
+    Reply {
+        /// The blocks, in order.
+        steps: Vec<Step>,
+    },
     /// Answer with HTTP `status` and the API's JSON error shape carrying `message` (or `body`
     /// verbatim), plus `retry-after` / `retry-after-ms` headers when set.
     Error {
+        /// The HTTP status.
         status: u16,
+        /// The error message inside the API's error shape.
         message: String,
+        /// A body sent verbatim instead of the API's error shape.
         #[serde(default)]
         body: Option<Value>,
+        /// The `retry-after` header, in seconds.
         #[serde(default)]
         retry_after_secs: Option<u64>,
+        /// The `retry-after-ms` header.
         #[serde(default)]
         retry_after_ms: Option<u64>,
     },
@@ -176,17 +196,25 @@ pub enum Step {
     /// [`FakeModel::release_hangs`] or `timeout_ms`; then the reply completes normally as the
     /// default text.
     Hang {
+        /// Send the headers and the first SSE event(s) before hanging.
         #[serde(default)]
         after_first_event: bool,
+        /// When the hang ends by itself.
         #[serde(default = "default_hang_timeout")]
         timeout_ms: u64,
     },
     /// Pause `ms` after the first SSE event(s) (see [`Step::Hang`]), then continue with `then`.
     /// For an `Error` (or a non-streaming request) the pause happens before the response.
-    Stall { ms: u64, then: Box<Step> },
+    Stall {
+        /// The pause.
+        ms: u64,
+        /// What follows it.
+        then: Box<Step>,
+    },
     /// Close the connection mid-stream: with `after_first_event` after the headers and the first
     /// SSE event(s), otherwise right after the response headers.
     Drop {
+        /// Close after the first SSE event(s) instead of right after the headers.
         #[serde(default)]
         after_first_event: bool,
     },
@@ -194,6 +222,7 @@ pub enum Step {
     /// event, until [`FakeModel::release_hangs`] or `timeout_ms`; then the default text. A
     /// gateway that accepted the request and stalls.
     HangAfterHeaders {
+        /// When the hang ends by itself.
         #[serde(default = "default_hang_timeout")]
         timeout_ms: u64,
     },
@@ -415,7 +444,9 @@ pub struct LoggedRequest {
     pub seq: usize,
     /// The API, or `None` for a request answered with 404.
     pub api: Option<Api>,
+    /// The HTTP method.
     pub method: String,
+    /// The path, without the query string.
     pub path: String,
     /// The raw query string (`beta=true` for Claude), if any.
     pub query: Option<String>,
@@ -724,6 +755,7 @@ fn content_text<'a>(content: impl Into<Option<&'a Value>>) -> String {
 /// Timeout while waiting for requests.
 #[derive(Debug)]
 pub struct WaitTimeout {
+    /// How long the wait lasted.
     pub waited: Duration,
     /// The requests logged when the wait gave up.
     pub got: Vec<LoggedRequest>,
@@ -848,10 +880,12 @@ impl FakeModel {
         format!("http://{}/v1", self.addr)
     }
 
+    /// The port the server listens on.
     pub fn port(&self) -> u16 {
         self.addr.port()
     }
 
+    /// The address the server listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
@@ -1862,7 +1896,6 @@ fn split_chunks(text: &str, n: usize) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     fn client() -> reqwest::Client {

@@ -27,7 +27,8 @@ use serde_json::{json, Value};
 
 use crate::fake_model::{FakeModel, LoggedRequest};
 
-/// The model name every provider is pointed at (unknown to the CLIs on purpose: PROTOCOLS §2.6).
+/// The model name every provider is pointed at (unknown to the CLIs on purpose:
+/// docs/contract/providers.md#codex).
 pub const FAKE_MODEL: &str = "fake-model";
 /// The API key given to every CLI.
 pub const FAKE_KEY: &str = "sk-fake-e2e";

@@ -6,6 +6,9 @@
 //!   CLI lookup, netns re-exec, row, request, process and archive helpers.
 //! * [`provider_harness`]: a provider driven directly against its real CLI and the fake model
 //!   (setup, child re-exec with a marker secret, event collection).
+//! * [`provider_scenarios`]: the provider-level scenarios shared by every CLI, each generic over
+//!   the provider under test with the per-CLI differences as data (the `provider_<cli>.rs`
+//!   tests declare them with `provider_scenario_tests!`).
 //! * [`scenarios`]: the acceptance and archiving scenarios shared by every CLI, each a function
 //!   taking the provider name (the `e2e_<cli>.rs` / `archive_<cli>.rs` tests call them).
 //! * [`stalls`], [`stops`], [`leftovers`], [`credentials`], [`secrets`]: the fault scenarios
@@ -18,6 +21,7 @@ pub mod fake_model;
 pub mod harness;
 pub mod leftovers;
 pub mod provider_harness;
+pub mod provider_scenarios;
 pub mod scenarios;
 pub mod secrets;
 pub mod stalls;

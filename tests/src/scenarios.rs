@@ -123,7 +123,8 @@ fn cli_process_name(provider: &str) -> &'static str {
     }
 }
 
-fn kill_pid(pid: u32) {
+/// SIGKILL to `pid` (a panic when it cannot be sent).
+pub fn kill_pid(pid: u32) {
     ok(
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid as i32),
@@ -431,6 +432,15 @@ pub fn killed_cli_mid_turn_runner_survives(provider: &str) {
 /// the tool blocks for `hold`; the answer reaches the model. Codex and OpenCode hold 65 s: past
 /// their default 60 s MCP tool timeouts (OpenCode: the answer is no "timed out" either).
 pub fn ask_user_question_answered_with_nanoclaw_answer(provider: &str, hold: Duration) {
+    ask_user_question_answered_with_env(provider, hold, &[]);
+}
+
+/// Scenario 7 with the runner's extra environment (e.g. a lowered progress limit).
+pub fn ask_user_question_answered_with_env(
+    provider: &str,
+    hold: Duration,
+    extra_env: &[(&str, &str)],
+) {
     let model = fake_model([
         Step::tool_call(
             "ask_user_question",
@@ -439,7 +449,7 @@ pub fn ask_user_question_answered_with_nanoclaw_answer(provider: &str, hold: Dur
         Step::text("Deploying now."),
     ]);
     let mut session = Session::new();
-    session.start_runner(provider, &model, &[]);
+    session.start_runner(provider, &model, extra_env);
     let id = session.send_chat("deploy it").id;
     let question = session.wait_question(WAIT);
     let question_id = some(question["questionId"].as_str(), "a question id").to_owned();

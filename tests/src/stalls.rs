@@ -244,3 +244,27 @@ pub fn rate_limit_is_retryable_with_its_reset(provider: &str) {
     }
     session.stop_runner();
 }
+
+/// A tool call is not "no progress": ask_user_question held for `hold`, past a progress silence
+/// limit lowered to `silence_secs`, still completes the turn with the user's answer. The limit
+/// is lowered (the rule does not depend on its value) so the scenario takes seconds, not the
+/// default 120 s.
+pub fn ask_user_question_held_past_the_silence_limit(
+    provider: &str,
+    hold: Duration,
+    silence_secs: u64,
+) {
+    assert!(
+        hold > Duration::from_secs(silence_secs),
+        "hold past the limit"
+    );
+    let silence = silence_secs.to_string();
+    crate::scenarios::ask_user_question_answered_with_env(
+        provider,
+        hold,
+        &[
+            ("NANOCLAW_PROGRESS_SILENCE_SECS", &silence),
+            ("NANOCLAW_PROGRESS_NOTICE_SECS", &silence),
+        ],
+    );
+}

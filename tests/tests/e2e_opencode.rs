@@ -108,10 +108,9 @@ e2e::scenario_tests! { CLI;
     /// reports it.
     rate_limit_is_retryable_with_its_reset();
 
-    /// A tool call is not "no progress": ask_user_question held 150 s, past the 120 s silence
-    /// limit, still completes the turn.
-    ask_user_question_held_past_the_silence_limit =
-        ask_user_question_answered_with_nanoclaw_answer(Duration::from_secs(150));
+    /// A tool call is not "no progress": ask_user_question held 12 s, past a silence limit
+    /// lowered to 5 s, still completes the turn.
+    ask_user_question_held_past_the_silence_limit(Duration::from_secs(12), 5);
 }
 
 // Issue 10, point 2: SIGTERM mid-turn (scenarios in tests/src/stops.rs).

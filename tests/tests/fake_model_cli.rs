@@ -5,11 +5,11 @@
 //! CLI FAILS the test; set `NANOCLAW_SKIP_CLI_TESTS=1` to skip these tests instead.
 //!
 //! Isolation: each CLI gets a private HOME (and CODEX_HOME) in a temp dir, a cleared environment
-//! with the traffic-off variables of PROTOCOLS.md, and its npm registry pointed at the fake
-//! server (OpenCode's background plugin lookup then shows up as a 404 in the log instead of
-//! leaving the machine). When `unshare -n` (or `unshare -rn`) works, each test re-executes itself
-//! inside a loopback-only network namespace, so the fake server and the CLI share the namespace
-//! and nothing can leave the machine. `NANOCLAW_NETNS=0` disables that.
+//! with the traffic-off variables of docs/contract/providers.md, and its npm registry pointed at
+//! the fake server (OpenCode's background plugin lookup then shows up as a 404 in the log instead
+//! of leaving the machine). When `unshare -n` (or `unshare -rn`) works, each test re-executes
+//! itself inside a loopback-only network namespace, so the fake server and the CLI share the
+//! namespace and nothing can leave the machine. `NANOCLAW_NETNS=0` disables that.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::ffi::OsString;
@@ -25,7 +25,9 @@ use e2e::harness::{cli, run_in_loopback_netns, FAKE_KEY};
 use serde_json::{json, Value};
 
 const KEY: &str = FAKE_KEY;
-const RUN_TIMEOUT: Duration = Duration::from_secs(30);
+/// A safety net against a hung CLI, not a speed check: OpenCode's cold start alone took over 30 s
+/// on a loaded 2-core machine (three runs start side by side).
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 const MARKER_CMD: &str = "echo fake-tool-$((40+2))";
 const MARKER: &str = "fake-tool-42";
 
@@ -168,7 +170,8 @@ fn claude_cmd(sandbox: &Sandbox, bin: &Path, server: &FakeModel, prompt: &str) -
         .env("IS_SANDBOX", "1")
         .env("ENABLE_TOOL_SEARCH", "false")
         .env("CLAUDE_CODE_MAX_RETRIES", "0")
-        // The prompt right after -p: several options are variadic (PROTOCOLS.md §1.9).
+        // The prompt right after -p: several options are variadic
+        // (docs/contract/providers.md#claude-code).
         .args(["-p", prompt, "--output-format", "json"])
         .args(["--strict-mcp-config", "--setting-sources", ""]);
     cmd

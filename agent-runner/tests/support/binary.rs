@@ -12,7 +12,7 @@ use nix::unistd::Pid;
 /// `agent-runner --workspace <workspace> --provider mock` at `RUST_LOG=info`, stdin and stdout
 /// closed, stderr appended to `log` (a pipe nobody drains would block it). Callers add
 /// arguments and environment, then spawn.
-pub fn mock_runner(workspace: &Path, log: &Path) -> Command {
+pub(crate) fn mock_runner(workspace: &Path, log: &Path) -> Command {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -31,7 +31,7 @@ pub fn mock_runner(workspace: &Path, log: &Path) -> Command {
 }
 
 /// Waits for `cond`, failing the test after `timeout`.
-pub fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+pub(crate) fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !cond() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -40,12 +40,12 @@ pub fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool)
 }
 
 /// Sends SIGTERM to `child`.
-pub fn sigterm(child: &Child) {
+pub(crate) fn sigterm(child: &Child) {
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
 }
 
 /// `PRAGMA integrity_check` of the DB at `db`, from a connection of its own.
-pub fn integrity_check(db: &Path) -> String {
+pub(crate) fn integrity_check(db: &Path) -> String {
     let conn = rusqlite::Connection::open(db).unwrap();
     conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))
         .unwrap()

@@ -23,16 +23,16 @@ use serde_json::json;
 use crate::binary;
 
 /// xorshift64*: a seeded PRNG, enough to spread gaps and kill moments (no `rand` needed).
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
     /// A generator from `seed` (0 is replaced, xorshift would stay at 0).
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Self(seed.max(1))
     }
 
     /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -42,14 +42,14 @@ impl Rng {
     }
 
     /// Uniform-ish in `0..n`.
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 }
 
 /// What a run did and found.
 #[derive(Debug)]
-pub struct Figures {
+pub(crate) struct Figures {
     /// Seed of the run's PRNGs.
     pub seed: u64,
     /// Runner processes SIGKILLed.
@@ -82,7 +82,7 @@ pub struct Figures {
 
 impl Figures {
     /// The invariants: exactly once, none stuck, DB intact.
-    pub fn assert_ok(&self) {
+    pub(crate) fn assert_ok(&self) {
         assert_eq!(self.duplicates, 0, "messages answered twice: {self:#?}");
         assert_eq!(self.unanswered, 0, "messages never answered: {self:#?}");
         assert_eq!(self.unfinished, 0, "messages stuck: {self:#?}");
@@ -92,7 +92,7 @@ impl Figures {
     }
 
     /// One line per figure, for the test's and the bench's output.
-    pub fn report(&self) -> String {
+    pub(crate) fn report(&self) -> String {
         format!(
             "chaos: seed {seed}, {kills} SIGKILLs ({mid} mid-turn, {rec} recoveries), {messages} \
              messages, {replies} replies, {dup} duplicates, {unans} unanswered, {unfin} unfinished, \
@@ -133,7 +133,7 @@ fn sigkill(child: &mut Child) {
 
 /// `kills` SIGKILLs at random moments while a host inserts messages, then a last runner drains
 /// the queue; returns the figures (the caller asserts).
-pub fn run(kills: usize, seed: u64) -> Figures {
+pub(crate) fn run(kills: usize, seed: u64) -> Figures {
     let started = Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let db = SessionDb::open(dir.path().join("session.db")).unwrap();
@@ -244,7 +244,7 @@ pub fn run(kills: usize, seed: u64) -> Figures {
 
 /// Kills from `NANOCLAW_CHAOS_KILLS`, else `default`; seed from `NANOCLAW_CHAOS_SEED`, else the
 /// clock (printed, so a failing run's gaps can be replayed).
-pub fn settings(default_kills: usize) -> (usize, u64) {
+pub(crate) fn settings(default_kills: usize) -> (usize, u64) {
     let kills = std::env::var("NANOCLAW_CHAOS_KILLS")
         .ok()
         .and_then(|v| v.parse().ok())

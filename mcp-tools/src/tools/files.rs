@@ -241,7 +241,6 @@ fn copy_into(config: &Config, source: Source, folder: &Path, name: &str) -> Tool
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
 

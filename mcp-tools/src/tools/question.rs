@@ -1,9 +1,9 @@
 //! `ask_user_question`: write a question row, then wait (event-driven, with [`DbWatcher`]) until
 //! an answer row arrives, the deadline passes, or the client cancels the call.
 //!
-//! Protocol with the runner (SPEC §5.2): the question is recorded as open (until its deadline)
-//! in the same transaction that writes the question row, so the runner's poll holds back
-//! answers to it until the deadline. The answer is taken with `take_answer`, which
+//! Protocol with the runner (docs/contract/db.md#questions): the question is recorded as open
+//! (until its deadline) in the same transaction that writes the question row, so the runner's poll
+//! holds back answers to it until the deadline. The answer is taken with `take_answer`, which
 //! completes the answer row atomically. On timeout or cancellation the question is closed; an
 //! answer that arrives later is then an ordinary message the runner hands to the agent.
 //! While any question of this process waits, `runner_state.status` is `waiting_user` (if it
@@ -279,7 +279,6 @@ fn normalize_options(options: &Value) -> ToolResult<Vec<Value>> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
 

@@ -1,6 +1,6 @@
-//! Where a tool's row goes (SPEC §7): explicit fields > the destination named by `to` (routed by
-//! `schema::routing`, the rule the runner's replies share) > the runner's `current_batch` > the
-//! session's default routing. Every row also carries
+//! Where a tool's row goes (docs/contract/prompt.md#routing): explicit fields > the destination
+//! named by `to` (routed by `schema::routing`, the rule the runner's replies share) > the runner's
+//! `current_batch` > the session's default routing. Every row also carries
 //! `in_reply_to` of the current batch, whatever its routing.
 
 use schema::{DestinationRoute, Routing, SessionDb};

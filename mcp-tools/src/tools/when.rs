@@ -65,7 +65,6 @@ pub fn format_local_zoned(at: DateTime<Utc>, tz: Tz) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
     use schema::time::{format_ts, parse_ts};

@@ -12,13 +12,13 @@ use schema::{CurrentBatch, OpenOptions, Routing, RunnerStatus, SessionDb};
 use serde_json::{json, Value};
 
 /// Path of the binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_mcp-tools");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_mcp-tools");
 
 /// How long a test waits for one response.
-pub const TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A temp workspace (`agent/` inside) with a session DB.
-pub struct Env {
+pub(crate) struct Env {
     pub dir: tempfile::TempDir,
     pub workspace: PathBuf,
     pub db_path: PathBuf,
@@ -27,11 +27,11 @@ pub struct Env {
 }
 
 impl Env {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::with_tz("UTC")
     }
 
-    pub fn with_tz(tz: &'static str) -> Self {
+    pub(crate) fn with_tz(tz: &'static str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let workspace = dir.path().join("workspace");
         std::fs::create_dir_all(workspace.join("agent")).unwrap();
@@ -53,19 +53,19 @@ impl Env {
         }
     }
 
-    pub fn agent_dir(&self) -> PathBuf {
+    pub(crate) fn agent_dir(&self) -> PathBuf {
         self.workspace.join("agent")
     }
 
     /// Sets the session's default routing.
-    pub fn session_routing(&self, channel: &str, platform: &str) {
+    pub(crate) fn session_routing(&self, channel: &str, platform: &str) {
         self.db
             .set_session_routing(&routing(channel, platform, None))
             .unwrap();
     }
 
     /// Stores a current batch as the runner would, and marks the runner busy.
-    pub fn batch(&self, routing: Routing, in_reply_to: &str, sender: Option<&str>) {
+    pub(crate) fn batch(&self, routing: Routing, in_reply_to: &str, sender: Option<&str>) {
         self.db
             .set_current_batch(Some(&CurrentBatch {
                 routing,
@@ -79,20 +79,20 @@ impl Env {
             .unwrap();
     }
 
-    pub fn runner_status(&self) -> String {
+    pub(crate) fn runner_status(&self) -> String {
         self.db.runner_state().unwrap().unwrap().status
     }
 
-    pub fn spawn(&self) -> Server {
+    pub(crate) fn spawn(&self) -> Server {
         self.spawn_with(&[])
     }
 
-    pub fn spawn_with(&self, env: &[(&str, &str)]) -> Server {
+    pub(crate) fn spawn_with(&self, env: &[(&str, &str)]) -> Server {
         Server::spawn(self.command(env))
     }
 
     /// The server command with the test environment and `env` on top.
-    pub fn command(&self, env: &[(&str, &str)]) -> Command {
+    pub(crate) fn command(&self, env: &[(&str, &str)]) -> Command {
         let mut command = Command::new(BIN);
         command
             .env_clear()
@@ -108,7 +108,7 @@ impl Env {
     }
 }
 
-pub fn routing(channel: &str, platform: &str, thread: Option<&str>) -> Routing {
+pub(crate) fn routing(channel: &str, platform: &str, thread: Option<&str>) -> Routing {
     Routing {
         channel_type: Some(channel.to_owned()),
         platform_id: Some(platform.to_owned()),
@@ -117,7 +117,7 @@ pub fn routing(channel: &str, platform: &str, thread: Option<&str>) -> Routing {
 }
 
 /// A spawned server and a line reader on its stdout.
-pub struct Server {
+pub(crate) struct Server {
     pub child: Child,
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
@@ -127,26 +127,26 @@ pub struct Server {
 
 /// A `tools/call` result.
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub text: String,
     pub is_error: bool,
 }
 
 impl Outcome {
     /// The text of a successful result (panics with the error text otherwise).
-    pub fn ok(self) -> String {
+    pub(crate) fn ok(self) -> String {
         assert!(!self.is_error, "tool failed: {}", self.text);
         self.text
     }
 
     /// The text of an error result (panics on success).
-    pub fn err(self) -> String {
+    pub(crate) fn err(self) -> String {
         assert!(self.is_error, "tool unexpectedly succeeded: {}", self.text);
         self.text
     }
 
     /// The seq in "... (seq N)".
-    pub fn seq(&self) -> i64 {
+    pub(crate) fn seq(&self) -> i64 {
         let start = self.text.find("seq ").expect("no seq in result") + 4;
         self.text[start..]
             .chars()
@@ -158,11 +158,11 @@ impl Outcome {
 }
 
 impl Server {
-    pub fn spawn(command: Command) -> Self {
+    pub(crate) fn spawn(command: Command) -> Self {
         Self::spawn_with_stderr(command, Stdio::inherit())
     }
 
-    pub fn spawn_with_stderr(mut command: Command, stderr: Stdio) -> Self {
+    pub(crate) fn spawn_with_stderr(mut command: Command, stderr: Stdio) -> Self {
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -189,28 +189,28 @@ impl Server {
     }
 
     /// A spawned server that already did the handshake.
-    pub fn ready(mut self) -> Self {
+    pub(crate) fn ready(mut self) -> Self {
         self.initialize();
         self
     }
 
-    pub fn send_raw(&mut self, line: &str) {
+    pub(crate) fn send_raw(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         stdin.write_all(line.as_bytes()).unwrap();
         stdin.write_all(b"\n").unwrap();
         stdin.flush().unwrap();
     }
 
-    pub fn send(&mut self, value: &Value) {
+    pub(crate) fn send(&mut self, value: &Value) {
         self.send_raw(&value.to_string());
     }
 
-    pub fn close_stdin(&mut self) {
+    pub(crate) fn close_stdin(&mut self) {
         self.stdin = None;
     }
 
     /// Next message from the server, within `timeout`.
-    pub fn next_message(&mut self, timeout: Duration) -> Option<Value> {
+    pub(crate) fn next_message(&mut self, timeout: Duration) -> Option<Value> {
         if let Some(value) = self.pending.pop_front() {
             return Some(value);
         }
@@ -224,7 +224,7 @@ impl Server {
     }
 
     /// The response with `id`, keeping other messages for later.
-    pub fn response(&mut self, id: &Value, timeout: Duration) -> Option<Value> {
+    pub(crate) fn response(&mut self, id: &Value, timeout: Duration) -> Option<Value> {
         if let Some(pos) = self.pending.iter().position(|m| m.get("id") == Some(id)) {
             return self.pending.remove(pos);
         }
@@ -244,20 +244,20 @@ impl Server {
         }
     }
 
-    pub fn next_id(&mut self) -> i64 {
+    pub(crate) fn next_id(&mut self) -> i64 {
         self.next_id += 1;
         self.next_id
     }
 
     /// Sends a request and waits for its response.
-    pub fn request(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.next_id();
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         self.response(&json!(id), TIMEOUT)
             .unwrap_or_else(|| panic!("no response to {method} within {TIMEOUT:?}"))
     }
 
-    pub fn initialize(&mut self) -> Value {
+    pub(crate) fn initialize(&mut self) -> Value {
         let response = self.request(
             "initialize",
             json!({
@@ -271,19 +271,19 @@ impl Server {
     }
 
     /// Calls a tool and returns its result (panics on a JSON-RPC error).
-    pub fn call(&mut self, tool: &str, arguments: Value) -> Outcome {
+    pub(crate) fn call(&mut self, tool: &str, arguments: Value) -> Outcome {
         let response = self.request("tools/call", json!({"name": tool, "arguments": arguments}));
         outcome(&response)
     }
 
-    pub fn tools(&mut self) -> Vec<Value> {
+    pub(crate) fn tools(&mut self) -> Vec<Value> {
         let response = self.request("tools/list", json!({}));
         response["result"]["tools"].as_array().unwrap().clone()
     }
 }
 
 /// The outcome inside a `tools/call` response.
-pub fn outcome(response: &Value) -> Outcome {
+pub(crate) fn outcome(response: &Value) -> Outcome {
     let result = response
         .get("result")
         .unwrap_or_else(|| panic!("JSON-RPC error instead of a result: {response}"));
@@ -308,7 +308,7 @@ impl Drop for Server {
 }
 
 /// Polls `check` until it returns true or `timeout` passes.
-pub fn wait_until(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+pub(crate) fn wait_until(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
         if check() {

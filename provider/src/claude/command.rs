@@ -1,4 +1,5 @@
-//! The `claude` command line, environment and the files it reads (PROTOCOLS.md §1.1, §1.4–§1.9).
+//! The `claude` command line, environment and the files it reads
+//! (docs/contract/providers.md#claude-code).
 //!
 //! Files live in `<private HOME>/.nanoclaw/` and are rewritten at every spawn:
 //! * `mcp.json`: the MCP servers (`nanoclaw` = mcp-tools, plus the config's extra servers);
@@ -16,7 +17,6 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use crate::archive;
 use crate::process::CliCommand;
 use crate::settings::set_default_env;
 use crate::ProviderSettings;
@@ -53,7 +53,7 @@ pub const DISALLOWED_TOOLS: &[&str] = &[
 /// `commands` of the `initialize` control response and by running each): `/compact` compacts
 /// the conversation (its result text is empty), `/context` and `/cost` (also `/usage`) answer
 /// with a report as the result text, without a model call.
-pub const NATIVE_COMMANDS: &[&str] = &["/compact", "/context", "/cost", "/usage"];
+pub(super) const NATIVE_COMMANDS: &[&str] = &["/compact", "/context", "/cost", "/usage"];
 
 /// The MCP server name of mcp-tools.
 pub(crate) const NANOCLAW_SERVER: &str = "nanoclaw";
@@ -185,9 +185,9 @@ pub(crate) fn settings_json(settings: &ProviderSettings, files: &LaunchFiles) ->
 /// runner binary to call.
 fn hooks(settings: &ProviderSettings) -> Option<Value> {
     let runner = settings.runner_exe.as_deref()?;
-    let mut hooks = archive::claude_precompact_hooks(
+    let mut hooks = super::history::claude_precompact_hooks(
         runner,
-        &crate::archive_job::conversations_dir(settings),
+        &crate::archive::job::conversations_dir(settings),
         &settings.timezone,
     );
     if let Some(Value::String(command)) = hooks.pointer_mut("/PreCompact/0/hooks/0/command") {
@@ -202,13 +202,13 @@ fn hooks(settings: &ProviderSettings) -> Option<Value> {
 }
 
 /// `'text'` for `sh`, with embedded single quotes escaped.
-fn shell_quote(text: &str) -> String {
+pub(super) fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
 
 /// The command line. Every variadic option (`--mcp-config`, `--allowedTools`,
 /// `--disallowedTools`, `--add-dir`) gets one value and no positional argument ever follows,
-/// so none can swallow another argument (PROTOCOLS.md §1.9); prompts go through stdin.
+/// so none can swallow another argument; prompts go through stdin.
 pub(crate) fn args(
     settings: &ProviderSettings,
     launch: &Launch,
@@ -259,7 +259,7 @@ pub(crate) fn args(
         args.push(path.display().to_string());
     }
     // The default `on` records the first request's system prompt and replays it on every resume,
-    // ignoring a new one (PROTOCOLS.md §1.4): the prompt must apply after a resume too.
+    // ignoring a new one: the prompt must apply after a resume too.
     args.push("--system-prompt-snapshot".into());
     args.push("off".into());
     for dir in &settings.extra_dirs {
@@ -292,7 +292,8 @@ pub(crate) fn env(
     if let Some(url) = settings.base_url.as_deref().filter(|u| !u.is_empty()) {
         set("ANTHROPIC_BASE_URL", url.trim_end_matches('/').to_owned());
     }
-    // Traffic off, always (PROTOCOLS.md §1.8): with these, Claude resolves no host but the API's.
+    // Traffic off, always (docs/contract/providers.md#claude-code): with these, Claude resolves no
+    // host but the API's.
     set("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into());
     set("DISABLE_AUTOUPDATER", "1".into());
     set("DISABLE_TELEMETRY", "1".into());
@@ -336,7 +337,6 @@ pub(crate) fn command(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::McpServer;
     use expect_test::expect;

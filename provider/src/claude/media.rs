@@ -1,6 +1,6 @@
-//! Native media for Claude (SPEC §9, issue 6): images (JPEG, PNG, GIF, WebP) and PDFs of a
-//! [`Prompt`] become base64 `image` / `document` content blocks of the stream-json user message,
-//! placed before the text block (Anthropic recommends media first).
+//! Native media for Claude (docs/contract/prompt.md#attachments, issue 6): images (JPEG, PNG, GIF,
+//! WebP) and PDFs of a [`Prompt`] become base64 `image` / `document` content blocks of the
+//! stream-json user message, placed before the text block (Anthropic recommends media first).
 //!
 //! Which files qualify and their limits are the one table in [`crate::media`]. A file over its
 //! limit, of another type, or that cannot be read is skipped with a log line; the prompt text still names its path
@@ -91,7 +91,6 @@ fn block(kind: NativeKind, mime: &str, data: &[u8]) -> Value {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     /// Issue 9.1: a media path that is a link to the session DB's files is not read, and the

@@ -24,6 +24,7 @@
 
 mod command;
 mod driver;
+pub(crate) mod history;
 mod media;
 mod protocol;
 mod translate;
@@ -37,14 +38,15 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-pub use command::{DISALLOWED_TOOLS, NATIVE_COMMANDS};
+pub use command::DISALLOWED_TOOLS;
+use command::NATIVE_COMMANDS;
 
 use crate::process::resolve_cli;
 use crate::{AgentProvider, AgentQuery, ProviderError, ProviderSettings, QueryInput};
 use driver::Shared;
 
 /// The setting (env variable) that names the `claude` binary.
-pub const CLI_PATH_SETTING: &str = "CLAUDE_PATH";
+const CLI_PATH_SETTING: &str = "CLAUDE_PATH";
 
 /// The Claude Code provider.
 #[derive(Debug, Clone)]
@@ -54,7 +56,7 @@ pub struct ClaudeProvider {
 
 impl ClaudeProvider {
     /// A provider for `settings`: finds the CLI (a missing one is [`ProviderError::Spawn`]
-    /// naming [`CLI_PATH_SETTING`]; each query looks it up again) and creates the private HOME.
+    /// naming `CLAUDE_PATH`; each query looks it up again) and creates the private HOME.
     /// No process starts before the first query.
     pub fn new(settings: ProviderSettings) -> Result<Self, ProviderError> {
         let cli = Self::cli(&settings)?;
@@ -72,11 +74,6 @@ impl ClaudeProvider {
                 stop: CancellationToken::new(),
             }),
         })
-    }
-
-    /// The settings this provider runs with.
-    pub fn settings(&self) -> &ProviderSettings {
-        &self.shared.settings
     }
 
     /// The pid (and process group id) of the running `claude`, if one runs. Waits for a query

@@ -1,5 +1,6 @@
 //! What `claude -p --input-format stream-json --output-format stream-json --verbose` reads and
-//! writes, one JSON object per line (PROTOCOLS.md §1.2–§1.4, measured with Claude Code 2.1.330).
+//! writes, one JSON object per line (docs/contract/providers.md#claude-code, measured with Claude
+//! Code 2.1.330).
 //!
 //! The output structs are tolerant on purpose: every field is optional or defaulted and the rest
 //! lands in `extra`, so a new field in a CLI release never breaks parsing. A line whose `type` is
@@ -305,7 +306,6 @@ pub(crate) fn control_error(request_id: &str, message: &str) -> Value {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]

@@ -1,8 +1,6 @@
 //! Translation of captured Claude Code output (`provider/tests/fixtures/claude/*.jsonl`, see
 //! `capture.py` there) and the shape of what the provider writes to stdin.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::PathBuf;
 
 use expect_test::{expect, Expect};

@@ -2,11 +2,12 @@
 //! unit-tested against captured CLI output (`provider/tests/fixtures/claude/`).
 //!
 //! # Which prompts a result covers
-//! A `result` line ends a *turn*, and a turn is not one prompt (PROTOCOLS.md §1.4): a prompt
-//! written while a tool runs is folded into the running turn (the model sees it beside the tool
-//! result), while one written while text streams waits and runs as a turn of its own. Every user
-//! message we write carries our own `uuid`, and Claude 2.1.330 lists the uuids of every user
-//! message a turn consumed in the result's `user_message_uuids`. So the rule is:
+//! A `result` line ends a *turn*, and a turn is not one prompt
+//! (docs/contract/providers.md#claude-code): a prompt written while a tool runs is folded into the
+//! running turn (the model sees it beside the tool result), while one written while text streams
+//! waits and runs as a turn of its own. Every user message we write carries our own `uuid`, and
+//! Claude 2.1.330 lists the uuids of every user message a turn consumed in the result's
+//! `user_message_uuids`. So the rule is:
 //!
 //! > `covers` = the highest prompt id among the uuids that the results so far consumed.
 //!
@@ -20,6 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::Value;
 
 use super::protocol::{LifecycleLine, MessageLine, OutLine, ResultLine, SystemLine};
+use crate::classify::classify;
 use crate::{ErrorClass, PromptId, ProviderEvent};
 
 /// Text of the CLI when `--resume` names a session it does not have.
@@ -246,11 +248,14 @@ impl Translator {
                     system.max_retries.unwrap_or(0),
                     system.retry_delay_ms.unwrap_or(0),
                 );
-                let mut classification = classify_category(category)
-                    .unwrap_or_else(|| classify_status(system.error_status));
+                let mut classification = classify_category(category).unwrap_or_else(|| {
+                    classify(system.error_status, "", None).unwrap_or(ErrorClass::Api)
+                });
                 if let ErrorClass::RateLimited { .. } = classification {
                     self.rate_limit_delay_ms = system.retry_delay_ms;
-                    classification = rate_limited(system.retry_delay_ms);
+                    classification = ErrorClass::RateLimited {
+                        retry_after_secs: retry_after_secs(system.retry_delay_ms),
+                    };
                 }
                 Translated::event(ProviderEvent::Error {
                     message,
@@ -274,7 +279,7 @@ impl Translator {
                 Translated::event(ProviderEvent::Error {
                     message,
                     retryable: true,
-                    classification: classify_status(status),
+                    classification: classify(status, "", None).unwrap_or(ErrorClass::Api),
                     ends_turn: false,
                 })
             }
@@ -429,13 +434,16 @@ impl Translator {
                         .unwrap_or("no reason given")
                 ),
             };
-            let mut classification = match result.api_error_status {
-                Some(status) => classify_status(Some(status)),
-                None => classify_text(&message),
-            };
-            if let ErrorClass::RateLimited { .. } = classification {
-                classification = rate_limited(self.rate_limit_delay_ms);
-            }
+            let retry_after = retry_after_secs(self.rate_limit_delay_ms);
+            let classification = classify(result.api_error_status, &message, retry_after)
+                .unwrap_or_else(|| {
+                    // Claude's own wording for a model call it gave up on.
+                    if message.to_lowercase().contains("api error") {
+                        ErrorClass::Api
+                    } else {
+                        ErrorClass::Other
+                    }
+                });
             translated.events.push(ProviderEvent::Error {
                 message,
                 // A rate limit passes; anything else was retried by Claude already.
@@ -510,40 +518,9 @@ fn classify_category(category: &str) -> Option<ErrorClass> {
     }
 }
 
-/// Class of an HTTP status from the model API.
-fn classify_status(status: Option<u16>) -> ErrorClass {
-    match status {
-        Some(401 | 403) => ErrorClass::Auth,
-        Some(402) => ErrorClass::Quota,
-        Some(429) => ErrorClass::RATE_LIMITED,
-        _ => ErrorClass::Api,
-    }
-}
-
-/// Class of an error result without an HTTP status, from its text.
-fn classify_text(text: &str) -> ErrorClass {
-    let lower = text.to_lowercase();
-    if lower.contains("quota") || lower.contains("billing") || lower.contains("credit balance") {
-        ErrorClass::Quota
-    } else if lower.contains("rate limit") || lower.contains("429") {
-        ErrorClass::RATE_LIMITED
-    } else if lower.contains("authenticat")
-        || lower.contains("not logged in")
-        || lower.contains("401")
-    {
-        ErrorClass::Auth
-    } else if lower.contains("api error") {
-        ErrorClass::Api
-    } else {
-        ErrorClass::Other
-    }
-}
-
-/// A rate limit that Claude retried after `delay_ms` (its reading of `retry-after`).
-fn rate_limited(delay_ms: Option<u64>) -> ErrorClass {
-    ErrorClass::RateLimited {
-        retry_after_secs: delay_ms.map(|ms| ms.div_ceil(1000)),
-    }
+/// Claude's retry delay (its reading of `retry-after`) in whole seconds.
+fn retry_after_secs(delay_ms: Option<u64>) -> Option<u64> {
+    delay_ms.map(|ms| ms.div_ceil(1000))
 }
 
 fn truncate(text: &str, max: usize) -> String {

@@ -1,7 +1,7 @@
 //! Transcript archiving after each query (issue 5): once a query's stream is closed, the thread's
-//! history is read with `thread/read` ([`archive::codex_thread_read_params`]), parsed with
-//! [`archive::from_codex_thread`] and what no earlier archive holds is written with
-//! [`archive::archive_new_entries`] into `<agent dir>/conversations/`.
+//! history is read with `thread/read` ([`history::codex_thread_read_params`]), parsed with
+//! [`history::from_codex_thread`] and what no earlier archive holds is written with
+//! `archive_new_entries` into `<agent dir>/conversations/`.
 //!
 //! Archiving is a side job: it runs after the query's last event, never fails the query (every
 //! problem is a `tracing` warning) and never holds up the next one: the next query runs on the
@@ -16,9 +16,9 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::OwnedMutexGuard;
 
-use super::rpc::AppServer;
-use crate::archive;
-use crate::archive_job::{self, ArchiveLock, READ_TIMEOUT};
+use super::connection::AppServer;
+use super::history;
+use crate::archive::job::{self as archive_job, ArchiveLock, READ_TIMEOUT};
 use crate::ProviderSettings;
 
 /// Archives thread `thread_id`: takes the lock (unless `guard` already holds it), reads the
@@ -41,7 +41,7 @@ pub(crate) async fn archive_thread(
         );
         return;
     }
-    let params = archive::codex_thread_read_params(thread_id);
+    let params = history::codex_thread_read_params(thread_id);
     let thread = match tokio::time::timeout(READ_TIMEOUT, server.request("thread/read", params))
         .await
     {
@@ -60,7 +60,7 @@ pub(crate) async fn archive_thread(
         }
     };
     archive_job::write_new_entries(settings, "codex", thread_id, move || {
-        archive::from_codex_thread(&finished_turns(thread))
+        history::from_codex_thread(&finished_turns(thread))
     })
     .await;
 }
@@ -80,9 +80,8 @@ pub(crate) fn finished_turns(mut thread: Value) -> Value {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::archive::RenderOptions;
+    use crate::archive::{self, RenderOptions};
     use chrono::Utc;
     use serde_json::json;
 
@@ -97,7 +96,7 @@ mod tests {
                 {"type": "userMessage", "id": "u2", "content": [{"type": "text", "text": "next"}]}
             ]}
         ]}});
-        let transcript = archive::from_codex_thread(&finished_turns(read));
+        let transcript = history::from_codex_thread(&finished_turns(read));
         let texts: Vec<&str> = transcript.entries.iter().map(|e| e.text.as_str()).collect();
         assert_eq!(texts, ["hello", "hi"]);
         assert_eq!(transcript.session_id, "t1");
@@ -114,7 +113,7 @@ mod tests {
         ))
         .unwrap();
         let thread: Value = serde_json::from_str(&fixture).unwrap();
-        let transcript = archive::from_codex_thread(&finished_turns(thread));
+        let transcript = history::from_codex_thread(&finished_turns(thread));
         let dir = tempfile::tempdir().unwrap();
         let opts = RenderOptions::new(chrono_tz::Tz::UTC, Utc::now());
         let path = archive::archive_new_entries(dir.path(), &transcript, &opts)

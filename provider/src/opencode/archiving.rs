@@ -1,7 +1,7 @@
 //! Transcript archiving after each query (issue 5): once a query's stream is closed and its run
 //! loop has settled, the session's history is read with `GET /session/{id}/message`
-//! ([`archive::opencode_messages_path`]), parsed with [`archive::from_opencode_messages`] and
-//! what no earlier archive holds is written with [`archive::archive_new_entries`] into
+//! ([`history::opencode_messages_path`]), parsed with [`history::from_opencode_messages`] and
+//! what no earlier archive holds is written with `archive_new_entries` into
 //! `<agent dir>/conversations/`.
 //!
 //! Archiving is a side job: it runs after the query's last event, never fails the query (every
@@ -19,9 +19,9 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::OwnedMutexGuard;
 
-use super::server::Api;
-use crate::archive;
-use crate::archive_job::{self, ArchiveLock, READ_TIMEOUT};
+use super::connection::Api;
+use super::history;
+use crate::archive::job::{self as archive_job, ArchiveLock, READ_TIMEOUT};
 use crate::ProviderSettings;
 
 /// What one archive needs: where to read and up to where the history belongs to its query.
@@ -62,7 +62,7 @@ pub(crate) async fn archive_session(
         }
     };
     archive_job::write_new_entries(settings, "opencode", &session_id, move || {
-        archive::from_opencode_messages(&settled(messages, &cutoff))
+        history::from_opencode_messages(&settled(messages, &cutoff))
     })
     .await;
 }
@@ -105,9 +105,8 @@ pub(crate) fn settled(mut messages: Value, cutoff: &str) -> Value {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::archive::RenderOptions;
+    use crate::archive::{self, RenderOptions};
     use chrono::Utc;
     use serde_json::json;
 
@@ -127,7 +126,7 @@ mod tests {
     }
 
     fn texts(messages: Value) -> Vec<String> {
-        archive::from_opencode_messages(&messages)
+        history::from_opencode_messages(&messages)
             .entries
             .iter()
             .map(|e| e.text.clone())
@@ -186,7 +185,7 @@ mod tests {
             assistant("msg_000000000040aaaa", "two", true),
             assistant("msg_000000000050aaaa", "three", false),
         ]);
-        let t = archive::from_opencode_messages(&settled(mid_run, "msg_ffffffffffffzzzz"));
+        let t = history::from_opencode_messages(&settled(mid_run, "msg_ffffffffffffzzzz"));
         archive::archive_new_entries(dir.path(), &t, &opts)
             .unwrap()
             .unwrap();
@@ -196,7 +195,7 @@ mod tests {
             assistant("msg_000000000040aaaa", "two", true),
             assistant("msg_000000000050aaaa", "three", true),
         ]);
-        let t = archive::from_opencode_messages(&settled(finished, "msg_ffffffffffffzzzz"));
+        let t = history::from_opencode_messages(&settled(finished, "msg_ffffffffffffzzzz"));
         let path = archive::archive_new_entries(dir.path(), &t, &opts)
             .unwrap()
             .unwrap();
@@ -216,7 +215,7 @@ mod tests {
         let messages: Value = serde_json::from_str(&fixture).unwrap();
         let all = settled(messages.clone(), "msg_ffffffffffffzzzz");
         assert_eq!(all, messages, "a settled history is kept whole");
-        let transcript = archive::from_opencode_messages(&all);
+        let transcript = history::from_opencode_messages(&all);
         let dir = tempfile::tempdir().unwrap();
         let opts = RenderOptions::new(chrono_tz::Tz::UTC, Utc::now());
         let path = archive::archive_new_entries(dir.path(), &transcript, &opts)

@@ -1,14 +1,13 @@
 //! Replays recorded OpenCode sessions (`provider/tests/fixtures/opencode/*.jsonl`, captured
 //! from the real CLI against the fake model server) through [`Turn`] and snapshots the
 //! translated events.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 
 use expect_test::{expect, Expect};
 use serde_json::Value;
 
-use super::events::{Event, MessageWithParts};
+use super::protocol::{Event, MessageWithParts};
 use super::translate::{Output, Turn};
 use crate::ProviderEvent;
 
@@ -490,7 +489,7 @@ fn our_abort_is_not_an_error() {
     turn.set_aborting(true);
     let mut aborted = assistant("msg_a0", "msg_u0", None, true);
     if let Event::MessageUpdated(info) = &mut aborted {
-        info.error = Some(super::events::ErrorInfo {
+        info.error = Some(super::protocol::ErrorInfo {
             name: "MessageAbortedError".into(),
             ..Default::default()
         });

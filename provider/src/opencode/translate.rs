@@ -19,17 +19,18 @@
 //!   status; `MessageAbortedError` while the driver aborts on purpose is ignored.
 //! * Retries: `session.status` `retry` becomes an informational error; past `max_retries` the
 //!   turn fails and the driver aborts OpenCode's remaining retries (they are hard-coded to 5
-//!   with growing backoff, PROTOCOLS §3.6).
+//!   with growing backoff, docs/contract/providers.md#opencode).
 
 use std::collections::{BTreeMap, HashSet};
 
+use crate::classify::classify;
 use crate::{ErrorClass, PromptId, ProviderEvent};
 
-use super::events::{ErrorInfo, Event, MessageInfo, MessageWithParts, Part};
+use super::protocol::{ErrorInfo, Event, MessageInfo, MessageWithParts, Part};
 
 /// What the driver has to do after an event, besides forwarding provider events.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Output {
+pub(super) enum Output {
     /// Forward this to the runner.
     Event(ProviderEvent),
     /// The session's run loop stopped (`session.idle`).
@@ -54,7 +55,7 @@ struct Posted {
 
 /// One query's view of an OpenCode session.
 #[derive(Debug)]
-pub struct Turn {
+pub(super) struct Turn {
     session_id: String,
     max_retries: u32,
     posted: Vec<Posted>,
@@ -84,7 +85,7 @@ pub struct Turn {
 
 impl Turn {
     /// A turn on `session_id`; OpenCode's retries beyond `max_retries` fail the turn.
-    pub fn new(session_id: impl Into<String>, max_retries: u32) -> Self {
+    pub(super) fn new(session_id: impl Into<String>, max_retries: u32) -> Self {
         Self {
             session_id: session_id.into(),
             max_retries,
@@ -105,13 +106,13 @@ impl Turn {
     }
 
     /// The session.
-    pub fn session_id(&self) -> &str {
+    pub(super) fn session_id(&self) -> &str {
         &self.session_id
     }
 
     /// Records a user message about to be posted; call it BEFORE the request, since events
     /// about the message may arrive before the response.
-    pub fn posted(&mut self, message_id: impl Into<String>, prompt: PromptId) {
+    pub(super) fn posted(&mut self, message_id: impl Into<String>, prompt: PromptId) {
         self.posted.push(Posted {
             message_id: message_id.into(),
             prompt,
@@ -120,13 +121,13 @@ impl Turn {
     }
 
     /// Forgets a message whose post failed.
-    pub fn unpost(&mut self, message_id: &str) {
+    pub(super) fn unpost(&mut self, message_id: &str) {
         self.posted.retain(|p| p.message_id != message_id);
     }
 
     /// While true, `MessageAbortedError` is expected (the driver aborts to restart) and ignored;
     /// after it is set back to false, until OpenCode starts answering the next posted message.
-    pub fn set_aborting(&mut self, aborting: bool) {
+    pub(super) fn set_aborting(&mut self, aborting: bool) {
         self.aborting = aborting;
         if aborting {
             self.abort_grace = true;
@@ -141,22 +142,17 @@ impl Turn {
     }
 
     /// True while the driver aborts on purpose.
-    pub fn aborting(&self) -> bool {
+    pub(super) fn aborting(&self) -> bool {
         self.aborting
     }
 
-    /// The highest prompt a result covered so far.
-    pub fn covered(&self) -> Option<PromptId> {
-        self.covered
-    }
-
     /// The highest prompt posted so far.
-    pub fn last_posted(&self) -> Option<PromptId> {
+    pub(super) fn last_posted(&self) -> Option<PromptId> {
         self.posted.iter().map(|p| p.prompt).max()
     }
 
     /// True when every posted prompt is covered by a result.
-    pub fn all_covered(&self) -> bool {
+    pub(super) fn all_covered(&self) -> bool {
         match (self.last_posted(), self.covered) {
             (None, _) => true,
             (Some(last), Some(covered)) => covered >= last,
@@ -165,22 +161,22 @@ impl Turn {
     }
 
     /// True while a tool call of ours is pending or running.
-    pub fn tool_running(&self) -> bool {
+    pub(super) fn tool_running(&self) -> bool {
         !self.tools.is_empty()
     }
 
     /// True once the turn ended with an error.
-    pub fn failed(&self) -> bool {
+    pub(super) fn failed(&self) -> bool {
         self.failed
     }
 
     /// Marks the turn failed (the driver reported the error itself).
-    pub fn fail(&mut self) {
+    pub(super) fn fail(&mut self) {
         self.failed = true;
     }
 
     /// Handles one event.
-    pub fn handle(&mut self, event: &Event) -> Vec<Output> {
+    pub(super) fn handle(&mut self, event: &Event) -> Vec<Output> {
         if event.session_id() != Some(self.session_id.as_str()) {
             return Vec::new();
         }
@@ -234,7 +230,7 @@ impl Turn {
 
     /// Feeds the authoritative message list (`GET /session/{id}/message`), for when events may
     /// have been missed; already reported results are not repeated.
-    pub fn reconcile(&mut self, messages: &[MessageWithParts]) -> Vec<Output> {
+    pub(super) fn reconcile(&mut self, messages: &[MessageWithParts]) -> Vec<Output> {
         let mut out = Vec::new();
         for message in messages {
             if message.info.session_id != self.session_id {
@@ -432,13 +428,9 @@ impl Turn {
         }
         self.last_retry = attempt;
         let message = message.unwrap_or("model API error");
-        let mut classification = classify_text(message);
-        if let ErrorClass::RateLimited { .. } = classification {
-            // OpenCode schedules the next attempt after the gateway's retry-after: the reset.
-            classification = ErrorClass::RateLimited {
-                retry_after_secs: next.and_then(secs_until),
-            };
-        }
+        // OpenCode schedules the next attempt after the gateway's retry-after: the reset.
+        let classification =
+            classify(None, message, next.and_then(secs_until)).unwrap_or(ErrorClass::Api);
         if attempt > self.max_retries {
             self.failed = true;
             // Abort first: OpenCode's next attempt may be only the retry-after away.
@@ -472,7 +464,7 @@ impl Turn {
             return Vec::new();
         }
         self.failed = true;
-        let (classification, retryable) = classify(error);
+        let (classification, retryable) = classify_error(error);
         let message = match error.data.status_code {
             Some(status) => format!("{} {status}: {}", error.name, error.text()),
             None if error.is_abort() => "the OpenCode turn was aborted".to_owned(),
@@ -496,23 +488,19 @@ fn is_idle(event: &Event) -> bool {
 }
 
 /// Classifies a terminal OpenCode error. Model API errors arrive after OpenCode's own retries,
-/// so running the prompt again right away would not help: not retryable.
-pub fn classify(error: &ErrorInfo) -> (ErrorClass, bool) {
+/// so running the prompt again right away would not help: not retryable, except a rate limit,
+/// which passes (after the reset the gateway named).
+fn classify_error(error: &ErrorInfo) -> (ErrorClass, bool) {
     match error.name.as_str() {
-        "APIError" => match error.data.status_code {
-            Some(429) if is_exhausted_quota(&error.text()) => (ErrorClass::Quota, false),
-            // A rate limit passes: worth running again, after the reset the gateway named.
-            Some(429) => (
-                ErrorClass::RateLimited {
-                    retry_after_secs: retry_after_secs(error),
-                },
-                true,
-            ),
-            Some(402) => (ErrorClass::Quota, false),
-            Some(401 | 403) => (ErrorClass::Auth, false),
-            Some(_) => (ErrorClass::Api, false),
-            None => (classify_text(&error.text()), false),
-        },
+        "APIError" => {
+            let class = classify(
+                error.data.status_code,
+                &error.text(),
+                retry_after_secs(error),
+            )
+            .unwrap_or(ErrorClass::Api);
+            (class, matches!(class, ErrorClass::RateLimited { .. }))
+        }
         "ProviderAuthError" => (ErrorClass::Auth, false),
         // Not ours (the driver ignores its own aborts): something else stopped the turn.
         "MessageAbortedError" => (ErrorClass::Other, true),
@@ -532,14 +520,6 @@ fn secs_until(epoch_ms: f64) -> Option<u64> {
     (left.is_finite() && left > 0.0).then(|| ((left / 1000.0).ceil() as u64).min(86_400))
 }
 
-/// True when an error text says the quota or credit is exhausted (not a passing rate limit).
-fn is_exhausted_quota(text: &str) -> bool {
-    let lower = text.to_ascii_lowercase();
-    ["quota", "billing", "insufficient", "credit"]
-        .iter()
-        .any(|needle| lower.contains(needle))
-}
-
 /// The gateway's `retry-after-ms` / `retry-after` (seconds) header of an API error, in whole
 /// seconds (rounded up).
 fn retry_after_secs(error: &ErrorInfo) -> Option<u64> {
@@ -555,31 +535,4 @@ fn retry_after_secs(error: &ErrorInfo) -> Option<u64> {
     let millis = header("retry-after-ms").or_else(|| header("retry-after").map(|s| s * 1000.0))?;
     // Bounded above by a day: a header is input.
     Some(((millis / 1000.0).ceil() as u64).min(86_400))
-}
-
-/// Classifies a retry notice, which carries only the error text (no status code).
-pub fn classify_text(message: &str) -> ErrorClass {
-    let lower = message.to_ascii_lowercase();
-    if is_exhausted_quota(&lower) {
-        ErrorClass::Quota
-    } else if ["429", "rate limit", "rate_limit", "too many requests"]
-        .iter()
-        .any(|needle| lower.contains(needle))
-    {
-        ErrorClass::RATE_LIMITED
-    } else if [
-        "401",
-        "403",
-        "unauthorized",
-        "forbidden",
-        "authentication",
-        "invalid api key",
-    ]
-    .iter()
-    .any(|needle| lower.contains(needle))
-    {
-        ErrorClass::Auth
-    } else {
-        ErrorClass::Api
-    }
 }

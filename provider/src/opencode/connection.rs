@@ -1,8 +1,8 @@
-//! One running `opencode serve`: the process, its HTTP API (v1 routes, PROTOCOLS §3.4) and the
+//! One running `opencode serve`: the process, its HTTP API (v1 routes, docs/contract/providers.md#opencode) and the
 //! `GET /event` SSE stream.
 //!
 //! Every request has a timeout: very early requests to a starting server have been seen to hang
-//! for minutes (PROTOCOLS §3.4 and measured again here), so readiness is polled with short
+//! for minutes (measured, see docs/contract/providers.md#opencode), so readiness is polled with short
 //! timeouts and later calls give up instead of blocking a turn.
 
 use std::time::{Duration, Instant};
@@ -15,25 +15,25 @@ use tokio::task::JoinHandle;
 use crate::process::{CliCommand, CliProcess};
 use crate::reaper::kill_marked;
 
-use super::config::SERVER_USER;
+use super::command::SERVER_USER;
 
 /// How long `opencode serve` may take to print its "listening" line and answer the health check
 /// (about 1.3 s idle, 3–4 s measured on a busy 2-core VM).
-pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+pub(super) const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Timeout of one health probe; a probe that hangs is retried.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
 /// Connect timeout of every request (loopback: a slow connect means a dead server).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Timeout of an ordinary API call.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long the SSE stream may take to deliver `server.connected`.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(15);
 /// Grace between TERM and KILL when stopping the server.
-pub const STOP_GRACE: Duration = Duration::from_secs(3);
+pub(super) const STOP_GRACE: Duration = Duration::from_secs(3);
 
 /// A failed API call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum HttpError {
+pub(super) enum HttpError {
     /// 404: the session (or request) does not exist.
     #[error("not found: {0}")]
     NotFound(String),
@@ -52,7 +52,7 @@ pub enum HttpError {
 
 /// The running server.
 #[derive(Debug)]
-pub struct Server {
+pub(super) struct Server {
     process: CliProcess,
     api: Api,
     log_tasks: Vec<JoinHandle<()>>,
@@ -61,7 +61,7 @@ pub struct Server {
 /// The server's HTTP API: base URL, basic-auth password and client. Cheap to clone, so a side
 /// job (the transcript archive) can read from the server while the next query holds it.
 #[derive(Debug, Clone)]
-pub struct Api {
+pub(super) struct Api {
     base: String,
     password: String,
     client: reqwest::Client,
@@ -70,7 +70,7 @@ pub struct Api {
 impl Server {
     /// Spawns `command` (an `opencode serve --port 0` invocation whose environment sets
     /// `OPENCODE_SERVER_PASSWORD=password`) and waits until it answers.
-    pub async fn start(command: &CliCommand, password: &str) -> Result<Server, String> {
+    pub(super) async fn start(command: &CliCommand, password: &str) -> Result<Server, String> {
         let started = Instant::now();
         let mut process = CliProcess::spawn(command).map_err(|err| err.to_string())?;
         // stdin stays unused; closing it early is harmless for `serve`.
@@ -155,23 +155,23 @@ impl Server {
     }
 
     /// The leader's pid.
-    pub fn pid(&self) -> u32 {
+    pub(super) fn pid(&self) -> u32 {
         self.process.pid()
     }
 
     /// True while the server process runs.
-    pub fn is_alive(&mut self) -> bool {
+    pub(super) fn is_alive(&mut self) -> bool {
         self.process.try_wait().is_none()
     }
 
     /// Exit status text if the server exited.
-    pub fn exit_status(&mut self) -> Option<String> {
+    pub(super) fn exit_status(&mut self) -> Option<String> {
         self.process.try_wait().map(|status| status.to_string())
     }
 
     /// Exit status text once the server exits, waiting at most `limit` (its event stream can
     /// end a moment before the process is reaped).
-    pub async fn wait_exit(&mut self, limit: Duration) -> Option<String> {
+    pub(super) async fn wait_exit(&mut self, limit: Duration) -> Option<String> {
         tokio::time::timeout(limit, self.process.wait())
             .await
             .ok()
@@ -180,7 +180,7 @@ impl Server {
     }
 
     /// `GET /session/{id}`: `Ok(false)` when the session does not exist.
-    pub async fn session_exists(&self, session_id: &str) -> Result<bool, HttpError> {
+    pub(super) async fn session_exists(&self, session_id: &str) -> Result<bool, HttpError> {
         // Ids that do not look like session ids make OpenCode answer 500, not 404.
         if !session_id.starts_with("ses") || session_id.contains('/') {
             return Ok(false);
@@ -202,7 +202,7 @@ impl Server {
     }
 
     /// `POST /session`: a new session's id.
-    pub async fn create_session(&self) -> Result<String, HttpError> {
+    pub(super) async fn create_session(&self) -> Result<String, HttpError> {
         let body = self
             .api
             .request(
@@ -221,7 +221,7 @@ impl Server {
     }
 
     /// `POST /session/{id}/prompt_async`: returns once OpenCode accepted the prompt (204).
-    pub async fn prompt(&self, session_id: &str, body: Value) -> Result<(), HttpError> {
+    pub(super) async fn prompt(&self, session_id: &str, body: Value) -> Result<(), HttpError> {
         self.api
             .request(
                 reqwest::Method::POST,
@@ -234,7 +234,7 @@ impl Server {
     }
 
     /// `POST /session/{id}/abort`.
-    pub async fn abort(&self, session_id: &str) -> Result<(), HttpError> {
+    pub(super) async fn abort(&self, session_id: &str) -> Result<(), HttpError> {
         self.api
             .request(
                 reqwest::Method::POST,
@@ -247,7 +247,7 @@ impl Server {
     }
 
     /// `GET /session/status`: true while the session's run loop is busy or retrying.
-    pub async fn is_busy(&self, session_id: &str) -> Result<bool, HttpError> {
+    pub(super) async fn is_busy(&self, session_id: &str) -> Result<bool, HttpError> {
         let body = self
             .api
             .request(
@@ -266,13 +266,17 @@ impl Server {
 
     /// A handle on the HTTP API that outlives a borrow of the server (for the transcript
     /// archive, which runs after its query released the server).
-    pub fn api(&self) -> Api {
+    pub(super) fn api(&self) -> Api {
         self.api.clone()
     }
 
     /// The last `limit` messages of a session, oldest first (`[{info, parts}]`, see
     /// [`super::events::MessageWithParts`]), as JSON.
-    pub async fn messages(&self, session_id: &str, limit: usize) -> Result<Value, HttpError> {
+    pub(super) async fn messages(
+        &self,
+        session_id: &str,
+        limit: usize,
+    ) -> Result<Value, HttpError> {
         self.api
             .request(
                 reqwest::Method::GET,
@@ -285,7 +289,7 @@ impl Server {
 
     /// Answers a permission request ("once") or rejects a question, so a turn never waits for a
     /// person who is not there.
-    pub async fn answer(&self, kind: &str, request_id: &str) -> Result<(), HttpError> {
+    pub(super) async fn answer(&self, kind: &str, request_id: &str) -> Result<(), HttpError> {
         let (path, body) = if kind == "permission.asked" {
             (
                 format!("/permission/{request_id}/reply"),
@@ -302,7 +306,7 @@ impl Server {
 
     /// Opens `GET /event` and waits for its `server.connected` event, so nothing posted after
     /// this returns can be missed.
-    pub async fn subscribe(&self) -> Result<EventStream, HttpError> {
+    pub(super) async fn subscribe(&self) -> Result<EventStream, HttpError> {
         let api = &self.api;
         let response = api
             .client
@@ -341,7 +345,7 @@ impl Server {
     /// Stops the server: TERM to its process group, a grace period, KILL to the group; then
     /// kills what OpenCode started in process groups of its own (the agent's shell commands),
     /// found by the per-spawn password every child inherits.
-    pub async fn stop(&mut self) {
+    pub(super) async fn stop(&mut self) {
         let pid = self.process.pid();
         let status = self.process.terminate(STOP_GRACE).await;
         let stragglers = kill_marked(
@@ -358,13 +362,13 @@ impl Server {
 
 impl Api {
     /// `GET /session/{id}/message`: the whole history of a session, oldest first
-    /// (`[{info, parts}]`; see [`crate::archive::from_opencode_messages`]), as JSON.
-    pub async fn all_messages(
+    /// (`[{info, parts}]`; see [`super::history::from_opencode_messages`]), as JSON.
+    pub(super) async fn all_messages(
         &self,
         session_id: &str,
         timeout: Duration,
     ) -> Result<Value, HttpError> {
-        let path = crate::archive::opencode_messages_path(session_id);
+        let path = super::history::opencode_messages_path(session_id);
         self.request(reqwest::Method::GET, &path, None, timeout)
             .await
     }
@@ -437,14 +441,14 @@ async fn read_stdout(stdout: tokio::process::ChildStdout, url_tx: oneshot::Sende
 }
 
 /// Parses "opencode server listening on http://127.0.0.1:4096".
-pub fn listening_url(line: &str) -> Option<String> {
+pub(super) fn listening_url(line: &str) -> Option<String> {
     let start = line.find("listening on ")? + "listening on ".len();
     let url = line[start..].split_whitespace().next()?;
     url.starts_with("http://").then(|| url.to_owned())
 }
 
 /// The `GET /event` stream: yields the `data` payload of each SSE event.
-pub struct EventStream {
+pub(super) struct EventStream {
     response: reqwest::Response,
     buffer: Vec<u8>,
 }
@@ -458,7 +462,7 @@ impl std::fmt::Debug for EventStream {
 impl EventStream {
     /// The next event's `data` (one SSE event may span several `data:` lines, joined with a
     /// newline); `None` when the stream ended, `Err` on a transport error.
-    pub async fn next(&mut self) -> Option<Result<String, String>> {
+    pub(super) async fn next(&mut self) -> Option<Result<String, String>> {
         loop {
             if let Some(data) = self.take_event() {
                 return Some(Ok(data));
@@ -533,7 +537,6 @@ fn error_chain(err: &dyn std::error::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]

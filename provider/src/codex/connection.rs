@@ -20,14 +20,14 @@ use crate::process::{CliCommand, CliProcess};
 use crate::ProviderError;
 
 /// How long a control request (`initialize`, `thread/*`, `turn/*`) may take.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Grace between TERM and KILL when stopping the process group.
-pub const TERMINATE_GRACE: Duration = Duration::from_secs(3);
+pub(super) const TERMINATE_GRACE: Duration = Duration::from_secs(3);
 
 /// Something app-server said that a query must handle.
 #[derive(Debug, Clone)]
-pub enum Incoming {
+pub(super) enum Incoming {
     /// A notification.
     Notification {
         /// Method.
@@ -46,7 +46,7 @@ pub enum Incoming {
 
 /// Why a request did not succeed.
 #[derive(Debug, Clone, PartialEq)]
-pub enum RpcError {
+pub(super) enum RpcError {
     /// App-server answered with a JSON-RPC error.
     Server(RpcErrorBody),
     /// The connection closed (the process exited).
@@ -75,17 +75,17 @@ type Pending = Arc<Mutex<HashMap<RequestId, oneshot::Sender<Result<Value, RpcErr
 /// debugging and for capturing test fixtures: `{"in": <server line>}`, `{"out": <client line>}`,
 /// `{"control": ...}`, `{"exit": true}`.
 #[derive(Debug, Clone)]
-pub struct Transcript(Arc<Mutex<std::fs::File>>);
+pub(super) struct Transcript(Arc<Mutex<std::fs::File>>);
 
 impl Transcript {
     /// Appends to `path`.
-    pub fn open(path: &std::path::Path) -> std::io::Result<Self> {
+    pub(super) fn open(path: &std::path::Path) -> std::io::Result<Self> {
         let file = fsguard::open_with(path, fsguard::Access::Append)?;
         Ok(Self(Arc::new(Mutex::new(file))))
     }
 
     /// Writes one record.
-    pub fn record(&self, entry: Value) {
+    pub(super) fn record(&self, entry: Value) {
         use std::io::Write;
         let mut file = lock(&self.0);
         if let Err(err) = writeln!(file, "{entry}") {
@@ -101,7 +101,7 @@ impl Transcript {
 
 /// A running app-server.
 #[derive(Debug)]
-pub struct AppServer {
+pub(super) struct AppServer {
     process: tokio::sync::Mutex<CliProcess>,
     pid: u32,
     writer: mpsc::UnboundedSender<String>,
@@ -124,7 +124,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl AppServer {
     /// Spawns the process and performs the `initialize` handshake.
-    pub async fn start(
+    pub(super) async fn start(
         command: &CliCommand,
         transcript: Option<Transcript>,
     ) -> Result<Arc<Self>, ProviderError> {
@@ -241,22 +241,22 @@ impl AppServer {
     }
 
     /// The process id (also its process group id).
-    pub fn pid(&self) -> u32 {
+    pub(super) fn pid(&self) -> u32 {
         self.pid
     }
 
     /// False once stdout closed.
-    pub fn is_alive(&self) -> bool {
+    pub(super) fn is_alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
     }
 
     /// Time since the process last wrote anything (stdout or stderr).
-    pub fn silence(&self) -> Duration {
+    pub(super) fn silence(&self) -> Duration {
         lock(&self.last_output).elapsed()
     }
 
     /// Sends a request and waits for its answer (at most [`REQUEST_TIMEOUT`]).
-    pub async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+    pub(super) async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         let id = RequestId::Int(self.next_id.fetch_add(1, Ordering::SeqCst));
         let (tx, rx) = oneshot::channel();
         lock(&self.pending).insert(id.clone(), tx);
@@ -280,7 +280,7 @@ impl AppServer {
     }
 
     /// Sends a notification.
-    pub fn notify(&self, method: &str, params: Option<Value>) {
+    pub(super) fn notify(&self, method: &str, params: Option<Value>) {
         let mut message = json!({ "method": method });
         if let Some(params) = params {
             message["params"] = params;
@@ -289,7 +289,7 @@ impl AppServer {
     }
 
     /// The exit status, if the leader has exited (waits briefly: stdout closes just before).
-    pub async fn exit_status(&self) -> Option<std::process::ExitStatus> {
+    pub(super) async fn exit_status(&self) -> Option<std::process::ExitStatus> {
         let mut process = self.process.lock().await;
         for _ in 0..10 {
             if let Some(status) = process.try_wait() {
@@ -303,7 +303,7 @@ impl AppServer {
     /// Stops the whole process group (TERM, grace, KILL) and reaps the leader. Codex starts each
     /// MCP server in a process group of its own; `CliProcess::terminate` also kills such
     /// descendants (a KILLed Codex would leave them to notice stdin EOF, which may take seconds).
-    pub async fn terminate(&self) {
+    pub(super) async fn terminate(&self) {
         let mut process = self.process.lock().await;
         let status = process.terminate(TERMINATE_GRACE).await;
         self.alive.store(false, Ordering::SeqCst);

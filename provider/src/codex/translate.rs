@@ -1,5 +1,5 @@
 //! The query state machine: what to send to app-server and which events to emit, given the
-//! runner's controls and app-server's notifications. It does no I/O (the driver in `mod.rs`
+//! runner's controls and app-server's notifications. It does no I/O (the driver in `driver.rs`
 //! does), so the translation is unit-tested against captured app-server output.
 //!
 //! Prompt bookkeeping: prompt 0 is the query's first prompt, pushes are 1, 2, ... A prompt is
@@ -16,19 +16,20 @@ use super::protocol::{
     input_text, user_input, AgentMessageDelta, ErrorNotification, ItemNotification,
     MessageNotification, TurnError, TurnNotification,
 };
+use crate::classify::classify;
 use crate::{Control, ErrorClass, Prompt, PromptId, ProviderEvent};
 
 /// How long a push waits for a running tool before interrupting anyway. Interrupting while a
 /// tool runs loses its result from the model's view (Codex records "aborted by user") even if the
 /// tool finished its work, e.g. a `send_message` that was written: the model could send it again.
-pub const PUSH_TOOL_GRACE: Duration = Duration::from_secs(10);
+pub(super) const PUSH_TOOL_GRACE: Duration = Duration::from_secs(10);
 
 /// At most one `Activity { tool: None }` per this interval (deltas arrive per token).
-pub const ACTIVITY_INTERVAL: Duration = Duration::from_secs(1);
+pub(super) const ACTIVITY_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What the driver must do.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Action {
+pub(super) enum Action {
     /// Send an event to the runner.
     Emit(ProviderEvent),
     /// Send `turn/start` with this input, then call [`QueryState::on_turn_started`] or
@@ -117,7 +118,7 @@ impl ActiveTurn {
 
 /// The state of one query (see the module docs).
 #[derive(Debug)]
-pub struct QueryState {
+pub(super) struct QueryState {
     steer: bool,
     /// Prompts waiting for the next `turn/start`, by id.
     queue: Vec<(PromptId, Prompt)>,
@@ -140,7 +141,7 @@ impl QueryState {
     }
 
     /// A query whose first prompt is `first`; `steer` selects native `turn/steer` for pushes.
-    pub fn new(first: Prompt, steer: bool) -> Self {
+    pub(super) fn new(first: Prompt, steer: bool) -> Self {
         Self {
             steer,
             queue: vec![(0, first)],
@@ -155,36 +156,36 @@ impl QueryState {
     }
 
     /// The first actions: start the first turn.
-    pub fn begin(&mut self) -> Vec<Action> {
+    pub(super) fn begin(&mut self) -> Vec<Action> {
         let mut actions = Vec::new();
         self.next_turn(&mut actions);
         actions
     }
 
     /// True once [`Action::Close`] was produced.
-    pub fn is_closed(&self) -> bool {
+    pub(super) fn is_closed(&self) -> bool {
         self.closed
     }
 
     /// True while a turn runs (the watchdog applies).
-    pub fn turn_active(&self) -> bool {
+    pub(super) fn turn_active(&self) -> bool {
         self.active.is_some()
     }
 
     /// True while a tool runs in the active turn (the watchdog allows for the tool timeout).
-    pub fn tool_running(&self) -> bool {
+    pub(super) fn tool_running(&self) -> bool {
         self.active
             .as_ref()
             .is_some_and(|turn| !turn.tools.is_empty())
     }
 
     /// True after an abort, until the turn has ended.
-    pub fn aborting(&self) -> bool {
+    pub(super) fn aborting(&self) -> bool {
         self.aborted && !self.closed
     }
 
     /// A control from the runner; `None` = the runner dropped the query (abort).
-    pub fn on_control(&mut self, control: Option<Control>, now: Instant) -> Vec<Action> {
+    pub(super) fn on_control(&mut self, control: Option<Control>, now: Instant) -> Vec<Action> {
         let mut actions = Vec::new();
         if self.closed || self.aborted {
             return actions;
@@ -267,14 +268,14 @@ impl QueryState {
     }
 
     /// Periodic check (deferred interrupts).
-    pub fn on_tick(&mut self, now: Instant) -> Vec<Action> {
+    pub(super) fn on_tick(&mut self, now: Instant) -> Vec<Action> {
         let mut actions = Vec::new();
         self.maybe_interrupt(now, &mut actions);
         actions
     }
 
     /// `turn/start` answered with this turn id.
-    pub fn on_turn_started(&mut self, turn_id: String, now: Instant) -> Vec<Action> {
+    pub(super) fn on_turn_started(&mut self, turn_id: String, now: Instant) -> Vec<Action> {
         let mut actions = Vec::new();
         if let Some(turn) = self.active.as_mut() {
             turn.id = Some(turn_id);
@@ -285,7 +286,7 @@ impl QueryState {
 
     /// A request of this query failed (`turn/start` refused, or the connection broke): the turn
     /// cannot run.
-    pub fn on_request_failed(
+    pub(super) fn on_request_failed(
         &mut self,
         message: String,
         classification: ErrorClass,
@@ -308,7 +309,7 @@ impl QueryState {
 
     /// `turn/steer` was refused (the turn ended meanwhile): the push goes to the next turn unless
     /// the turn already echoed it.
-    pub fn on_steer_failed(&mut self, id: PromptId) -> Vec<Action> {
+    pub(super) fn on_steer_failed(&mut self, id: PromptId) -> Vec<Action> {
         let Some(turn) = self.active.as_mut() else {
             return Vec::new();
         };
@@ -325,7 +326,7 @@ impl QueryState {
     }
 
     /// The app-server process exited.
-    pub fn on_exit(&mut self, detail: &str) -> Vec<Action> {
+    pub(super) fn on_exit(&mut self, detail: &str) -> Vec<Action> {
         if self.active.is_none() && self.queue.is_empty() {
             // Between turns nothing is lost: end the query quietly; the next one respawns.
             let mut actions = Vec::new();
@@ -337,7 +338,7 @@ impl QueryState {
     }
 
     /// A server→client request (already answered by the connection).
-    pub fn on_server_request(&mut self, method: &str, now: Instant) -> Vec<Action> {
+    pub(super) fn on_server_request(&mut self, method: &str, now: Instant) -> Vec<Action> {
         let mut actions = Vec::new();
         tracing::debug!(method, "codex server request answered");
         self.activity(now, &mut actions);
@@ -345,7 +346,12 @@ impl QueryState {
     }
 
     /// A notification from app-server.
-    pub fn on_notification(&mut self, method: &str, params: &Value, now: Instant) -> Vec<Action> {
+    pub(super) fn on_notification(
+        &mut self,
+        method: &str,
+        params: &Value,
+        now: Instant,
+    ) -> Vec<Action> {
         let mut actions = Vec::new();
         if self.closed {
             return actions;
@@ -495,7 +501,7 @@ impl QueryState {
             actions.push(Action::Emit(ProviderEvent::Error {
                 message: n.error.describe(),
                 retryable: true,
-                classification: n.error.classify(),
+                classification: classify_error(&n.error),
                 ends_turn: false,
             }));
         } else {
@@ -569,7 +575,7 @@ impl QueryState {
                         message: format!("the turn ended with status {status:?}"),
                         ..Default::default()
                     });
-                    let classification = error.classify();
+                    let classification = classify_error(&error);
                     actions.push(Action::Emit(ProviderEvent::Error {
                         message: error.describe(),
                         // A rate limit passes; anything else was retried by Codex already.
@@ -663,6 +669,33 @@ fn parse<T: serde::de::DeserializeOwned>(method: &str, params: &Value) -> Option
             tracing::warn!(method, %err, "unexpected codex notification shape; ignored");
             None
         }
+    }
+}
+
+/// Classifies a Codex error for the runner: the upstream status and text through the shared
+/// rules ([`classify`]), Codex's own error kinds where there is no status.
+fn classify_error(error: &TurnError) -> ErrorClass {
+    let text = error.describe();
+    let status = error.http_status();
+    if status.is_some() {
+        return classify(status, &text, None).unwrap_or(ErrorClass::Api);
+    }
+    let kind = error.codex_error_info.as_ref().and_then(Value::as_str);
+    match kind {
+        Some("unauthorized") => return ErrorClass::Auth,
+        Some("rateLimitExceeded") => return ErrorClass::RATE_LIMITED,
+        Some("usageLimitExceeded" | "sessionBudgetExceeded") => return ErrorClass::Quota,
+        _ => {}
+    }
+    if let Some(class) = classify(None, &text, None) {
+        return class;
+    }
+    match kind {
+        Some("sandboxError" | "threadRollbackFailed" | "tooManyDenials") => ErrorClass::Other,
+        Some(_) => ErrorClass::Api,
+        // "Missing environment variable: `NANOCLAW_CODEX_API_KEY`." comes without a kind.
+        None if error.message.contains("Missing environment variable") => ErrorClass::Auth,
+        None => ErrorClass::Api,
     }
 }
 

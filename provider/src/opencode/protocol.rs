@@ -1,7 +1,7 @@
 //! The parts of OpenCode's server protocol (`opencode serve`, v1 API) the provider reads: the
 //! `GET /event` SSE items and the message records of `GET /session/{id}/message`.
 //!
-//! The structs are tolerant on purpose (STYLE.md): only the fields the provider uses are typed,
+//! The structs are tolerant on purpose: only the fields the provider uses are typed,
 //! everything else lands in `extra`, and an event type the provider does not know becomes
 //! [`Event::Other`] instead of an error, so a new OpenCode release with more fields or events
 //! still parses.
@@ -11,21 +11,22 @@ use serde_json::{Map, Value};
 
 /// One item of the `GET /event` stream: `{"id":"evt_…","type":…,"properties":{…}}`.
 #[derive(Debug, Clone, Deserialize)]
-pub struct Envelope {
+pub(super) struct Envelope {
     /// Event type, such as `message.part.updated`.
     #[serde(rename = "type")]
     pub kind: String,
     /// The payload; its shape depends on `kind`.
     #[serde(default)]
     pub properties: Value,
-    /// Everything else (the event id).
+    /// Everything else (the event id); not read, kept for the `Debug` output in logs.
     #[serde(flatten)]
+    #[allow(dead_code)]
     pub extra: Map<String, Value>,
 }
 
 /// Times of a message.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct MessageTime {
+pub(super) struct MessageTime {
     /// Creation time (epoch ms).
     #[serde(default)]
     pub created: Option<f64>,
@@ -36,7 +37,7 @@ pub struct MessageTime {
 
 /// The `data` of an OpenCode error (`APIError`, `MessageAbortedError`, ...).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct ErrorData {
+pub(super) struct ErrorData {
     /// Human-readable message.
     #[serde(default)]
     pub message: Option<String>,
@@ -53,7 +54,7 @@ pub struct ErrorData {
 
 /// An error attached to a session or a message: `{"name":"APIError","data":{…}}`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct ErrorInfo {
+pub(super) struct ErrorInfo {
     /// Error class name: `APIError`, `ProviderAuthError`, `MessageAbortedError`,
     /// `MessageOutputLengthError`, `ContextOverflowError`, `UnknownError`, ...
     #[serde(default)]
@@ -65,12 +66,12 @@ pub struct ErrorInfo {
 
 impl ErrorInfo {
     /// True for the error an abort leaves on the session and the aborted message.
-    pub fn is_abort(&self) -> bool {
+    pub(super) fn is_abort(&self) -> bool {
         self.name == "MessageAbortedError"
     }
 
     /// The message, or the error name when there is none.
-    pub fn text(&self) -> String {
+    pub(super) fn text(&self) -> String {
         match &self.data.message {
             Some(message) if !message.is_empty() => message.clone(),
             _ => self.name.clone(),
@@ -80,7 +81,7 @@ impl ErrorInfo {
 
 /// A user or assistant message record (`message.updated` `info`, or `info` of a listed message).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct MessageInfo {
+pub(super) struct MessageInfo {
     /// `msg_…`; ascending ids sort in creation order.
     pub id: String,
     /// `user` or `assistant`.
@@ -109,19 +110,19 @@ pub struct MessageInfo {
 
 impl MessageInfo {
     /// True for an assistant message.
-    pub fn is_assistant(&self) -> bool {
+    pub(super) fn is_assistant(&self) -> bool {
         self.role == "assistant"
     }
 
     /// True when the step is over (finished, failed or aborted).
-    pub fn is_completed(&self) -> bool {
+    pub(super) fn is_completed(&self) -> bool {
         self.time.completed.is_some() || self.error.is_some()
     }
 
     /// True when OpenCode's run loop stops after this step: it finished for a reason other than
     /// tool calls (the loop then runs the tools and asks again) or `unknown` (a stream without
     /// `finish_reason`, which OpenCode retries).
-    pub fn ends_loop(&self) -> bool {
+    pub(super) fn ends_loop(&self) -> bool {
         match self.finish.as_deref() {
             Some("tool-calls" | "unknown") | None => false,
             Some(_) => true,
@@ -131,7 +132,7 @@ impl MessageInfo {
 
 /// The state of a tool part.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct ToolState {
+pub(super) struct ToolState {
     /// `pending`, `running`, `completed` or `error`.
     #[serde(default)]
     pub status: String,
@@ -145,7 +146,7 @@ pub struct ToolState {
 
 /// One part of a message (`message.part.updated` `part`).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct Part {
+pub(super) struct Part {
     /// `prt_…`.
     #[serde(default)]
     pub id: String,
@@ -184,7 +185,7 @@ pub struct Part {
 /// `session.status` `status`: `{"type":"busy"|"idle"}` or
 /// `{"type":"retry","attempt":n,"message":"…","next":<epoch ms>}`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-pub struct Status {
+pub(super) struct Status {
     /// `busy`, `idle` or `retry`.
     #[serde(default, rename = "type")]
     pub kind: String,
@@ -201,7 +202,7 @@ pub struct Status {
 
 /// A listed message: `{"info":{…},"parts":[…]}` (`GET /session/{id}/message`).
 #[derive(Debug, Clone, Deserialize)]
-pub struct MessageWithParts {
+pub(super) struct MessageWithParts {
     /// The message.
     pub info: MessageInfo,
     /// Its parts.
@@ -211,7 +212,7 @@ pub struct MessageWithParts {
 
 /// The SSE events the provider acts on.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Event {
+pub(super) enum Event {
     /// First event of every `/event` connection.
     Connected,
     /// Sent every few seconds; proves the server is alive, says nothing about a turn.
@@ -273,14 +274,14 @@ pub enum Event {
 
 impl Event {
     /// Parses one SSE `data` payload.
-    pub fn parse(data: &str) -> Result<Event, serde_json::Error> {
+    pub(super) fn parse(data: &str) -> Result<Event, serde_json::Error> {
         let envelope: Envelope = serde_json::from_str(data)?;
         Ok(Event::from_envelope(envelope))
     }
 
     /// Interprets an envelope. A payload that does not have the expected shape becomes
     /// [`Event::Other`] (logged by the caller), never an error.
-    pub fn from_envelope(envelope: Envelope) -> Event {
+    pub(super) fn from_envelope(envelope: Envelope) -> Event {
         let Envelope {
             kind, properties, ..
         } = envelope;
@@ -338,7 +339,7 @@ impl Event {
     }
 
     /// The session the event belongs to, if any.
-    pub fn session_id(&self) -> Option<&str> {
+    pub(super) fn session_id(&self) -> Option<&str> {
         match self {
             Event::Connected | Event::Heartbeat => None,
             Event::MessageUpdated(info) => Some(&info.session_id),
@@ -357,7 +358,6 @@ impl Event {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]

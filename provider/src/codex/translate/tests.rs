@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Unit tests of the query state machine: synthetic sequences for the bookkeeping rules, and
 //! replays of transcripts captured from the real `codex app-server` (fixtures under
 //! `provider/tests/fixtures/codex/`).
@@ -753,4 +752,65 @@ fn replay_shell_env() {
             -- process exited
         "#]],
     );
+}
+
+fn error(info: Value, message: &str) -> TurnError {
+    TurnError {
+        message: message.into(),
+        codex_error_info: if info.is_null() { None } else { Some(info) },
+        ..Default::default()
+    }
+}
+
+#[test]
+fn classification() {
+    let cases = [
+        (
+            json!({"httpConnectionFailed": {"httpStatusCode": 401}}),
+            "",
+            ErrorClass::Auth,
+        ),
+        (
+            json!({"responseTooManyFailedAttempts": {"httpStatusCode": 429}}),
+            "",
+            ErrorClass::RATE_LIMITED,
+        ),
+        (
+            json!({"responseTooManyFailedAttempts": {"httpStatusCode": 429}}),
+            "You exceeded your current quota, please check your plan and billing details.",
+            ErrorClass::Quota,
+        ),
+        (
+            Value::Null,
+            "exceeded retry limit, last status: 429 Too Many Requests",
+            ErrorClass::RATE_LIMITED,
+        ),
+        (json!("rateLimitExceeded"), "", ErrorClass::RATE_LIMITED),
+        (
+            json!({"responseStreamDisconnected": {"httpStatusCode": 500}}),
+            "",
+            ErrorClass::Api,
+        ),
+        (
+            json!({"responseStreamDisconnected": {"httpStatusCode": null}}),
+            "",
+            ErrorClass::Api,
+        ),
+        (json!("internalServerError"), "", ErrorClass::Api),
+        (json!("usageLimitExceeded"), "", ErrorClass::Quota),
+        (json!("unauthorized"), "", ErrorClass::Auth),
+        (
+            Value::Null,
+            "Missing environment variable: `NANOCLAW_CODEX_API_KEY`.",
+            ErrorClass::Auth,
+        ),
+        (Value::Null, "stream disconnected", ErrorClass::Api),
+    ];
+    for (info, message, class) in cases {
+        assert_eq!(
+            classify_error(&error(info.clone(), message)),
+            class,
+            "{info} {message}"
+        );
+    }
 }

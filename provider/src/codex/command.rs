@@ -1,4 +1,4 @@
-//! The `codex app-server` command line and environment (PROTOCOLS §2.1, §2.3).
+//! The `codex app-server` command line and environment (docs/contract/providers.md#codex).
 //!
 //! All configuration goes through `-c key=value` overrides (the value is TOML) and a private
 //! `CODEX_HOME`, so nothing depends on a `config.toml` someone may have left in the home dir and
@@ -12,31 +12,31 @@ use crate::process::CliCommand;
 use crate::settings::{McpServer, ProviderSettings};
 
 /// Name of the model provider entry we define (`model_providers.nanoclaw`).
-pub const MODEL_PROVIDER: &str = "nanoclaw";
+pub(super) const MODEL_PROVIDER: &str = "nanoclaw";
 
 /// The variable that carries the API key to Codex (`env_key` of our model provider). Codex reads
 /// it itself; the shell environment policy keeps it away from the agent's commands. With the
 /// runner's credential proxy it holds the session token, never the real key.
-pub const API_KEY_VAR: &str = "NANOCLAW_CODEX_API_KEY";
+pub(super) const API_KEY_VAR: &str = "NANOCLAW_CODEX_API_KEY";
 
 /// Used when no base URL is configured: the public OpenAI API.
-pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+pub(super) const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
 /// Added to `settings.tool_timeout` for every MCP server's `tool_timeout_sec`, so Codex never
 /// gives up on a blocking tool (ask_user_question) before the tool's own timeout fires.
-pub const TOOL_TIMEOUT_MARGIN: Duration = Duration::from_secs(60);
+pub(super) const TOOL_TIMEOUT_MARGIN: Duration = Duration::from_secs(60);
 
 /// How long Codex waits for an MCP server to start.
-pub const MCP_STARTUP_TIMEOUT_SECS: u64 = 30;
+pub(super) const MCP_STARTUP_TIMEOUT_SECS: u64 = 30;
 
 /// `CODEX_HOME` inside the private home dir. It is Codex's default location under `HOME`, so a
 /// person inspecting the home dir finds sessions where they expect them.
-pub fn codex_home(settings: &ProviderSettings) -> PathBuf {
+pub(super) fn codex_home(settings: &ProviderSettings) -> PathBuf {
     settings.home_dir.join(".codex")
 }
 
 /// Builds the complete `codex app-server` invocation for `program` (already resolved).
-pub fn command(
+pub(super) fn command(
     program: &Path,
     settings: &ProviderSettings,
     parent_env: impl IntoIterator<Item = (String, String)>,
@@ -48,7 +48,7 @@ pub fn command(
 }
 
 /// The `-c` overrides, in a stable order.
-pub fn config_args(settings: &ProviderSettings) -> Vec<String> {
+pub(super) fn config_args(settings: &ProviderSettings) -> Vec<String> {
     let mut overrides: Vec<(String, String)> = Vec::new();
     let mut set = |key: &str, value: String| overrides.push((key.to_owned(), value));
 
@@ -63,14 +63,15 @@ pub fn config_args(settings: &ProviderSettings) -> Vec<String> {
     let mut provider = vec![
         ("name", toml_str("NanoClaw")),
         ("base_url", toml_str(base_url)),
-        // "chat" is rejected at config load by this Codex version (PROTOCOLS §2.1).
+        // "chat" is rejected at config load by this Codex version.
         ("wire_api", toml_str("responses")),
     ];
     if settings.api_key.is_some() {
         provider.push(("env_key", toml_str(API_KEY_VAR)));
     }
-    // Both retry kinds multiply (PROTOCOLS §2.5): with N each a 500 costs (N+1)^2 requests, a
-    // few seconds for the default N = 2, instead of Codex's 30 requests over 25 s.
+    // Both retry kinds multiply (docs/contract/providers.md#codex): with N each a 500 costs
+    // (N+1)^2 requests, a few seconds for the default N = 2, instead of Codex's 30 requests over
+    // 25 s.
     provider.push(("request_max_retries", settings.max_retries.to_string()));
     provider.push(("stream_max_retries", settings.max_retries.to_string()));
     // A stream that stops sending events fails after this (Codex's default is 5 minutes), and
@@ -89,7 +90,7 @@ pub fn config_args(settings: &ProviderSettings) -> Vec<String> {
     set("approval_policy", toml_str("never"));
     set("sandbox_mode", toml_str("danger-full-access"));
     // Traffic off: plugins make Codex resolve chatgpt.com and github.com on every start
-    // (PROTOCOLS §2.8); analytics and the update check would phone home too.
+    // (docs/contract/providers.md#codex); analytics and the update check would phone home too.
     set("features.plugins", "false".into());
     set("analytics.enabled", "false".into());
     set("check_for_update_on_startup", "false".into());
@@ -154,7 +155,7 @@ pub fn config_args(settings: &ProviderSettings) -> Vec<String> {
 
 /// The CLI's environment: the allow-listed part of the runner's environment, then our own
 /// variables, which win.
-pub fn environment(
+pub(super) fn environment(
     settings: &ProviderSettings,
     parent_env: impl IntoIterator<Item = (String, String)>,
 ) -> BTreeMap<String, String> {
@@ -177,7 +178,7 @@ pub fn environment(
 /// `@openai/codex-<platform>/vendor/<triple>/bin/codex`. Running the native binary directly
 /// saves a node start (and a dependency on node at run time); signals and the process group
 /// behave the same since the launcher execs.
-pub fn native_binary(program: &Path) -> Option<PathBuf> {
+pub(super) fn native_binary(program: &Path) -> Option<PathBuf> {
     let real = std::fs::canonicalize(program).ok()?;
     if real.extension().and_then(|e| e.to_str()) != Some("js") {
         return None;
@@ -255,7 +256,6 @@ fn config_key(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use expect_test::expect;
 

@@ -1,5 +1,5 @@
 //! The `opencode serve` command line, its environment and the inline configuration
-//! (`OPENCODE_CONFIG_CONTENT`, PROTOCOLS §3.1), plus the files the provider keeps in the private
+//! (`OPENCODE_CONFIG_CONTENT`, docs/contract/providers.md#opencode), plus the files the provider keeps in the private
 //! home.
 //!
 //! Everything OpenCode is told lives here, so one snapshot test shows the whole setup.
@@ -15,55 +15,55 @@ use crate::settings::{McpServer, ProviderSettings};
 
 /// Name of the model provider entry we define (`provider.nanoclaw`); models are
 /// `nanoclaw/<model>`.
-pub const MODEL_PROVIDER: &str = "nanoclaw";
+pub(super) const MODEL_PROVIDER: &str = "nanoclaw";
 
 /// Name of the mcp-tools server; OpenCode shows its tools to the model as `nanoclaw_<tool>`.
-pub const MCP_SERVER: &str = "nanoclaw";
+pub(super) const MCP_SERVER: &str = "nanoclaw";
 
 /// Used when no base URL is configured: the public OpenAI API (Chat Completions).
-pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+pub(super) const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
 /// Used when no model is configured. OpenCode needs a model id for a custom provider.
-pub const DEFAULT_MODEL: &str = "gpt-4.1";
+pub(super) const DEFAULT_MODEL: &str = "gpt-4.1";
 
 /// HTTP basic-auth user of the server (OpenCode's default, set explicitly).
-pub const SERVER_USER: &str = "opencode";
+pub(super) const SERVER_USER: &str = "opencode";
 
 /// Added to `settings.tool_timeout` for OpenCode's MCP request timeout (its default is the MCP
 /// SDK's 60 s), so OpenCode never gives up on a blocking tool (ask_user_question) before the
 /// tool's own timeout fires.
-pub const TOOL_TIMEOUT_MARGIN: Duration = Duration::from_secs(60);
+pub(super) const TOOL_TIMEOUT_MARGIN: Duration = Duration::from_secs(60);
 
 /// Where the provider keeps its own files inside the private home.
-pub fn state_dir(settings: &ProviderSettings) -> PathBuf {
+pub(super) fn state_dir(settings: &ProviderSettings) -> PathBuf {
     settings.home_dir.join(".nanoclaw")
 }
 
 /// The file holding the API key. OpenCode reads it through a `{file:…}` reference in the
 /// config, so the key is not in any environment variable the agent's shell inherits. With the
 /// runner's credential proxy it holds the session token, never the real key.
-pub fn api_key_file(settings: &ProviderSettings) -> PathBuf {
+pub(super) fn api_key_file(settings: &ProviderSettings) -> PathBuf {
     state_dir(settings).join("openai-api-key")
 }
 
 /// OpenCode's global config dir under the private home.
-pub fn global_config_dir(settings: &ProviderSettings) -> PathBuf {
+pub(super) fn global_config_dir(settings: &ProviderSettings) -> PathBuf {
     settings.home_dir.join(".config").join("opencode")
 }
 
 /// MCP request timeout given to OpenCode, in milliseconds.
-pub fn mcp_timeout_ms(settings: &ProviderSettings) -> u64 {
+pub(super) fn mcp_timeout_ms(settings: &ProviderSettings) -> u64 {
     u64::try_from((settings.tool_timeout + TOOL_TIMEOUT_MARGIN).as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The model id inside our provider entry.
-pub fn model(settings: &ProviderSettings) -> &str {
+pub(super) fn model(settings: &ProviderSettings) -> &str {
     settings.model.as_deref().unwrap_or(DEFAULT_MODEL)
 }
 
 /// The inline configuration (`OPENCODE_CONFIG_CONTENT`). `key_file` is the file holding the
 /// API key, when there is one.
-pub fn config(settings: &ProviderSettings, key_file: Option<&Path>) -> Value {
+pub(super) fn config(settings: &ProviderSettings, key_file: Option<&Path>) -> Value {
     let model = model(settings);
     let qualified = format!("{MODEL_PROVIDER}/{model}");
     let mut options = Map::new();
@@ -154,7 +154,7 @@ fn mcp_server(server: &McpServer, timeout_ms: u64) -> Value {
 /// The environment of `opencode serve`: the inherited allow-list (scrubbed), then the
 /// provider's own variables. `disable_claude_md` stops OpenCode from loading CLAUDE.md files
 /// itself (the runner's system prompt already carries them).
-pub fn environment(
+pub(super) fn environment(
     settings: &ProviderSettings,
     parent_env: impl IntoIterator<Item = (String, String)>,
     config: &Value,
@@ -177,7 +177,7 @@ pub fn environment(
     // only to the "cli", "app" and "desktop" clients) and the plan tool. Also shows in the
     // model requests' User-Agent.
     set("OPENCODE_CLIENT", "nanoclaw".into());
-    // Traffic off (PROTOCOLS §3.3): no models.dev catalog, no update check, no sharing, no
+    // Traffic off (docs/contract/providers.md#opencode): no models.dev catalog, no update check, no sharing, no
     // language-server downloads. The background npm install is skipped by the files
     // `prepare_home` writes.
     set("OPENCODE_DISABLE_MODELS_FETCH", "1".into());
@@ -193,7 +193,7 @@ pub fn environment(
 /// The whole `opencode serve` invocation. `--port 0` lets OpenCode pick a free port (it tries
 /// 4096 first, then a random one) and the provider reads the real one from the "listening on"
 /// line, so two runners never race for a port.
-pub fn command(
+pub(super) fn command(
     program: &Path,
     settings: &ProviderSettings,
     env: BTreeMap<String, String>,
@@ -208,7 +208,7 @@ pub fn command(
 /// into the global config dir (it installs only when `node_modules` is missing or the lock file
 /// lacks a dependency; that install would contact the npm registry on every start). Returns the
 /// key file when there is a key.
-pub fn prepare_home(settings: &ProviderSettings) -> std::io::Result<Option<PathBuf>> {
+pub(super) fn prepare_home(settings: &ProviderSettings) -> std::io::Result<Option<PathBuf>> {
     std::fs::create_dir_all(&settings.home_dir)?;
     std::fs::create_dir_all(&settings.agent_dir)?;
     let state = state_dir(settings);
@@ -245,7 +245,6 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use expect_test::expect;
 

@@ -9,27 +9,27 @@ use std::time::Duration;
 use chrono::Utc;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-use crate::archive::{self, RenderOptions, Transcript};
+use super::{archive_new_entries, parse_tz, RenderOptions, Transcript};
 use crate::ProviderSettings;
 
 /// The longest an archive waits for the CLI to hand over its history.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The longest stopping the CLI waits for a running archive.
-pub const STOP_WAIT: Duration = Duration::from_secs(15);
+pub(crate) const STOP_WAIT: Duration = Duration::from_secs(15);
 
 /// The archive lock; held by the archive that runs.
-pub type ArchiveLock = Arc<Mutex<()>>;
+pub(crate) type ArchiveLock = Arc<Mutex<()>>;
 
 /// Takes the archive lock at once when it is free. A query calls this before it closes its
 /// stream, so that whatever the runner does next (stop the provider, start another session)
 /// finds the archive of this query already under way.
-pub fn reserve(lock: &ArchiveLock) -> Option<OwnedMutexGuard<()>> {
+pub(crate) fn reserve(lock: &ArchiveLock) -> Option<OwnedMutexGuard<()>> {
     Arc::clone(lock).try_lock_owned().ok()
 }
 
 /// Waits (at most [`STOP_WAIT`]) until no archive runs; before `cli` is stopped.
-pub async fn wait_idle(lock: &ArchiveLock, cli: &str) {
+pub(crate) async fn wait_idle(lock: &ArchiveLock, cli: &str) {
     if tokio::time::timeout(STOP_WAIT, lock.lock()).await.is_err() {
         tracing::warn!(
             "a transcript archive is still running after {} s; stopping {cli} anyway",
@@ -39,20 +39,20 @@ pub async fn wait_idle(lock: &ArchiveLock, cli: &str) {
 }
 
 /// The conversations folder (`/workspace/agent/conversations`).
-pub fn conversations_dir(settings: &ProviderSettings) -> PathBuf {
+pub(crate) fn conversations_dir(settings: &ProviderSettings) -> PathBuf {
     settings.agent_dir.join("conversations")
 }
 
 /// Parses the history with `parse` and writes what no earlier archive of `session_id` holds,
 /// off the async workers. Logs the outcome; never fails.
-pub async fn write_new_entries(
+pub(crate) async fn write_new_entries(
     settings: &ProviderSettings,
     cli: &str,
     session_id: &str,
     parse: impl FnOnce() -> Transcript + Send + 'static,
 ) {
     let dir = conversations_dir(settings);
-    let tz = archive::parse_tz(&settings.timezone);
+    let tz = parse_tz(&settings.timezone);
     let assistant_name = settings.assistant_name.clone();
     let id = session_id.to_owned();
     let target = dir.clone();
@@ -65,7 +65,7 @@ pub async fn write_new_entries(
             assistant_name,
             ..RenderOptions::new(tz, Utc::now())
         };
-        archive::archive_new_entries(&target, &transcript, &opts)
+        archive_new_entries(&target, &transcript, &opts)
     })
     .await;
     match written {

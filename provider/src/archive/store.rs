@@ -1,0 +1,427 @@
+//! Writing archives: file names from a slug of the conversation's headline, new files created
+//! atomically and never over an existing one, and appending only what the session's earlier
+//! archives do not hold yet. Every archive file the agent could have replaced is opened through
+//! `fsguard`.
+
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use serde_json::Value;
+
+use super::model::Transcript;
+use super::render::{
+    render_entries, render_markdown, RenderOptions, HEADER_MARKER, THROUGH_MARKER,
+};
+
+/// Longest file-name slug, in characters.
+pub(crate) const MAX_SLUG_CHARS: usize = 50;
+
+/// The slug when neither the title nor a user message gives one.
+pub(crate) const FALLBACK_SLUG: &str = "conversation";
+
+/// A file-name slug: lowercase ASCII letters and digits, words joined by `-`, at most
+/// `MAX_SLUG_CHARS` (cut at a word boundary when one is near), `FALLBACK_SLUG` when
+/// nothing is left.
+pub(crate) fn slug(text: &str) -> String {
+    let mut slug = String::new();
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() {
+            slug.push(c.to_ascii_lowercase());
+        } else if !slug.is_empty() && !slug.ends_with('-') {
+            slug.push('-');
+        }
+    }
+    if slug.len() > MAX_SLUG_CHARS {
+        let cut = &slug[..=MAX_SLUG_CHARS];
+        slug = match cut.rfind('-') {
+            Some(dash) if dash >= MAX_SLUG_CHARS / 2 => cut[..dash].to_owned(),
+            _ => slug[..MAX_SLUG_CHARS].to_owned(),
+        };
+    }
+    let slug = slug.trim_matches('-');
+    if slug.is_empty() {
+        FALLBACK_SLUG.to_owned()
+    } else {
+        slug.to_owned()
+    }
+}
+
+/// Writes the transcript into a NEW file `<dir>/<YYYY-MM-DD in tz>-<slug>.md` (`-2`, `-3`, …
+/// when the name is taken: an existing archive is never replaced) and returns its path. The
+/// folder is created when missing. The file appears atomically with its whole content. An
+/// empty transcript still gets a file (header only): callers skip those.
+pub fn write_archive(
+    dir: &Path,
+    transcript: &Transcript,
+    now: DateTime<Utc>,
+    tz: Tz,
+) -> io::Result<PathBuf> {
+    write_archive_with(dir, transcript, &RenderOptions::new(tz, now))
+}
+
+/// [`write_archive`] with explicit rendering options.
+pub fn write_archive_with(
+    dir: &Path,
+    transcript: &Transcript,
+    opts: &RenderOptions,
+) -> io::Result<PathBuf> {
+    let text = render_markdown(transcript, opts);
+    let stem = format!(
+        "{}-{}",
+        opts.date(),
+        slug(&transcript.headline().unwrap_or_default())
+    );
+    create_new_file(dir, &stem, text.as_bytes())
+}
+
+/// Archives the entries no earlier archive of this session holds (see the module docs):
+/// appended to today's archive of the session when there is one, else in a new file. Returns
+/// the file written, or `None` when there was nothing new.
+pub(crate) fn archive_new_entries(
+    dir: &Path,
+    transcript: &Transcript,
+    opts: &RenderOptions,
+) -> io::Result<Option<PathBuf>> {
+    if transcript.entries.is_empty() {
+        return Ok(None);
+    }
+    let archives = session_archives(dir, transcript)?;
+    let mut start = 0;
+    if let Some(latest) = archives.iter().max_by_key(|a| (a.modified, a.path.clone())) {
+        match last_marker(&latest.path)? {
+            Some(id) => match transcript
+                .entries
+                .iter()
+                .rposition(|e| e.id.as_deref() == Some(id.as_str()))
+            {
+                Some(i) => start = i + 1,
+                None => tracing::warn!(
+                    archive = %latest.path.display(),
+                    entry = %id,
+                    "the last archived entry is not in the history any more; archiving all of it"
+                ),
+            },
+            None => tracing::warn!(
+                archive = %latest.path.display(),
+                "the session's last archive has no end marker; archiving the whole history"
+            ),
+        }
+    }
+    let new = &transcript.entries[start..];
+    if new.is_empty() {
+        return Ok(None);
+    }
+    let date = opts.date();
+    let today = archives
+        .iter()
+        .filter(|a| {
+            a.path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{date}-")))
+        })
+        .max_by_key(|a| (a.modified, a.path.clone()));
+    if let Some(today) = today {
+        // Through fsguard: an agent can replace an archive with a link to the session DB.
+        let mut file = fsguard::open_with(&today.path, fsguard::Access::Append)?;
+        file.write_all(render_entries(new, opts).as_bytes())?;
+        file.sync_all()?;
+        return Ok(Some(today.path.clone()));
+    }
+    let part = Transcript {
+        entries: new.to_vec(),
+        ..transcript.clone()
+    };
+    write_archive_with(dir, &part, opts).map(Some)
+}
+
+/// An archive file of one session.
+struct SessionArchive {
+    path: PathBuf,
+    modified: std::time::SystemTime,
+}
+
+/// The `.md` files in `dir` whose first line names this provider and session.
+fn session_archives(dir: &Path, transcript: &Transcript) -> io::Result<Vec<SessionArchive>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(err) => return Err(err),
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("md") {
+            continue;
+        }
+        let Some((provider, session)) = read_header(&path) else {
+            continue;
+        };
+        if provider == transcript.provider && session == transcript.session_id {
+            let modified = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            found.push(SessionArchive { path, modified });
+        }
+    }
+    Ok(found)
+}
+
+/// Provider and session from an archive's first line.
+fn read_header(path: &Path) -> Option<(String, String)> {
+    use std::io::Read as _;
+    let mut head = Vec::with_capacity(1024);
+    fsguard::open(path)
+        .ok()?
+        .take(4096)
+        .read_to_end(&mut head)
+        .ok()?;
+    let head = String::from_utf8_lossy(&head);
+    let line = head.lines().next()?;
+    let meta: Value =
+        serde_json::from_str(line.strip_prefix(HEADER_MARKER)?.strip_suffix(" -->")?).ok()?;
+    Some((
+        meta["provider"].as_str()?.to_owned(),
+        meta["session"].as_str()?.to_owned(),
+    ))
+}
+
+/// The entry id of the last end marker in an archive.
+fn last_marker(path: &Path) -> io::Result<Option<String>> {
+    let text = fsguard::read_to_string(path)?;
+    Ok(text
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix(THROUGH_MARKER)?.strip_suffix(" -->"))
+        .and_then(|json| serde_json::from_str::<Value>(json).ok())
+        .and_then(|v| v["entry"].as_str().map(str::to_owned)))
+}
+
+/// Creates `<dir>/<stem>.md`, or `<stem>-2.md`, … when taken, holding `content`. The content
+/// goes to a temporary file first, which is then hard-linked to the final name: the link fails
+/// when the name exists (never replacing it) and the file appears complete. Where hard links
+/// are not supported, the final name is opened with `create_new` and written directly.
+fn create_new_file(dir: &Path, stem: &str, content: &[u8]) -> io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let nanos = Utc::now().timestamp_nanos_opt().unwrap_or_default();
+    let tmp = dir.join(format!(".{stem}.{}.{nanos}.tmp", std::process::id()));
+    let result = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        file.write_all(content)?;
+        file.sync_all()?;
+        drop(file);
+        let mut link_works = true;
+        for n in 1..=10_000u32 {
+            let name = if n == 1 {
+                format!("{stem}.md")
+            } else {
+                format!("{stem}-{n}.md")
+            };
+            let path = dir.join(name);
+            if link_works {
+                match std::fs::hard_link(&tmp, &path) {
+                    Ok(()) => return Ok(path),
+                    Err(err) if err.kind() == io::ErrorKind::AlreadyExists => continue,
+                    Err(err) => {
+                        tracing::debug!(error = %err, "hard link failed; writing the archive in place");
+                        link_works = false;
+                    }
+                }
+            }
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(mut file) => {
+                    file.write_all(content)?;
+                    file.sync_all()?;
+                    return Ok(path);
+                }
+                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(err) => return Err(err),
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("every name for {stem} is taken"),
+        ))
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::archive::fixtures::{at, codex, opencode};
+
+    #[test]
+    fn slugs() {
+        let cases = [
+            (
+                "Can you check the build & tell me if it's green?",
+                "can-you-check-the-build-tell-me-if-it-s-green",
+            ),
+            (
+                "  ¿Qué tal?  Ünïcode → ascii only ",
+                "qu-tal-n-code-ascii-only",
+            ),
+            ("", "conversation"),
+            ("!!! ???", "conversation"),
+            (
+                "a very long first message that goes on and on about nothing at all really",
+                "a-very-long-first-message-that-goes-on-and-on",
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(slug(text), want, "{text:?}");
+            assert!(slug(text).len() <= MAX_SLUG_CHARS);
+        }
+        assert_eq!(
+            slug(&"x".repeat(80)),
+            "x".repeat(50),
+            "no word boundary: a hard cut"
+        );
+    }
+
+    #[test]
+    fn write_archive_never_replaces_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let conversations = dir.path().join("agent/conversations");
+        let now = at("2026-02-04T23:30:00Z");
+        let tz: Tz = "Asia/Tokyo".parse().unwrap(); // already Feb 5 there
+        let t = codex();
+        let first = write_archive(&conversations, &t, now, tz).unwrap();
+        let name = "2026-02-05-can-you-check-the-build-tell-me-if-it-s-green";
+        assert_eq!(first, conversations.join(format!("{name}.md")));
+        let content = std::fs::read_to_string(&first).unwrap();
+        let second = write_archive(&conversations, &t, now, tz).unwrap();
+        assert_eq!(second, conversations.join(format!("{name}-2.md")));
+        let other = Transcript {
+            session_id: "another".into(),
+            ..t.clone()
+        };
+        let third = write_archive(&conversations, &other, now, tz).unwrap();
+        assert_eq!(third, conversations.join(format!("{name}-3.md")));
+        assert_eq!(std::fs::read_to_string(&first).unwrap(), content);
+        assert_eq!(std::fs::read_to_string(&second).unwrap(), content);
+        let mut names: Vec<String> = std::fs::read_dir(&conversations)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 3, "no temporary file is left: {names:?}");
+    }
+
+    #[test]
+    fn archive_new_entries_writes_each_entry_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let full = opencode();
+        let mut first_query = full.clone();
+        first_query.entries.truncate(3);
+        let day1 = RenderOptions::new(Tz::UTC, at("2026-02-04T10:00:00Z"));
+        let path = archive_new_entries(dir.path(), &first_query, &day1)
+            .unwrap()
+            .unwrap();
+        assert!(path.ends_with("2026-02-04-can-you-check-the-build-tell-me-if-it-s-green.md"));
+        assert_eq!(
+            archive_new_entries(dir.path(), &first_query, &day1).unwrap(),
+            None,
+            "nothing new"
+        );
+
+        // The next query the same day: appended to the same file.
+        let mut second_query = full.clone();
+        second_query.entries.truncate(4);
+        assert_eq!(
+            archive_new_entries(dir.path(), &second_query, &day1).unwrap(),
+            Some(path.clone())
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.matches("### John, Jane —").count(), 1, "{text}");
+        assert_eq!(text.matches("### John —").count(), 1, "{text}");
+        assert_eq!(text.matches("Thanks! Anything else?").count(), 1, "{text}");
+        assert_eq!(text.matches(THROUGH_MARKER).count(), 2, "{text}");
+
+        // The next day: a new file with only the new entries, named after their first prompt.
+        let day2 = RenderOptions::new(Tz::UTC, at("2026-02-05T08:00:00Z"));
+        let next = archive_new_entries(dir.path(), &full, &day2)
+            .unwrap()
+            .unwrap();
+        assert!(
+            next.ends_with("2026-02-05-conversation.md"),
+            "{}",
+            next.display()
+        );
+        let text = std::fs::read_to_string(&next).unwrap();
+        assert!(
+            text.contains("Nothing else for now.") && !text.contains("Thanks! Anything else?"),
+            "{text}"
+        );
+        assert_eq!(archive_new_entries(dir.path(), &full, &day2).unwrap(), None);
+
+        // Another session is independent; an unknown cursor archives everything again.
+        let other = Transcript {
+            session_id: "ses_other".into(),
+            ..full.clone()
+        };
+        assert!(archive_new_entries(dir.path(), &other, &day2)
+            .unwrap()
+            .is_some());
+        let mut rewritten = full.clone();
+        for e in &mut rewritten.entries {
+            e.id = e.id.as_ref().map(|id| format!("{id}-new"));
+        }
+        let again = archive_new_entries(dir.path(), &rewritten, &day2)
+            .unwrap()
+            .unwrap();
+        assert_eq!(again, next, "appended to today's file");
+        assert_eq!(
+            std::fs::read_to_string(&again)
+                .unwrap()
+                .matches("Thanks! Anything else?")
+                .count(),
+            1
+        );
+    }
+
+    /// Issue 9.1: archive files the agent replaced with links to the session DB's files are
+    /// neither read nor appended to; the DB and its locks are untouched and the entries go to a
+    /// new file.
+    #[test]
+    fn archive_links_to_the_session_db_are_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, conn) = fsguard::testing::wal_db(dir.path());
+        let shm = dir.path().join("session.db-shm");
+        let before = std::fs::read(&db).unwrap();
+        let archives = dir.path().join("conversations");
+        std::fs::create_dir(&archives).unwrap();
+        let full = opencode();
+        let day = RenderOptions::new(Tz::UTC, at("2026-02-04T10:00:00Z"));
+        let name = "2026-02-04-can-you-check-the-build-tell-me-if-it-s-green.md";
+        std::os::unix::fs::symlink(&shm, archives.join(name)).unwrap();
+        std::fs::hard_link(&db, archives.join("2026-02-04-a.md")).unwrap();
+        let written = archive_new_entries(&archives, &full, &day)
+            .unwrap()
+            .unwrap();
+        assert!(
+            written.ends_with(name.replace(".md", "-2.md")),
+            "{}",
+            written.display()
+        );
+        assert!(fsguard::testing::locked_by_another_process(&shm));
+        assert_eq!(std::fs::read(&db).unwrap(), before);
+        assert_eq!(
+            conn.query_row("SELECT x FROM t", [], |r| r.get::<_, i64>(0))
+                .unwrap(),
+            1
+        );
+    }
+}

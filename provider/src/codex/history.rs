@@ -1,0 +1,226 @@
+//! Codex's history: the result of `codex app-server`'s `thread/read`, parsed into the archive's
+//! model. Unknown item shapes are skipped, never an error.
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+
+use crate::archive::model::{millis, nonempty, seconds, summary, Builder};
+use crate::archive::Transcript;
+
+/// The params of the `thread/read` request whose result [`from_codex_thread`] parses.
+pub(crate) fn codex_thread_read_params(thread_id: &str) -> Value {
+    json!({"threadId": thread_id, "includeTurns": true})
+}
+
+/// Parses `codex app-server`'s `thread/read` result (`{thread: {id, name, turns: [{items}]}}`;
+/// the bare thread object works too). Kept: user messages, agent messages, MCP tool calls,
+/// commands, file changes, dynamic tool calls, web searches, plans, compactions, failed and
+/// interrupted turns. Skipped: reasoning and anything unknown.
+pub(crate) fn from_codex_thread(value: &Value) -> Transcript {
+    let thread = if value["thread"].is_object() {
+        &value["thread"]
+    } else {
+        value
+    };
+    let mut b = Builder::default();
+    for turn in thread["turns"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        let turn_at = seconds(&turn["startedAt"]);
+        for item in turn["items"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+        {
+            let at = millis(&item["startedAtMs"]).or(turn_at);
+            codex_item(&mut b, item, at);
+        }
+        let turn_id = turn["id"].as_str().unwrap_or_default();
+        let end_at = seconds(&turn["completedAt"]).or(turn_at);
+        match turn["status"].as_str() {
+            Some("failed") => {
+                let message = turn["error"]["message"].as_str().unwrap_or("unknown error");
+                b.system(
+                    &format!("Turn failed: {message}"),
+                    end_at,
+                    Some(&format!("{turn_id}:failed")),
+                    false,
+                );
+            }
+            Some("interrupted") => b.system(
+                "Interrupted",
+                end_at,
+                Some(&format!("{turn_id}:interrupted")),
+                false,
+            ),
+            _ => {}
+        }
+    }
+    Transcript {
+        session_id: thread["id"].as_str().unwrap_or_default().to_owned(),
+        provider: "codex".into(),
+        title: nonempty(&thread["name"]),
+        entries: b.entries,
+    }
+}
+
+fn codex_item(b: &mut Builder, item: &Value, at: Option<DateTime<Utc>>) {
+    let id = item["id"].as_str();
+    match item["type"].as_str().unwrap_or_default() {
+        "userMessage" => {
+            let parts: Vec<String> = item["content"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|input| match input["type"].as_str()? {
+                    "text" => input["text"].as_str().map(str::to_owned),
+                    "image" => Some("[image]".to_owned()),
+                    "localImage" => Some(format!(
+                        "[image: {}]",
+                        input["path"].as_str().unwrap_or_default()
+                    )),
+                    _ => None,
+                })
+                .collect();
+            b.user(&parts.join("\n\n"), at, id);
+        }
+        "agentMessage" => b.assistant(item["text"].as_str().unwrap_or_default(), at, id),
+        "plan" => b.assistant(
+            &format!("Plan:\n{}", item["text"].as_str().unwrap_or_default()),
+            at,
+            id,
+        ),
+        "mcpToolCall" => {
+            let name = format!(
+                "mcp__{}__{}",
+                item["server"].as_str().unwrap_or_default(),
+                item["tool"].as_str().unwrap_or_default()
+            );
+            b.tool(id, summary(name, &item["arguments"]), at, id);
+            if let Some(message) = item["error"]["message"].as_str() {
+                b.output(id.unwrap_or_default(), message, true, at, id);
+            } else if item["result"].is_object() {
+                let output = codex_content_text(&item["result"]["content"]);
+                b.output(id.unwrap_or_default(), &output, codex_failed(item), at, id);
+            } else if codex_failed(item) {
+                b.output(id.unwrap_or_default(), "", true, at, id);
+            }
+        }
+        "commandExecution" => {
+            b.tool(id, summary("shell", &item["command"]), at, id);
+            let failed = codex_failed(item) || item["exitCode"].as_i64().is_some_and(|c| c != 0);
+            if let Some(output) = item["aggregatedOutput"].as_str() {
+                b.output(id.unwrap_or_default(), output, failed, at, id);
+            } else if failed {
+                b.output(id.unwrap_or_default(), "", true, at, id);
+            }
+        }
+        "fileChange" => {
+            let files: Vec<String> = item["changes"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .map(|c| {
+                    let kind = c["kind"]["type"]
+                        .as_str()
+                        .or(c["kind"].as_str())
+                        .unwrap_or("change");
+                    format!("{kind} {}", c["path"].as_str().unwrap_or_default())
+                })
+                .collect();
+            b.tool(
+                id,
+                summary("apply_patch", &Value::String(files.join(", "))),
+                at,
+                id,
+            );
+            let status = item["status"].as_str().unwrap_or_default();
+            b.output(id.unwrap_or_default(), status, codex_failed(item), at, id);
+        }
+        "dynamicToolCall" => {
+            let name = match item["namespace"].as_str() {
+                Some(ns) => format!("{ns}.{}", item["tool"].as_str().unwrap_or_default()),
+                None => item["tool"].as_str().unwrap_or("tool").to_owned(),
+            };
+            b.tool(id, summary(name, &item["arguments"]), at, id);
+            let failed = codex_failed(item) || item["success"] == Value::Bool(false);
+            if item["contentItems"].is_array() || failed {
+                let output = codex_content_text(&item["contentItems"]);
+                b.output(id.unwrap_or_default(), &output, failed, at, id);
+            }
+        }
+        "functionCallOutput" => {
+            let name = item["name"].as_str().unwrap_or("tool");
+            b.tool(id, summary(name, &Value::Null), at, id);
+            let output = match &item["output"] {
+                Value::String(s) => s.clone(),
+                other => codex_content_text(other),
+            };
+            b.output(id.unwrap_or_default(), &output, false, at, id);
+        }
+        "webSearch" => b.tool(id, summary("web_search", &item["query"]), at, id),
+        "imageView" => b.tool(id, summary("view_image", &item["path"]), at, id),
+        "contextCompaction" => b.system("Conversation compacted", at, id, true),
+        "enteredReviewMode" => b.system("Review started", at, id, false),
+        "exitedReviewMode" => b.system("Review finished", at, id, false),
+        _ => {}
+    }
+}
+
+fn codex_failed(item: &Value) -> bool {
+    matches!(item["status"].as_str(), Some("failed" | "declined"))
+}
+
+/// Text of MCP/dynamic tool content items (`text`, `inputText`, `input_text`).
+fn codex_content_text(content: &Value) -> String {
+    content
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|c| match c["type"].as_str()? {
+            "text" | "inputText" | "input_text" => c["text"].as_str().map(str::to_owned),
+            "image" | "inputImage" | "input_image" => Some("[image]".to_owned()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use expect_test::expect;
+
+    use super::*;
+    use crate::archive::fixtures::{check, codex};
+
+    #[test]
+    fn codex_thread_read_parses() {
+        check(
+            &codex(),
+            expect![[r#"
+            codex 01a1fe0a-f503-74f0-ba0e-e1241b980a77 title=None
+            User [John, Jane] 12:18:13.495 01a1fe0a-f576-7972-871d-f99b56b794e1: <context timezone="UTC" /> <messages> <message id="2" from="slack-mai…
+            Assistant 12:18:13.564 call_fake6: 
+              🔧 mcp__nanoclaw__send_message({"text":"Hi team! Checking the build now."}) → Some("message sent")
+              🔧 shell(/bin/bash -lc 'echo build ok') → Some("build ok")
+            Assistant 12:18:13.713 msg_fake8: The build is green: `echo build ok` printed build ok.
+            User [John] 12:18:13.781 01a1fe0a-f68e-7f41-a252-2936e087df96: <context timezone="UTC" /> <message id="6" sender="John" time="Feb 4,…
+            Assistant 12:18:13.801 msg_fake10: Nothing else for now.
+        "#]],
+        );
+    }
+
+    #[test]
+    fn unknown_shapes_are_skipped() {
+        assert!(from_codex_thread(&json!(null)).is_empty());
+        assert!(from_codex_thread(
+            &json!({"thread": {"turns": [{"items": [{"type": "future"}, 7]}]}})
+        )
+        .is_empty());
+    }
+}

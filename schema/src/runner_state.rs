@@ -1,0 +1,124 @@
+//! `runner_state`: the runner's status, heartbeat, current tool and what a turn waits on.
+
+use rusqlite::{params, OptionalExtension, Transaction};
+
+use crate::rows::{RunnerState, RunnerStatus, WaitingOn};
+use crate::time::now_ts;
+use crate::{Error, SessionDb};
+
+impl SessionDb {
+    /// Writes the runner_state row (status, pid, provider), refreshing the heartbeat.
+    pub fn set_runner_state(
+        &self,
+        status: RunnerStatus,
+        pid: Option<u32>,
+        provider: Option<&str>,
+    ) -> Result<(), Error> {
+        self.write(|tx| set_runner_state_tx(tx, status, pid, provider))
+    }
+
+    /// Changes only the status (keeps pid and provider), if the row exists.
+    pub fn set_runner_status(&self, status: RunnerStatus) -> Result<(), Error> {
+        self.set_runner_state(status, None, None)
+    }
+
+    /// Sets the status to `to` only when it is currently `from`; true when it changed.
+    pub fn swap_runner_status(&self, from: RunnerStatus, to: RunnerStatus) -> Result<bool, Error> {
+        self.write(|tx| swap_runner_status_tx(tx, from, to))
+    }
+
+    /// Records the tool the agent is in (or none).
+    pub fn set_current_tool(&self, tool: Option<&str>) -> Result<(), Error> {
+        self.write(|tx| set_current_tool_tx(tx, tool))
+    }
+
+    /// Records what a turn without progress waits on (or clears it with `None`).
+    pub fn set_waiting_on(&self, waiting_on: Option<&WaitingOn>) -> Result<(), Error> {
+        self.write(|tx| set_waiting_on_tx(tx, waiting_on))
+    }
+
+    /// Refreshes `heartbeat_at`.
+    pub fn heartbeat(&self) -> Result<(), Error> {
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE runner_state SET heartbeat_at = ?1 WHERE id = 1",
+                [now_ts()],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// The runner_state row, if a runner ever started.
+    pub fn runner_state(&self) -> Result<Option<RunnerState>, Error> {
+        let conn = self.conn()?;
+        Ok(conn
+            .query_row(
+                "SELECT status, pid, provider, current_tool, heartbeat_at, updated_at, waiting_on
+                 FROM runner_state WHERE id = 1",
+                [],
+                |r| {
+                    Ok(RunnerState {
+                        status: r.get(0)?,
+                        pid: r.get(1)?,
+                        provider: r.get(2)?,
+                        current_tool: r.get(3)?,
+                        heartbeat_at: r.get(4)?,
+                        updated_at: r.get(5)?,
+                        waiting_on: r.get(6)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+}
+
+/// Sets `runner_state.status` to `to` if it is `from`; true when it was switched.
+pub(crate) fn swap_runner_status_tx(
+    tx: &Transaction<'_>,
+    from: RunnerStatus,
+    to: RunnerStatus,
+) -> Result<bool, Error> {
+    Ok(tx.execute(
+        "UPDATE runner_state SET status = ?2, updated_at = ?3 WHERE id = 1 AND status = ?1",
+        params![from.as_str(), to.as_str(), now_ts()],
+    )? > 0)
+}
+
+/// [`SessionDb::set_runner_state`] inside the caller's transaction.
+pub(crate) fn set_runner_state_tx(
+    tx: &Transaction<'_>,
+    status: RunnerStatus,
+    pid: Option<u32>,
+    provider: Option<&str>,
+) -> Result<(), Error> {
+    tx.execute(
+        "INSERT INTO runner_state (id, status, pid, provider, current_tool, heartbeat_at, updated_at)
+         VALUES (1, ?1, ?2, ?3, NULL, ?4, ?4)
+         ON CONFLICT(id) DO UPDATE SET status = ?1, pid = COALESCE(?2, pid),
+           provider = COALESCE(?3, provider), heartbeat_at = ?4, updated_at = ?4",
+        params![status.as_str(), pid, provider, now_ts()],
+    )?;
+    Ok(())
+}
+
+/// [`SessionDb::set_current_tool`] inside the caller's transaction.
+pub(crate) fn set_current_tool_tx(tx: &Transaction<'_>, tool: Option<&str>) -> Result<(), Error> {
+    tx.execute(
+        "UPDATE runner_state SET current_tool = ?1 WHERE id = 1",
+        [tool],
+    )?;
+    Ok(())
+}
+
+/// [`SessionDb::set_waiting_on`] inside the caller's transaction.
+pub(crate) fn set_waiting_on_tx(
+    tx: &Transaction<'_>,
+    waiting_on: Option<&WaitingOn>,
+) -> Result<(), Error> {
+    let json = waiting_on.map(serde_json::to_string).transpose()?;
+    tx.execute(
+        "UPDATE runner_state SET waiting_on = ?1 WHERE id = 1",
+        [json],
+    )?;
+    Ok(())
+}

@@ -1,0 +1,69 @@
+//! `session_state`: the key-value table, and the providers' continuations stored in it.
+
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+
+use crate::time::now_ts;
+use crate::{Error, SessionDb};
+
+/// Session-state key of a provider's continuation.
+pub fn continuation_key(provider: &str) -> String {
+    format!("continuation:{provider}")
+}
+
+impl SessionDb {
+    /// A session_state value.
+    pub fn state(&self, key: &str) -> Result<Option<String>, Error> {
+        read_state(&*self.conn()?, key)
+    }
+
+    /// Sets a session_state value.
+    pub fn set_state(&self, key: &str, value: &str) -> Result<(), Error> {
+        self.write(|tx| set_state_tx(tx, key, value))
+    }
+
+    /// Deletes a session_state key; true when it existed.
+    pub fn delete_state(&self, key: &str) -> Result<bool, Error> {
+        self.write(|tx| delete_state_tx(tx, key))
+    }
+
+    /// The stored continuation (session/thread id) of `provider`.
+    pub fn continuation(&self, provider: &str) -> Result<Option<String>, Error> {
+        self.state(&continuation_key(provider))
+    }
+
+    /// Stores the continuation of `provider`.
+    pub fn set_continuation(&self, provider: &str, id: &str) -> Result<(), Error> {
+        self.set_state(&continuation_key(provider), id)
+    }
+
+    /// Forgets the continuation of `provider`.
+    pub fn clear_continuation(&self, provider: &str) -> Result<bool, Error> {
+        self.delete_state(&continuation_key(provider))
+    }
+}
+
+/// A session_state value, read on `conn` (inside the caller's transaction, when it is one).
+pub(crate) fn read_state(conn: &Connection, key: &str) -> Result<Option<String>, Error> {
+    Ok(conn
+        .query_row(
+            "SELECT value FROM session_state WHERE key = ?1",
+            [key],
+            |r| r.get(0),
+        )
+        .optional()?)
+}
+
+/// Sets a session_state value inside the caller's transaction.
+pub(crate) fn set_state_tx(tx: &Transaction<'_>, key: &str, value: &str) -> Result<(), Error> {
+    tx.execute(
+        "INSERT INTO session_state (key, value, updated_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT(key) DO UPDATE SET value = ?2, updated_at = ?3",
+        params![key, value, now_ts()],
+    )?;
+    Ok(())
+}
+
+/// Deletes a session_state key inside the caller's transaction; true when it existed.
+pub(crate) fn delete_state_tx(tx: &Transaction<'_>, key: &str) -> Result<bool, Error> {
+    Ok(tx.execute("DELETE FROM session_state WHERE key = ?1", [key])? > 0)
+}

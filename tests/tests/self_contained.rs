@@ -1,0 +1,155 @@
+//! The repository is self-contained: no file in it refers to a document or path outside it (a
+//! person who clones the repository has none of those). The contract the code implements lives
+//! in `docs/contract/`; a citation points there.
+//!
+//! Every text file git knows (tracked, or new and not ignored) is scanned for the patterns
+//! below; a hit fails the test with `file:line`. Recorded CLI captures (`.json`/`.jsonl` under a
+//! `tests/fixtures/` folder) are exempt from the absolute-path pattern only: they are output of
+//! the machine they were captured on, not references.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Texts that refer outside the repository: the design documents it was built from, and the
+/// folder they lived in.
+const OUTSIDE_REFERENCES: &[&str] = &[
+    "SPEC §",
+    "SPEC.md",
+    "PROTOCOLS",
+    "CRATES.md",
+    "STYLE.md",
+    "../shared",
+    "/work/",
+];
+
+/// The pattern that recorded captures may contain (absolute paths of the capturing machine).
+const ABSOLUTE_PATH: &str = "/work/";
+
+/// This file: its pattern list names every pattern.
+const THIS_FILE: &str = "tests/tests/self_contained.rs";
+
+#[test]
+fn no_file_refers_outside_the_repository() {
+    let root = repository_root();
+    let files = match listed_files(&root) {
+        Ok(files) => files,
+        Err(err) => panic!("cannot list the repository's files: {err}"),
+    };
+    assert!(
+        files.iter().any(|f| f == Path::new("Cargo.toml")),
+        "the file list of {} does not hold Cargo.toml: {files:?}",
+        root.display()
+    );
+    let mut hits = Vec::new();
+    for file in &files {
+        if file == Path::new(THIS_FILE) {
+            continue;
+        }
+        // Binary files and files that are not UTF-8 hold no prose to check.
+        let Ok(text) = std::fs::read_to_string(root.join(file)) else {
+            continue;
+        };
+        let capture = is_recorded_capture(file);
+        for (number, line) in text.lines().enumerate() {
+            for pattern in OUTSIDE_REFERENCES {
+                if capture && *pattern == ABSOLUTE_PATH {
+                    continue;
+                }
+                if line.contains(pattern) {
+                    hits.push(format!(
+                        "{}:{}: refers outside the repository ({pattern:?}): {}",
+                        file.display(),
+                        number + 1,
+                        line.trim()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        hits.is_empty(),
+        "point these at docs/ (docs/contract/ holds the contract) or reword them to stand \
+         alone:\n{}",
+        hits.join("\n")
+    );
+}
+
+/// The workspace root: the parent of this crate's folder.
+fn repository_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_path_buf()
+}
+
+/// Files git tracks plus new files it does not ignore, relative to `root`. Without git (an
+/// unpacked source archive) the tree is walked instead, leaving out build output and installed
+/// tools.
+fn listed_files(root: &Path) -> Result<Vec<PathBuf>, String> {
+    let output = Command::new("git")
+        .args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ])
+        .current_dir(root)
+        .output();
+    match output {
+        Ok(output) if output.status.success() => Ok(output
+            .stdout
+            .split(|&b| b == 0)
+            .filter(|name| !name.is_empty())
+            .map(|name| PathBuf::from(String::from_utf8_lossy(name).into_owned()))
+            // A file deleted in the work tree but still tracked has nothing to check.
+            .filter(|name| root.join(name).is_file())
+            .collect()),
+        _ => {
+            let mut files = Vec::new();
+            walk(root, Path::new(""), &mut files)?;
+            Ok(files)
+        }
+    }
+}
+
+/// Folders that are not part of the source: build output, installed packages, and the hidden
+/// folders of tools, demos and installed CLIs (all but the project's own `.ci` and `.config`).
+fn is_generated(name: &str) -> bool {
+    matches!(name, "target" | "node_modules")
+        || (name.starts_with('.') && !matches!(name, ".ci" | ".config"))
+}
+
+fn walk(root: &Path, relative: &Path, files: &mut Vec<PathBuf>) -> Result<(), String> {
+    let dir = root.join(relative);
+    let entries = std::fs::read_dir(&dir).map_err(|err| format!("{}: {err}", dir.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|err| format!("{}: {err}", dir.display()))?;
+        let name = entry.file_name();
+        let path = relative.join(&name);
+        let kind = entry
+            .file_type()
+            .map_err(|err| format!("{}: {err}", path.display()))?;
+        if kind.is_dir() {
+            if !is_generated(&name.to_string_lossy()) {
+                walk(root, &path, files)?;
+            }
+        } else if kind.is_file() {
+            files.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// A CLI's output recorded as a test fixture.
+fn is_recorded_capture(file: &Path) -> bool {
+    let in_fixtures = file
+        .to_string_lossy()
+        .split('/')
+        .collect::<Vec<_>>()
+        .windows(2)
+        .any(|pair| pair == ["tests", "fixtures"]);
+    let recorded = matches!(
+        file.extension().and_then(|e| e.to_str()),
+        Some("json" | "jsonl")
+    );
+    in_fixtures && recorded
+}
