@@ -197,9 +197,9 @@ e2e::scenario_tests! { CLI;
     /// reports it.
     rate_limit_is_retryable_with_its_reset();
 
-    /// A tool call is not "no progress": ask_user_question held 12 s, past a silence limit
-    /// lowered to 5 s, still completes the turn.
-    ask_user_question_held_past_the_silence_limit(Duration::from_secs(12), 5);
+    /// A tool call is not "no progress": ask_user_question held 30 s, past a silence limit
+    /// lowered to 20 s, still completes the turn.
+    ask_user_question_held_past_the_silence_limit(Duration::from_secs(30), 20);
 }
 
 // Issue 10, point 2: SIGTERM mid-turn (scenarios in tests/src/stops.rs).
