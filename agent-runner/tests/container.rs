@@ -506,10 +506,7 @@ impl Workspace {
         let (system, prompt) = echoed
             .split_once("\n---\n")
             .expect("the mock's system-prompt echo");
-        let system = system
-            .replace("&lt;", "<")
-            .replace("&gt;", ">")
-            .replace("&amp;", "&");
+        let system = provider::prompt_xml::unescape(system).into_owned();
         (system, prompt.to_owned())
     }
 

@@ -166,7 +166,7 @@ impl AgentProvider for MockProvider {
         let echo_prefix = self.with_state(|state| state.echo_system_prompt).then(|| {
             format!(
                 "{}\n---\n",
-                escape(&input.system_prompt.unwrap_or_default())
+                crate::prompt_xml::escape_body(&input.system_prompt.unwrap_or_default())
             )
         });
         tokio::spawn(run_query(
@@ -267,13 +267,6 @@ async fn run_query(
             return;
         }
     }
-}
-
-/// `& < >` escaped, so echoed text holds no tags.
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 fn aborted() -> ProviderEvent {
