@@ -458,7 +458,7 @@ fn build_client(limits: &MediaLimits, use_proxy: bool) -> Result<reqwest::Client
     }
     builder
         .build()
-        .map_err(|err| format!("cannot set up downloads: {}", error_chain(&err)))
+        .map_err(|err| format!("cannot set up downloads: {}", logging::error_chain(&err)))
 }
 
 /// Downloads `url` into a new file, within the size, time and redirect limits.
@@ -550,22 +550,10 @@ fn download_error(err: reqwest::Error, limits: &MediaLimits) -> String {
     if err.is_timeout() {
         return timed_out(limits.timeout);
     }
-    format!("download failed: {}", error_chain(&err.without_url()))
-}
-
-/// An error with its sources: reqwest's own message alone says only "error sending request".
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
+    format!(
+        "download failed: {}",
+        logging::error_chain(&err.without_url())
+    )
 }
 
 /// The native block of an available file, if it is an image or PDF the API accepts.

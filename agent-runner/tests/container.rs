@@ -14,6 +14,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "support/dockerfile.rs"]
+mod dockerfile;
+use dockerfile::instructions;
+
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use schema::{Destination, NewMessageIn, Routing, SessionDb};
@@ -57,37 +61,6 @@ fn script_pins(script: &str) -> BTreeMap<String, String> {
         }
     }
     pins
-}
-
-/// The instructions of a Dockerfile: continuation lines joined, comments and parser directives
-/// dropped, as (KEYWORD, arguments).
-fn instructions(dockerfile: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut current = String::new();
-    for line in dockerfile.lines() {
-        let trimmed = line.trim();
-        if trimmed.starts_with('#') || (current.is_empty() && trimmed.is_empty()) {
-            continue;
-        }
-        match trimmed.strip_suffix('\\') {
-            Some(head) => {
-                current.push_str(head);
-                current.push(' ');
-            }
-            None => {
-                current.push_str(trimmed);
-                let (keyword, args) = current
-                    .split_once(char::is_whitespace)
-                    .unwrap_or((&current, ""));
-                out.push((
-                    keyword.to_ascii_uppercase(),
-                    args.split_whitespace().collect::<Vec<_>>().join(" "),
-                ));
-                current.clear();
-            }
-        }
-    }
-    out
 }
 
 /// `ARG NAME=default` of a Dockerfile.

@@ -407,21 +407,6 @@ fn error(api: Option<Api>, status: StatusCode, kind: &str, message: String) -> R
         .into_response()
 }
 
-/// `err` and its sources, joined with `: ` (reqwest hides the OS error two levels down).
-fn cause_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let path = parts.uri.path();
@@ -547,7 +532,7 @@ async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
         Ok(response) => response,
         Err(err) => {
             // The endpoint is named once, in the message below.
-            let cause = cause_chain(&err.without_url());
+            let cause = logging::error_chain(&err.without_url());
             tracing::warn!(endpoint = %endpoint, error = %cause, "credential proxy: the model gateway is unreachable");
             return error(
                 Some(api),
@@ -561,7 +546,11 @@ async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
     let response_headers = filtered(upstream_response.headers(), DROPPED_RESPONSE_HEADERS);
     let stream_endpoint = endpoint.clone();
     let stream = upstream_response.bytes_stream().inspect_err(move |err| {
-        tracing::warn!(endpoint = %stream_endpoint, error = %cause_chain(err), "credential proxy: the model gateway broke off the response");
+        tracing::warn!(
+            endpoint = %stream_endpoint,
+            error = %logging::error_chain(err),
+            "credential proxy: the model gateway broke off the response"
+        );
     });
     let mut response = Response::new(Body::from_stream(stream));
     *response.status_mut() = status;

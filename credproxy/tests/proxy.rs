@@ -82,6 +82,13 @@ async fn record(State(state): State<Arc<UpstreamState>>, request: Request) -> Re
         .unwrap()
 }
 
+/// A proxy with the Anthropic route to `base`, holding the real key.
+async fn anthropic_proxy(base: &str) -> CredProxy {
+    CredProxy::start(vec![Upstream::new(Api::Anthropic, Some(base), REAL_KEY)])
+        .await
+        .unwrap()
+}
+
 fn client() -> reqwest::Client {
     reqwest::Client::builder().build().unwrap()
 }
@@ -93,9 +100,7 @@ async fn json_of(response: reqwest::Response) -> serde_json::Value {
 #[tokio::test]
 async fn missing_or_wrong_token_is_401_and_nothing_is_forwarded() {
     let (base, state) = upstream().await;
-    let proxy = CredProxy::start(vec![Upstream::new(Api::Anthropic, Some(&base), REAL_KEY)])
-        .await
-        .unwrap();
+    let proxy = anthropic_proxy(&base).await;
     let url = format!("{}/v1/messages", proxy.base_url(Api::Anthropic));
 
     let none = client().post(&url).body("{}").send().await.unwrap();
@@ -132,9 +137,7 @@ async fn missing_or_wrong_token_is_401_and_nothing_is_forwarded() {
 #[tokio::test]
 async fn anthropic_headers_are_rewritten_and_the_real_key_reaches_the_upstream() {
     let (base, state) = upstream().await;
-    let proxy = CredProxy::start(vec![Upstream::new(Api::Anthropic, Some(&base), REAL_KEY)])
-        .await
-        .unwrap();
+    let proxy = anthropic_proxy(&base).await;
     state.release.notify_one();
     let response = client()
         .post(format!(
@@ -251,9 +254,7 @@ async fn openai_routes_get_the_real_key_as_bearer() {
 #[tokio::test]
 async fn sse_chunks_arrive_before_the_upstream_finishes() {
     let (base, state) = upstream().await;
-    let proxy = CredProxy::start(vec![Upstream::new(Api::Anthropic, Some(&base), REAL_KEY)])
-        .await
-        .unwrap();
+    let proxy = anthropic_proxy(&base).await;
     let sent = client()
         .post(format!("{}/v1/messages", proxy.base_url(Api::Anthropic)))
         .header("x-api-key", proxy.token())
@@ -324,12 +325,8 @@ async fn unreachable_gateway_is_a_502_naming_the_endpoint() {
 #[tokio::test]
 async fn the_token_is_worthless_in_another_run_and_after_the_proxy_stops() {
     let (base, state) = upstream().await;
-    let first = CredProxy::start(vec![Upstream::new(Api::Anthropic, Some(&base), REAL_KEY)])
-        .await
-        .unwrap();
-    let second = CredProxy::start(vec![Upstream::new(Api::Anthropic, Some(&base), REAL_KEY)])
-        .await
-        .unwrap();
+    let first = anthropic_proxy(&base).await;
+    let second = anthropic_proxy(&base).await;
     assert_ne!(first.token(), second.token());
     let other_run = client()
         .post(format!("{}/v1/messages", second.base_url(Api::Anthropic)))
@@ -368,9 +365,7 @@ async fn a_base_url_that_is_no_url_fails_at_start() {
 #[tokio::test]
 async fn a_bearer_client_on_the_anthropic_route_gets_the_key_as_bearer() {
     let (base, state) = upstream().await;
-    let proxy = CredProxy::start(vec![Upstream::new(Api::Anthropic, Some(&base), REAL_KEY)])
-        .await
-        .unwrap();
+    let proxy = anthropic_proxy(&base).await;
     state.release.notify_one();
     let response = client()
         .post(format!("{}/v1/messages", proxy.base_url(Api::Anthropic)))

@@ -204,3 +204,60 @@ mod tests {
         assert!(flush(Duration::from_secs(5)));
     }
 }
+
+/// `err` and its sources, joined with `: `, leaving out a source whose text the chain already
+/// holds. HTTP clients' own messages say little ("error sending request"); the cause that names
+/// the fix (connection refused, a DNS failure) is a source or two down.
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod error_chain_tests {
+    use super::error_chain;
+
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|l| l as _)
+        }
+    }
+
+    #[test]
+    fn sources_are_joined_and_repeats_left_out() {
+        let err = Layer(
+            "error sending request",
+            Some(Box::new(Layer(
+                "client error (Connect)",
+                Some(Box::new(Layer("Connection refused (os error 111)", None))),
+            ))),
+        );
+        assert_eq!(
+            error_chain(&err),
+            "error sending request: client error (Connect): Connection refused (os error 111)"
+        );
+        let repeated = Layer(
+            "timed out: deadline",
+            Some(Box::new(Layer("deadline", None))),
+        );
+        assert_eq!(error_chain(&repeated), "timed out: deadline");
+    }
+}

@@ -93,59 +93,6 @@ fn stop_leaves_no_opencode_process() {
     }
 }
 
-// Issue 10, point 1: turns that make no progress (scenarios in tests/src/stalls.rs).
-e2e::scenario_tests! { CLI;
-    /// The gateway refuses connections: a query_error naming the endpoint within 90 s with
-    /// default settings, `nanoclaw status` shows what the turn waits on, and the next message
-    /// is answered once the gateway is back.
-    gateway_down_ends_the_turn_within_90s();
-
-    /// The gateway sends headers and then nothing: a query_error within 3 minutes with default
-    /// settings; the next message is answered after it recovers.
-    stalled_gateway_ends_the_turn_within_3min();
-
-    /// A 429 with retry-after: `RateLimited`, retryable, with the reset time where the CLI
-    /// reports it.
-    rate_limit_is_retryable_with_its_reset();
-
-    /// A tool call is not "no progress": ask_user_question held 30 s, past a silence limit
-    /// lowered to 20 s, still completes the turn.
-    ask_user_question_held_past_the_silence_limit(Duration::from_secs(30), 20);
-}
-
-// Issue 10, point 2: SIGTERM mid-turn (scenarios in tests/src/stops.rs).
-e2e::scenario_tests! { CLI;
-    /// SIGTERM while the CLI waits on the model: the runner exits 0 within 2 s, status
-    /// `stopped`; the next run answers the interrupted message.
-    sigterm_mid_turn_stops_within_2s();
-
-    /// SIGTERM while ask_user_question blocks: the runner exits 0 within 2 s, status `stopped`.
-    sigterm_during_ask_user_question_stops_within_2s();
-}
-
-// Issue 10, point 3: no process outlives its session (scenarios in tests/src/leftovers.rs).
-e2e::scenario_tests! { CLI;
-    /// The agent's background processes (`&`, `setsid`, `nohup`, `env -i`) survive a SIGKILL
-    /// of the runner; the restarted runner kills all of them at startup.
-    sigkill_then_restart_leaves_no_process_of_the_old_run();
-
-    /// SIGTERM: nothing the run started (background processes, marked processes) remains
-    /// within 5 s; status `stopped`.
-    sigterm_leaves_no_process_of_the_run_within_5s();
-}
-
-// Issue 10, point 4: the credential proxy (scenarios in tests/src/credentials.rs).
-e2e::scenario_tests! { CLI;
-    /// A message is answered through the runner's loopback proxy: the fake model gets the real
-    /// key, the CLI's environment and home hold the session token and never the key, and the
-    /// proxy closes with the runner.
-    model_key_stays_with_the_runner_opencode = model_key_stays_with_the_runner();
-}
-
-// Issue 10, point 4: secrets out of the agent's reach (scenarios in tests/src/secrets.rs).
-e2e::scenario_tests! { CLI;
-    /// The runner starts as root with host secrets in its environment and the model key in a
-    /// root-only file, drops to an unprivileged uid; the agent's shell reads every readable
-    /// /proc/*/environ, /proc/*/cmdline and workspace file and finds neither.
-    agent_reads_no_secret_anywhere();
-}
+// Issue 10: the fault scenarios every CLI runs alike (tests/src/stalls.rs, stops.rs,
+// leftovers.rs, credentials.rs, secrets.rs), declared in `e2e::fault_scenario_tests!`.
+e2e::fault_scenario_tests! { CLI; model_key_test = model_key_stays_with_the_runner_opencode }

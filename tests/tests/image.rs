@@ -28,34 +28,12 @@ use e2e::secrets::{host_secret_markers, parse_search, search_command, HOST_SECRE
 use schema::{NewMessageIn, SessionDb};
 use serde_json::json;
 
-/// The Dockerfile's instructions of the runtime (last) stage, continuation lines joined,
-/// comments dropped: (KEYWORD, arguments).
+#[path = "../../agent-runner/tests/support/dockerfile.rs"]
+mod dockerfile;
+
+/// The Dockerfile's instructions of the runtime (last) stage: (KEYWORD, arguments).
 fn runtime_instructions(dockerfile: &str) -> Vec<(String, String)> {
-    let mut all = Vec::new();
-    let mut current = String::new();
-    for line in dockerfile.lines() {
-        let trimmed = line.trim();
-        if trimmed.starts_with('#') || (current.is_empty() && trimmed.is_empty()) {
-            continue;
-        }
-        match trimmed.strip_suffix('\\') {
-            Some(head) => {
-                current.push_str(head);
-                current.push(' ');
-            }
-            None => {
-                current.push_str(trimmed);
-                let (keyword, args) = current
-                    .split_once(char::is_whitespace)
-                    .unwrap_or((&current, ""));
-                all.push((
-                    keyword.to_ascii_uppercase(),
-                    args.split_whitespace().collect::<Vec<_>>().join(" "),
-                ));
-                current.clear();
-            }
-        }
-    }
+    let mut all = dockerfile::instructions(dockerfile);
     let last_from = all.iter().rposition(|(k, _)| k == "FROM").unwrap_or(0);
     all.split_off(last_from)
 }

@@ -2,16 +2,18 @@
 //! person who clones the repository has none of those). The contract the code implements lives
 //! in `docs/contract/`; a citation points there.
 //!
-//! Every text file git knows (tracked, or new and not ignored) is scanned for the patterns
-//! below; a hit fails the test with `file:line`. Recorded CLI captures (`.json`/`.jsonl` under a
-//! `tests/fixtures/` folder) are exempt from the absolute-path pattern only: they are output of
-//! the machine they were captured on, not references.
+//! Every text file git knows (tracked, or new and not ignored) is scanned for the design
+//! documents' names below and for absolute paths of the machine the checkout lies on (the
+//! checkout's own path and every folder beside it, found at run time); a hit fails the test with
+//! `file:line`. Recorded CLI captures (`.json`/`.jsonl` under a `tests/fixtures/` folder) are
+//! exempt from the absolute paths only: they are output of the machine they were captured on,
+//! not references.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Texts that refer outside the repository: the design documents it was built from, and the
-/// folder they lived in.
+/// folder beside the checkout they lived in.
 const OUTSIDE_REFERENCES: &[&str] = &[
     "SPEC §",
     "SPEC.md",
@@ -19,11 +21,7 @@ const OUTSIDE_REFERENCES: &[&str] = &[
     "CRATES.md",
     "STYLE.md",
     "../shared",
-    "/work/",
 ];
-
-/// The pattern that recorded captures may contain (absolute paths of the capturing machine).
-const ABSOLUTE_PATH: &str = "/work/";
 
 /// This file: its pattern list names every pattern.
 const THIS_FILE: &str = "tests/tests/self_contained.rs";
@@ -40,6 +38,7 @@ fn no_file_refers_outside_the_repository() {
         "the file list of {} does not hold Cargo.toml: {files:?}",
         root.display()
     );
+    let machine_paths = machine_paths(&root);
     let mut hits = Vec::new();
     for file in &files {
         if file == Path::new(THIS_FILE) {
@@ -50,12 +49,16 @@ fn no_file_refers_outside_the_repository() {
             continue;
         };
         let capture = is_recorded_capture(file);
+        let patterns = OUTSIDE_REFERENCES.iter().copied().chain(
+            machine_paths
+                .iter()
+                .map(String::as_str)
+                .filter(|_| !capture),
+        );
+        let patterns: Vec<&str> = patterns.collect();
         for (number, line) in text.lines().enumerate() {
-            for pattern in OUTSIDE_REFERENCES {
-                if capture && *pattern == ABSOLUTE_PATH {
-                    continue;
-                }
-                if line.contains(pattern) {
+            for pattern in &patterns {
+                if names_path(line, pattern) {
                     hits.push(format!(
                         "{}:{}: refers outside the repository ({pattern:?}): {}",
                         file.display(),
@@ -72,6 +75,32 @@ fn no_file_refers_outside_the_repository() {
          alone:\n{}",
         hits.join("\n")
     );
+}
+
+/// Absolute paths of this machine a file could name: the checkout's own path and every entry
+/// of the folder that holds it (on the machine this was built on, the design documents lay
+/// beside the checkout).
+fn machine_paths(root: &Path) -> Vec<String> {
+    let mut paths = vec![root.display().to_string()];
+    let Some(parent) = root.parent().filter(|p| p.parent().is_some()) else {
+        return paths;
+    };
+    if let Ok(entries) = std::fs::read_dir(parent) {
+        paths.extend(entries.flatten().map(|e| e.path().display().to_string()));
+    }
+    paths
+}
+
+/// Whether `line` holds `pattern` as a whole path (an absolute path must not go on with more
+/// of a name: `/tmp/a` is not in `/tmp/ab`).
+fn names_path(line: &str, pattern: &str) -> bool {
+    if !pattern.starts_with('/') {
+        return line.contains(pattern);
+    }
+    line.match_indices(pattern).any(|(at, _)| {
+        !line[at + pattern.len()..]
+            .starts_with(|c: char| c.is_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    })
 }
 
 /// The workspace root: the parent of this crate's folder.

@@ -389,11 +389,11 @@ impl Api {
             request = request.json(&body);
         }
         let response = request.send().await.map_err(|err| {
-            HttpError::Transport(format!("{method} {path}: {}", error_chain(&err)))
+            HttpError::Transport(format!("{method} {path}: {}", logging::error_chain(&err)))
         })?;
         let status = response.status();
         let text = response.text().await.map_err(|err| {
-            HttpError::Transport(format!("{method} {path}: {}", error_chain(&err)))
+            HttpError::Transport(format!("{method} {path}: {}", logging::error_chain(&err)))
         })?;
         if status == reqwest::StatusCode::NOT_FOUND {
             return Err(HttpError::NotFound(truncate(&text)));
@@ -470,7 +470,7 @@ impl EventStream {
             match self.response.chunk().await {
                 Ok(Some(chunk)) => self.buffer.extend_from_slice(&chunk),
                 Ok(None) => return None,
-                Err(err) => return Some(Err(error_chain(&err))),
+                Err(err) => return Some(Err(logging::error_chain(&err))),
             }
         }
     }
@@ -520,19 +520,6 @@ fn truncate(text: &str) -> String {
         end -= 1;
     }
     format!("{}…", &text[..end])
-}
-
-/// An error with its sources, since reqwest's top-level message is often just "error sending
-/// request".
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
 }
 
 #[cfg(test)]
