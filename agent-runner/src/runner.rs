@@ -796,32 +796,10 @@ impl Runner {
                         });
                     };
                     let now = Instant::now();
-                    let moved = match &event {
-                        // `Init`: the CLI is up and its session open. Its start-up (seconds for
-                        // OpenCode's server, more on a loaded machine) is not the model's silence.
-                        ProviderEvent::Output
-                        | ProviderEvent::Init { .. }
-                        | ProviderEvent::Result { .. }
-                        | ProviderEvent::Progress { .. } => true,
-                        ProviderEvent::Activity { tool: Some(_) } => {
-                            progress.tools += 1;
-                            true
-                        }
-                        ProviderEvent::ToolEnded { running } => {
-                            progress.tools = *running;
-                            true
-                        }
-                        ProviderEvent::Error { message, ends_turn: false, .. } => {
-                            progress.notice(message);
-                            progress.shown = true;
-                            let waiting = progress.waiting_on(&self.options.model_endpoint);
-                            self.call(move |db| db.set_waiting_on(Some(&waiting))).await?;
-                            false
-                        }
-                        _ => false,
-                    };
-                    if let ProviderEvent::Result { .. } = event {
-                        progress.tools = 0;
+                    let moved = progress.note(&event);
+                    if let ProviderEvent::Error { ends_turn: false, .. } = &event {
+                        let waiting = progress.waiting_on(&self.options.model_endpoint);
+                        self.call(move |db| db.set_waiting_on(Some(&waiting))).await?;
                     }
                     if moved && progress.output(now, (self.options.clock)()) {
                         self.call(|db| db.set_waiting_on(None)).await?;
@@ -1201,6 +1179,41 @@ impl TurnProgress {
         std::mem::replace(&mut self.shown, false)
     }
 
+    /// Notes what `event` says about the turn's progress (tools running, retry notices); true
+    /// when the turn moved and the silence clock starts again ([`TurnProgress::output`]).
+    fn note(&mut self, event: &ProviderEvent) -> bool {
+        match event {
+            // `Init`: the CLI is up and its session open. Its start-up (seconds for OpenCode's
+            // server, more on a loaded machine) is not the model's silence.
+            ProviderEvent::Output | ProviderEvent::Init { .. } | ProviderEvent::Progress { .. } => {
+                true
+            }
+            ProviderEvent::Result { .. } => {
+                self.tools = 0;
+                true
+            }
+            ProviderEvent::Activity { tool: Some(_) } => {
+                self.tools += 1;
+                true
+            }
+            ProviderEvent::ToolEnded { running } => {
+                self.tools = *running;
+                true
+            }
+            ProviderEvent::Error {
+                message,
+                ends_turn: false,
+                ..
+            } => {
+                self.notice(message);
+                // The caller writes `waiting_on` now.
+                self.shown = true;
+                false
+            }
+            _ => false,
+        }
+    }
+
     /// A retry or reconnect notice of the CLI.
     fn notice(&mut self, message: &str) {
         self.notices = self.notices.saturating_add(1);
@@ -1340,6 +1353,22 @@ mod tests {
         assert_eq!(
             progress.deadline(&LIMITS),
             Some((at(&progress, 120), Stall::Silence))
+        );
+    }
+
+    #[test]
+    fn the_cli_start_up_is_not_model_silence() {
+        // The CLI took 30 s to start (OpenCode's server on a loaded machine): its `Init`
+        // starts the silence clock again.
+        let mut progress = TurnProgress::new(Instant::now(), Utc::now());
+        let init = ProviderEvent::Init {
+            session_id: "s-1".to_owned(),
+        };
+        assert!(progress.note(&init), "Init moves the turn");
+        progress.output(at(&progress, 30), Utc::now());
+        assert_eq!(
+            progress.deadline(&LIMITS),
+            Some((at(&progress, 150), Stall::Silence))
         );
     }
 
