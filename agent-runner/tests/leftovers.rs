@@ -89,10 +89,19 @@ fn logs(workspace: &Path) -> String {
 /// A task whose script leaves two background processes outside its process group, one with an
 /// empty environment (no marker: only the ledger knows it), writes their pids to `pids` and
 /// skips the agent.
+///
+/// The script ends only once both have left its group (each leads its own session): until
+/// `setsid` runs they are still in the group, and the group kill at the script's end would take
+/// them with it on a loaded machine, leaving nothing to test.
 fn leaving_task(pids: &Path) -> NewMessageIn {
     let script = format!(
         "setsid sleep 300 >/dev/null 2>&1 & a=$!\n\
          env -i setsid sleep 301 >/dev/null 2>&1 & b=$!\n\
+         sid() {{ cut -d' ' -f6 /proc/$1/stat; }}\n\
+         for i in $(seq 1 1000); do\n\
+           [ \"$(sid $a)\" = \"$a\" ] && [ \"$(sid $b)\" = \"$b\" ] && break\n\
+           sleep 0.01\n\
+         done\n\
          echo \"$a $b\" > {0}.tmp && mv {0}.tmp {0}\n\
          echo '{{\"wakeAgent\": false}}'\n",
         pids.display()
@@ -194,11 +203,19 @@ fn restart_after_sigkill_kills_what_the_old_run_left_running() {
         "restart: the old run's leftovers gone {:.2?} after the start",
         started.elapsed()
     );
-    let log = logs(dir.path());
+    // The line is written after the kills, and the log lines go through a writer thread.
+    let kill_line = "killed processes a previous run of this session left behind";
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut log = logs(dir.path());
+    while !log.contains(kill_line) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        log = logs(dir.path());
+    }
+    assert!(log.contains(kill_line), "no log line of the kill:\n{log}");
     let line = log
         .lines()
-        .find(|line| line.contains("killed processes a previous run of this session left behind"))
-        .unwrap_or_else(|| panic!("no log line of the kill:\n{log}"));
+        .find(|line| line.contains(kill_line))
+        .unwrap_or_default();
     for pid in &pids {
         assert!(line.contains(&pid.to_string()), "{pid} not in {line}");
     }
