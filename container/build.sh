@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds the agent image from the repository root, with the CLI versions pinned in
-# scripts/install-clis.sh (read from that script, so the image and the local install cannot
+# Builds the agent image from the repository root, with the pins of versions.env (the CLI
+# versions and the base images, read from that file, so the image and the local install cannot
 # drift), then prints the `docker run` line.
 #
 #   container/build.sh                       # docker build -t nanoclaw-agent:<workspace version>
+#   container/build.sh --clis claude         # only the named CLIs (claude, codex, opencode, or
+#                                            # none for the mock provider); default all three
 #   container/build.sh --dry-run             # print the build command, do not run it
 #   IMAGE=registry.example/nanoclaw-agent VERSION=dev container/build.sh --push
 #   DOCKER=podman container/build.sh         # any docker-compatible CLI with BuildKit features
@@ -18,26 +20,43 @@ cd "$ROOT"
 log() { printf '[container/build] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-# NAME=value at the start of a line of scripts/install-clis.sh.
+# NAME=value at the start of a line of versions.env.
 pin() {
   local value
-  value="$(sed -n "s/^$1=\\([^[:space:]#]*\\).*/\\1/p" scripts/install-clis.sh | head -n 1)"
-  [[ -n "$value" ]] || die "no $1=... line in scripts/install-clis.sh"
+  value="$(sed -n "s/^$1=\\([^[:space:]#]*\\).*/\\1/p" versions.env | head -n 1)"
+  [[ -n "$value" ]] || die "no $1=... line in versions.env"
   printf '%s' "$value"
 }
 
 DRY_RUN=
+CLIS="claude codex opencode"
 ARGS=()
-for arg in "$@"; do
-  case "$arg" in
-    --dry-run) DRY_RUN=1 ;;
-    *) ARGS+=("$arg") ;;
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --dry-run) DRY_RUN=1; shift ;;
+    --clis) CLIS="${2:?--clis needs a list: claude, codex, opencode (comma or space separated) or none}"; shift 2 ;;
+    --clis=*) CLIS="${1#*=}"; shift ;;
+    *) ARGS+=("$1"); shift ;;
   esac
 done
+CLIS="${CLIS//,/ }"
+read -r -a selected <<<"$CLIS"
+[[ ${#selected[@]} -gt 0 ]] || die "--clis is empty: name at least one CLI, or none"
+for cli in "${selected[@]}"; do
+  case "$cli" in
+    claude | codex | opencode) ;;
+    none) [[ ${#selected[@]} -eq 1 ]] || die "--clis none goes alone" ;;
+    *) die "unknown CLI '$cli' in --clis (known: claude codex opencode, or none)" ;;
+  esac
+done
+CLIS="${selected[*]}"
 
-CLAUDE_CODE_VERSION="$(pin CLAUDE_CODE_VERSION)"
-CODEX_VERSION="$(pin CODEX_VERSION)"
-OPENCODE_VERSION="$(pin OPENCODE_VERSION)"
+# The pins the Dockerfile declares as build arguments.
+PINS=(CLAUDE_CODE_VERSION CODEX_VERSION OPENCODE_VERSION RUST_IMAGE NODE_IMAGE)
+BUILD_ARGS=()
+for name in "${PINS[@]}"; do
+  BUILD_ARGS+=(--build-arg "$name=$(pin "$name")")
+done
 # The image version defaults to the workspace version ([workspace.package] in Cargo.toml).
 VERSION="${VERSION:-$(sed -n '/^\[workspace\.package\]/,/^\[/s/^version *= *"\([^"]*\)".*/\1/p' Cargo.toml | head -n 1)}"
 [[ -n "$VERSION" ]] || die "cannot read the workspace version from Cargo.toml; set VERSION"
@@ -48,9 +67,8 @@ TAG="$IMAGE:$VERSION"
 CMD=(
   "$DOCKER" build
   -f container/Dockerfile
-  --build-arg "CLAUDE_CODE_VERSION=$CLAUDE_CODE_VERSION"
-  --build-arg "CODEX_VERSION=$CODEX_VERSION"
-  --build-arg "OPENCODE_VERSION=$OPENCODE_VERSION"
+  "${BUILD_ARGS[@]}"
+  --build-arg "CLIS=$CLIS"
   -t "$TAG"
   ${ARGS[@]+"${ARGS[@]}"}
   .
@@ -61,7 +79,7 @@ if [[ -n "$DRY_RUN" ]]; then
   printf '\n'
 else
   command -v "$DOCKER" >/dev/null 2>&1 || die "'$DOCKER' not found (set DOCKER=podman to use Podman)"
-  log "building $TAG (claude-code $CLAUDE_CODE_VERSION, codex $CODEX_VERSION, opencode $OPENCODE_VERSION)"
+  log "building $TAG (CLIs: $CLIS; ${BUILD_ARGS[*]})"
   DOCKER_BUILDKIT=1 "${CMD[@]}"
   log "built $TAG"
 fi

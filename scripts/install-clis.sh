@@ -2,21 +2,25 @@
 # Install the pinned agent CLIs (Claude Code, Codex, OpenCode) from the npm registry into a
 # project-local folder (default: <repo>/.cli, git-ignored).
 #
-#   scripts/install-clis.sh            # install or reuse
+#   scripts/install-clis.sh                  # all three: install or reuse
+#   scripts/install-clis.sh codex            # only the named CLIs (claude, codex, opencode)
+#   NANOCLAW_CLIS="claude opencode" scripts/install-clis.sh     # the same through the environment
 #   NANOCLAW_CLI_DIR=/opt/cli scripts/install-clis.sh
-#   FORCE=1 scripts/install-clis.sh    # reinstall even if the pinned versions are present
+#   FORCE=1 scripts/install-clis.sh          # reinstall even if the pinned versions are present
+#   scripts/install-clis.sh --print-packages [CLI...]   # the npm packages it would install
+#   scripts/install-clis.sh --print-native              # the native binaries installed
 #
-# Non-interactive (works with CI=true and no stdin). Re-runs are fast: when every package.json
-# under node_modules already has the pinned version and every native binary is present, npm is
-# not invoked at all.
+# Prerequisites: Node.js >= NODE_MIN_MAJOR of versions.env (22: the pinned Claude Code declares
+# "engines": {"node": ">=22.0.0"}; npm only warns EBADENGINE below it) and npm. The script checks
+# the Node version first and says what to do.
 #
-# The pins below are the single source of truth for the scripts; a test compares them with the
-# Dockerfile. The protocol behaviour the providers rely on was measured with these versions:
-# re-run the end-to-end suites (scripts/test.sh) before moving a pin.
-CLAUDE_CODE_VERSION=2.1.330
-CODEX_VERSION=0.169.0
-OPENCODE_VERSION=1.18.33
-
+# Non-interactive (works with CI=true and no stdin). Re-runs are fast: when every selected
+# package already has the pinned version and its native binary is present, npm is not invoked.
+#
+# The pins are in versions.env at the repository root (the one place of every pin, shared with
+# container/build.sh and the Dockerfile); CLAUDE_CODE_VERSION, CODEX_VERSION and
+# OPENCODE_VERSION set in the environment win (the image build passes its build arguments so).
+#
 # Where the binaries live after install (linux x64 shown; other platforms are analogous):
 #   .cli/node_modules/.bin/claude   -> @anthropic-ai/claude-code/bin/claude.exe. The package's
 #       postinstall (install.cjs) replaces that placeholder with a hard link/copy of the native
@@ -25,91 +29,207 @@ OPENCODE_VERSION=1.18.33
 #   .cli/node_modules/.bin/codex    -> @openai/codex/bin/codex.js, a node launcher that spawns the
 #       native binary and forwards SIGINT/SIGTERM/SIGHUP. Native (musl, static):
 #       .cli/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex
-#       (a Rust harness can exec this directly and skip node).
-#   .cli/node_modules/.bin/opencode -> opencode-ai/bin/opencode.exe. Its postinstall
-#       (postinstall.mjs) links in opencode-linux-x64/bin/opencode (or -baseline without AVX2),
-#       so after install `.bin/opencode` IS the native (Bun) binary.
+#   .cli/node_modules/.bin/opencode -> opencode-ai/bin/opencode.exe. npm installs EVERY optional
+#       dependency whose os/cpu match (on linux x64: opencode-linux-x64 AND
+#       opencode-linux-x64-baseline, 177 MB each); the postinstall (postinstall.mjs) then links
+#       one into opencode.exe: the AVX2 build when /proc/cpuinfo has avx2, else the baseline.
+#       This script keeps one build and deletes the others (keep_one_opencode_build), chosen by
+#       NANOCLAW_OPENCODE_BUILD: auto (default: the postinstall's choice for this CPU), baseline
+#       (runs on every x64 CPU: what an image built on one machine and run on others needs), or
+#       avx2.
 # The native binaries come as optional dependencies selected by os/cpu(/libc), so optional
 # dependencies must not be omitted (--include=optional). The postinstall scripts must run; if the
 # npm config disables them we run them by hand (see run_postinstalls).
-# `scripts/install-clis.sh --print-native` prints the native binaries found on this machine.
 
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VERSIONS="${NANOCLAW_VERSIONS_FILE:-$ROOT/versions.env}"
 CLI_DIR="${NANOCLAW_CLI_DIR:-$ROOT/.cli}"
-BIN_DIR="$CLI_DIR/node_modules/.bin"
-
-PACKAGES=(
-  "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION"
-  "@openai/codex@$CODEX_VERSION"
-  "opencode-ai@$OPENCODE_VERSION"
-)
+NM="$CLI_DIR/node_modules"
+BIN_DIR="$NM/.bin"
+ALL_CLIS=(claude codex opencode)
 
 log() { printf '[install-clis] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
 
 need() {
-  command -v "$1" >/dev/null 2>&1 || { log "error: '$1' not found in PATH"; exit 1; }
+  command -v "$1" >/dev/null 2>&1 || die "'$1' not found in PATH${2:+: $2}"
+}
+
+# NAME=value of versions.env, unless NAME is already set in the environment.
+pin() {
+  local value="${!1:-}"
+  if [[ -z "$value" ]]; then
+    [[ -f "$VERSIONS" ]] || die "the pins file $VERSIONS is missing"
+    value="$(sed -n "s/^$1=\\([^[:space:]#]*\\).*/\\1/p" "$VERSIONS" | head -n 1)"
+  fi
+  [[ -n "$value" ]] || die "no $1=... line in $VERSIONS"
+  printf '%s' "$value"
+}
+
+CLAUDE_CODE_VERSION="$(pin CLAUDE_CODE_VERSION)"
+CODEX_VERSION="$(pin CODEX_VERSION)"
+OPENCODE_VERSION="$(pin OPENCODE_VERSION)"
+NODE_MIN_MAJOR="$(pin NODE_MIN_MAJOR)"
+
+# The npm package of a CLI.
+package_of() {
+  case "$1" in
+    claude) printf '@anthropic-ai/claude-code' ;;
+    codex) printf '@openai/codex' ;;
+    opencode) printf 'opencode-ai' ;;
+  esac
+}
+
+version_of() {
+  case "$1" in
+    claude) printf '%s' "$CLAUDE_CODE_VERSION" ;;
+    codex) printf '%s' "$CODEX_VERSION" ;;
+    opencode) printf '%s' "$OPENCODE_VERSION" ;;
+  esac
 }
 
 # Version recorded in node_modules/<pkg>/package.json, or empty.
 installed_version() {
-  local pj="$CLI_DIR/node_modules/$1/package.json"
+  local pj="$NM/$1/package.json"
   [[ -f "$pj" ]] || return 0
   node -e 'try{process.stdout.write(String(require(process.argv[1]).version||""))}catch(e){}' "$pj"
 }
 
-# Native binaries shipped as optional dependencies (searched, not hard-coded, so other
-# platforms work too). Prints one path per line.
-native_binaries() {
-  local nm="$CLI_DIR/node_modules"
-  [[ -d "$nm" ]] || return 0
-  # codex: @openai/codex-<os>-<arch>/vendor/<triple>/bin/codex (or vendor/ inside @openai/codex)
-  find "$nm/@openai" -path '*/vendor/*/bin/codex' -type f 2>/dev/null | sort | head -n 1 || true
-  # opencode: opencode-<os>-<arch>[-musl|-baseline]/bin/opencode
-  # (prefer the variant the postinstall linked in, e.g. non-baseline on AVX2 machines)
-  { [[ -f "$nm/opencode-ai/bin/opencode.exe" ]] &&
-      find "$nm" -maxdepth 3 -path "$nm/opencode-*/bin/opencode" -samefile "$nm/opencode-ai/bin/opencode.exe" 2>/dev/null
-    find "$nm" -maxdepth 3 -path "$nm/opencode-*/bin/opencode" -type f 2>/dev/null | sort
-  } | head -n 1 || true
-  # claude: native build, if the package ships one as an optional dependency
-  find "$nm/@anthropic-ai" -maxdepth 3 -path '*/claude-code-*/claude' -type f 2>/dev/null | sort | head -n 1 || true
+# The native binary of a CLI, if installed (searched, not hard-coded, so other platforms work).
+native_of() {
+  case "$1" in
+    # codex: @openai/codex-<os>-<arch>/vendor/<triple>/bin/codex (or vendor/ in @openai/codex)
+    codex) find "$NM/@openai" -path '*/vendor/*/bin/codex' -type f 2>/dev/null | sort | head -n 1 || true ;;
+    # opencode and claude: the postinstall put the native binary in place of the placeholder
+    # (a few hundred bytes); anything above 1 MB is the real one.
+    opencode) find "$NM/opencode-ai/bin/opencode.exe" -size +1M 2>/dev/null || true ;;
+    claude) find "$NM/@anthropic-ai/claude-code/bin/claude.exe" -size +1M 2>/dev/null || true ;;
+  esac
+}
+
+# The selection: the arguments, else NANOCLAW_CLIS, else all; each checked.
+SELECTED=()
+select_clis() {
+  local names=("$@") name known
+  if [[ ${#names[@]} -eq 0 && -n "${NANOCLAW_CLIS:-}" ]]; then
+    read -r -a names <<<"${NANOCLAW_CLIS//,/ }"
+  fi
+  [[ ${#names[@]} -gt 0 ]] || names=("${ALL_CLIS[@]}")
+  for name in "${names[@]}"; do
+    known=
+    for cli in "${ALL_CLIS[@]}"; do [[ "$cli" == "$name" ]] && known=1; done
+    [[ -n "$known" ]] || die "unknown CLI '$name' (known: ${ALL_CLIS[*]})"
+    SELECTED+=("$name")
+  done
 }
 
 up_to_date() {
-  [[ "$(installed_version @anthropic-ai/claude-code)" == "$CLAUDE_CODE_VERSION" ]] || return 1
-  [[ "$(installed_version @openai/codex)" == "$CODEX_VERSION" ]] || return 1
-  [[ "$(installed_version opencode-ai)" == "$OPENCODE_VERSION" ]] || return 1
-  local b
-  for b in claude codex opencode; do
-    [[ -x "$BIN_DIR/$b" ]] || return 1
+  local cli
+  for cli in "${SELECTED[@]}"; do
+    [[ "$(installed_version "$(package_of "$cli")")" == "$(version_of "$cli")" ]] || return 1
+    [[ -x "$BIN_DIR/$cli" ]] || return 1
+    # The launchers are useless without their native binaries.
+    [[ -n "$(native_of "$cli")" ]] || return 1
   done
-  # The launchers are useless without their native optional dependencies.
-  find "$CLI_DIR/node_modules/@openai" -path '*/vendor/*/bin/codex' -type f 2>/dev/null | grep -q . || return 1
-  find "$CLI_DIR/node_modules" -maxdepth 3 -path "$CLI_DIR/node_modules/opencode-*/bin/opencode" -type f 2>/dev/null | grep -q . || return 1
   return 0
+}
+
+# The Node.js prerequisite: at least NODE_MIN_MAJOR for Claude Code (its `engines`); below that
+# npm only warns EBADENGINE and the install still works today, so it is a warning, with what to
+# do. Below 16 nothing works (the launchers and postinstall scripts are ES modules).
+check_node() {
+  need node "install Node.js $NODE_MIN_MAJOR or later (https://nodejs.org/en/download, or nvm install $NODE_MIN_MAJOR)"
+  need npm "it comes with Node.js; install Node.js $NODE_MIN_MAJOR or later"
+  local version major
+  version="$(node --version 2>/dev/null || true)"
+  major="${version#v}"
+  major="${major%%.*}"
+  [[ "$major" =~ ^[0-9]+$ ]] || die "cannot read the Node.js version ('node --version' printed '$version')"
+  if ((major < 16)); then
+    die "Node.js $version is too old for the pinned CLIs: install Node.js $NODE_MIN_MAJOR or later (https://nodejs.org/en/download, or 'nvm install $NODE_MIN_MAJOR')"
+  fi
+  if ((major < NODE_MIN_MAJOR)) && [[ " ${SELECTED[*]} " == *" claude "* ]]; then
+    log "warning: Node.js $version is older than $NODE_MIN_MAJOR, which @anthropic-ai/claude-code@$CLAUDE_CODE_VERSION requires (\"engines\": {\"node\": \">=22.0.0\"}; npm warns EBADENGINE). The install goes on, but it is unsupported: install Node.js $NODE_MIN_MAJOR or later (https://nodejs.org/en/download, or 'nvm install $NODE_MIN_MAJOR')."
+  fi
 }
 
 # If npm skipped lifecycle scripts (ignore-scripts, allowScripts policy), the claude and opencode
 # launchers are still placeholders: run the packages' postinstall scripts ourselves.
 run_postinstalls() {
-  local b dir script
-  for b in claude:@anthropic-ai/claude-code:install.cjs opencode:opencode-ai:postinstall.mjs; do
-    IFS=: read -r b dir script <<<"$b"
+  local entry b dir script
+  for entry in claude:@anthropic-ai/claude-code:install.cjs opencode:opencode-ai:postinstall.mjs; do
+    IFS=: read -r b dir script <<<"$entry"
+    [[ " ${SELECTED[*]} " == *" $b "* ]] || continue
     if ! "$BIN_DIR/$b" --version </dev/null >/dev/null 2>&1; then
       log "running postinstall of $dir ($script) by hand"
-      (cd "$CLI_DIR/node_modules/$dir" && node "$script" </dev/null) || log "warning: $dir postinstall failed"
+      (cd "$NM/$dir" && node "$script" </dev/null) || log "warning: $dir postinstall failed"
     fi
   done
 }
 
-if [[ "${1:-}" == "--print-native" ]]; then
-  native_binaries
-  exit 0
-fi
+# One OpenCode build (see the header): link the wanted build into opencode-ai/bin/opencode.exe
+# and delete every opencode-<platform> package (their binary is that file's other name, or a
+# build not used).
+keep_one_opencode_build() {
+  local target="$NM/opencode-ai/bin/opencode.exe" want="${NANOCLAW_OPENCODE_BUILD:-auto}" dir
+  [[ -f "$target" ]] || return 0
+  local builds=()
+  for dir in "$NM"/opencode-*/; do
+    dir="${dir%/}"
+    [[ "$dir" != "$NM/opencode-ai" && -f "$dir/bin/opencode" ]] && builds+=("$dir")
+  done
+  [[ ${#builds[@]} -gt 0 ]] || return 0
+  if [[ "$want" != auto ]]; then
+    local current="" chosen=""
+    for dir in "${builds[@]}"; do
+      [[ "$dir/bin/opencode" -ef "$target" ]] && current="$dir"
+    done
+    # Same libc as the build the postinstall chose; baseline or not as asked.
+    local musl current_musl=0
+    [[ "$current" == *-musl ]] && current_musl=1
+    for dir in "${builds[@]}"; do
+      musl=0
+      [[ "$dir" == *-musl ]] && musl=1
+      [[ "$musl" == "$current_musl" ]] || continue
+      case "$want" in
+        baseline) [[ "$dir" == *-baseline* ]] && chosen="$dir" ;;
+        avx2) [[ "$dir" != *-baseline* ]] && chosen="$dir" ;;
+        *) die "NANOCLAW_OPENCODE_BUILD=$want: use auto, baseline or avx2" ;;
+      esac
+      [[ -n "$chosen" ]] && break
+    done
+    [[ -n "$chosen" ]] || die "no $want build of OpenCode among: ${builds[*]##*/}"
+    if [[ ! "$chosen/bin/opencode" -ef "$target" ]]; then
+      log "OpenCode: using the $want build ${chosen##*/}"
+      ln -f "$chosen/bin/opencode" "$target" 2>/dev/null || cp -f "$chosen/bin/opencode" "$target"
+      chmod 0755 "$target"
+    fi
+  fi
+  for dir in "${builds[@]}"; do
+    log "OpenCode: removing ${dir##*/} (opencode-ai/bin/opencode.exe is the one build kept)"
+    rm -rf -- "$dir"
+  done
+}
 
-need node
-need npm
+case "${1:-}" in
+  --print-native)
+    shift
+    select_clis "$@"
+    for cli in "${SELECTED[@]}"; do native_of "$cli"; done
+    exit 0
+    ;;
+  --print-packages)
+    shift
+    select_clis "$@"
+    for cli in "${SELECTED[@]}"; do printf '%s@%s\n' "$(package_of "$cli")" "$(version_of "$cli")"; done
+    exit 0
+    ;;
+esac
+
+select_clis "$@"
+check_node
 
 export CI="${CI:-true}"
 export npm_config_yes=true
@@ -121,9 +241,11 @@ export npm_config_progress=false
 mkdir -p "$CLI_DIR"
 
 if [[ -z "${FORCE:-}" ]] && up_to_date; then
-  log "pinned CLIs already installed in $CLI_DIR (reusing)"
+  log "pinned CLIs (${SELECTED[*]}) already installed in $CLI_DIR (reusing)"
 else
-  log "installing ${PACKAGES[*]} into $CLI_DIR"
+  PACKAGES=()
+  for cli in "${SELECTED[@]}"; do PACKAGES+=("$(package_of "$cli")@$(version_of "$cli")"); done
+  log "installing ${PACKAGES[*]} into $CLI_DIR (a few hundred MB from the npm registry)"
   if [[ ! -f "$CLI_DIR/package.json" ]]; then
     printf '{\n  "name": "nanoclaw-clis",\n  "private": true\n}\n' >"$CLI_DIR/package.json"
   fi
@@ -140,15 +262,19 @@ else
   run_postinstalls
   if ! up_to_date; then
     log "error: install finished but the pinned versions / native binaries are not all present:"
-    log "  claude-code=$(installed_version @anthropic-ai/claude-code) codex=$(installed_version @openai/codex) opencode-ai=$(installed_version opencode-ai)"
-    native_binaries >&2 || true
+    for cli in "${SELECTED[@]}"; do
+      log "  $cli: $(package_of "$cli")=$(installed_version "$(package_of "$cli")") (pinned $(version_of "$cli")), native: $(native_of "$cli")"
+    done
     exit 1
   fi
 fi
+if [[ " ${SELECTED[*]} " == *" opencode "* ]]; then
+  keep_one_opencode_build
+fi
 
-# Verify each CLI runs.
+# Verify each selected CLI runs.
 status=0
-for b in claude codex opencode; do
+for b in "${SELECTED[@]}"; do
   if out="$(cd "$CLI_DIR" && HOME="${HOME:-/tmp}" timeout 60 "$BIN_DIR/$b" --version </dev/null 2>&1)"; then
     printf '%-9s %s  (%s)\n' "$b" "$BIN_DIR/$b" "$(printf '%s' "$out" | tail -n 1)"
   else
@@ -156,7 +282,8 @@ for b in claude codex opencode; do
     status=1
   fi
 done
-while IFS= read -r native; do
+for b in "${SELECTED[@]}"; do
+  native="$(native_of "$b")"
   [[ -n "$native" ]] && printf 'native    %s\n' "$native"
-done < <(native_binaries)
+done
 exit "$status"

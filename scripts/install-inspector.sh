@@ -10,9 +10,14 @@
 # Non-interactive (works with CI=true and no stdin). A re-run with the pinned version already
 # installed does not invoke npm at all. Prints the path of the CLI entry point on success.
 #
-# Usage of the installed CLI (what the test does):
-#   node .cli-inspector/node_modules/@modelcontextprotocol/inspector-cli/build/cli.js \
-#     target/debug/mcp-tools --method tools/list
+# Use it through scripts/inspect.sh (tools/list by default; any inspector arguments, e.g.
+# `--method tools/call --tool-name send_message --tool-arg text=hi`). By hand: the package is the
+# CLI only (without --cli it tries to start a web UI that is not installed: "Cannot find module
+# .../client/bin/start.js"), and it resolves its files from the working directory, so run it
+# from its build/ folder with absolute paths and the server's session passed with -e:
+#   cd .cli-inspector/node_modules/@modelcontextprotocol/inspector-cli/build &&
+#     node cli.js --cli -e SESSION_DB=<abs path>/session.db <abs path>/target/debug/mcp-tools \
+#     --method tools/list
 set -euo pipefail
 
 INSPECTOR_VERSION=1.0.3

@@ -20,11 +20,29 @@ use crate::runner::{Runner, RunnerOptions};
 pub enum Command {
     /// Run the loop (the default).
     Run,
-    /// Print the effective configuration with each value's source (secrets masked).
-    Config,
+    /// Print the effective configuration with each value's source (secrets masked: the API
+    /// keys, and values named like secrets anywhere, e.g. an MCP server's GITHUB_TOKEN).
+    Config {
+        /// One JSON object: {workspace, configFile, settings: {key: {value, source, variable}}}.
+        #[arg(long)]
+        json: bool,
+    },
     /// Claude's PreCompact hook: archive the transcript named by the hook JSON on stdin to
     /// the conversations folder. Always exits 0; problems are logged on stderr.
     ArchiveHook(crate::archive_hook::ArchiveHookArgs),
+    /// For HEALTHCHECK and probes: exit 0 when the runner is alive and making progress, else
+    /// exit 1 with the reason and its fix on one line. Reads the session DB once, read-only;
+    /// takes no lock and starts nothing, so it runs beside the live runner.
+    Health(HealthArgs),
+}
+
+/// `agent-runner health` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HealthArgs {
+    /// A heartbeat older than SECS is stale [default: 3 × heartbeatSecs, at least 15]. The turn's
+    /// silence limit is the setting healthMaxTurnSilenceSecs.
+    #[arg(long, value_name = "SECS")]
+    pub stale_after: Option<u64>,
 }
 
 /// Parsed command line.
@@ -42,18 +60,39 @@ pub struct Args {
     pub config: Option<PathBuf>,
     /// `--set KEY=VALUE`.
     pub set: Vec<String>,
+    /// `--log-format`.
+    pub log_format: Option<logging::LogFormat>,
     /// The subcommand.
     pub command: Command,
 }
 
-/// Logs to stderr (`RUST_LOG`, default info), without colours when stderr is not a terminal.
-/// Through [`logging::Stderr`]: a dead or full stderr pipe must never panic or block the runner
-/// (a panic in the signal task once left it deaf to SIGTERM).
-pub fn init_logging() {
-    let _ = logging::subscriber("info")
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
+/// The runner's log filter when `RUST_LOG` is unset.
+pub const DEFAULT_LOG_FILTER: &str = "info";
+
+/// Logs to stderr (`RUST_LOG`, default info) in `--log-format`, else `NANOCLAW_LOG_FORMAT`'s
+/// format (the config file's `logFormat` applies once read: [`main`]), without colours when
+/// stderr is not a terminal. Through [`logging::Stderr`]: a dead or full stderr pipe must never
+/// panic or block the runner (a panic in the signal task once left it deaf to SIGTERM).
+pub fn init_logging(format: Option<logging::LogFormat>) {
+    // An unknown name in the variable is refused with the configuration (`logFormat`).
+    let format = format
+        .or_else(|| logging::LogFormat::from_env().ok().flatten())
+        .unwrap_or_default();
+    let _ = logging::subscriber("agent-runner", DEFAULT_LOG_FILTER, format)
+        .event_format(logging::LineFormat {
+            target: false,
+            ansi: std::io::stderr().is_terminal(),
+        })
         .try_init();
+}
+
+/// Applies the logging settings of the configuration: its format (`logFormat` may come from
+/// config.json) and the session every JSON line names, the session DB's path.
+fn configure_logging(config: &Config) {
+    if let Ok(settings) = config.settings() {
+        logging::set_format(settings.log_format);
+        logging::set_session(settings.session_db.display().to_string());
+    }
 }
 
 /// Runs a subcommand.
@@ -64,19 +103,49 @@ pub async fn main(cli: Args) -> Result<()> {
             .workspace
             .clone()
             .unwrap_or_else(|| PathBuf::from("/workspace"));
-        let settings = load_config(&cli).and_then(|config| config.settings());
+        let config = load_config(&cli);
+        if let Ok(config) = &config {
+            configure_logging(config);
+        }
+        let settings = config.and_then(|config| config.settings());
         crate::archive_hook::main(args, settings, &workspace);
         return Ok(());
     }
     let config = load_config(&cli)?;
+    configure_logging(&config);
     match cli.command {
-        Command::Config => {
+        Command::Config { json: false } => {
             print!("{}", config.describe());
+            Ok(())
+        }
+        Command::Config { json: true } => {
+            println!("{}", config.describe_json());
             Ok(())
         }
         Command::Run => run(config).await,
         Command::ArchiveHook(_) => Ok(()),
+        Command::Health(args) => health(&config, &args),
     }
+}
+
+/// `agent-runner health`: the verdict of [`schema::health::check`] on the configured DB.
+fn health(config: &Config, args: &HealthArgs) -> Result<()> {
+    let settings = config.settings()?;
+    // As root with runAs (the image's probes), read as the runner's user: a root-owned `-shm`
+    // file left by the check would lock the runner out of its own DB.
+    if settings.run_as.is_some() && nix::unistd::Uid::effective().is_root() {
+        crate::privileges::drop_privileges(settings.run_as.as_deref(), &settings.workspace)?;
+    }
+    let mut limits = schema::health::HealthLimits::for_heartbeat(
+        settings.heartbeat,
+        settings.health_max_turn_silence,
+    );
+    if let Some(secs) = args.stale_after {
+        limits.stale_heartbeat = Duration::from_secs(secs);
+    }
+    let healthy = schema::health::check(&settings.session_db, &limits, chrono::Utc::now())?;
+    println!("{healthy}");
+    Ok(())
 }
 
 fn load_config(cli: &Args) -> Result<Config> {
@@ -95,6 +164,9 @@ fn load_config(cli: &Args) -> Result<Config> {
     }
     if let Some(model) = &cli.model {
         flags.push(("model".into(), model.clone()));
+    }
+    if let Some(format) = cli.log_format {
+        flags.push(("logFormat".into(), format.name().to_owned()));
     }
     let inputs = config::Inputs {
         workspace: cli
@@ -364,12 +436,20 @@ fn provider_settings(settings: &Settings) -> ProviderSettings {
         max_retries: settings.cli_max_retries,
         request_timeout: settings.cli_request_timeout,
         stream_idle_timeout: settings.cli_stream_idle,
-        cli_env: settings.cli_env.clone(),
+        cli_env: settings.cli_env.0.clone(),
         codex_steer: settings.codex_steer,
-        mcp_env: BTreeMap::new(),
+        // mcp-tools logs in the runner's format (its stderr may reach the same collector).
+        mcp_env: match settings.log_format {
+            logging::LogFormat::Json => BTreeMap::from([(
+                logging::LOG_FORMAT_ENV.to_owned(),
+                logging::LogFormat::Json.name().to_owned(),
+            )]),
+            logging::LogFormat::Text => BTreeMap::new(),
+        },
         // Claude's PreCompact hook calls this binary back (`agent-runner archive-hook`).
         runner_exe: std::env::current_exe().ok(),
         assistant_name: settings.assistant_name.clone(),
+        auth_hint: settings.auth_hint(),
     }
 }
 

@@ -17,6 +17,7 @@ use anyhow::{bail, Context, Result};
 use chrono_tz::Tz;
 use credproxy::Api;
 use provider::process::EnvPolicy;
+use provider::redact::{self, mask};
 use provider::{McpServer, MockSettings, ProviderKind};
 use serde_json::Value;
 
@@ -51,6 +52,8 @@ struct Field {
     /// Default as text (empty = unset).
     default: &'static str,
     help: &'static str,
+    /// The allowed values of a number, inclusive; a value outside is refused, never clamped.
+    range: Option<(u64, u64)>,
 }
 
 const fn field(
@@ -67,8 +70,35 @@ const fn field(
         secret: false,
         default,
         help,
+        range: None,
     }
 }
+
+/// A number allowed only in `min..=max` (`u64::MAX`: no upper bound).
+const fn ranged(
+    key: &'static str,
+    env: &'static str,
+    default: &'static str,
+    (min, max): (u64, u64),
+    help: &'static str,
+) -> Field {
+    Field {
+        key,
+        env,
+        kind: Kind::Number,
+        secret: false,
+        default,
+        help,
+        range: Some((min, max)),
+    }
+}
+
+/// The longest timer setting, in seconds: 24 days. Claude and OpenCode run on Node, whose timers
+/// hold at most 2^31-1 ms (24.8 days) and fire at once beyond; and a deadline `now + limit` must
+/// not overflow.
+const MAX_TIMER_SECS: u64 = 24 * 86_400;
+/// The most retries of either kind: more keeps one failing query going for hours.
+const MAX_RETRIES: u64 = 100;
 
 const fn secret(key: &'static str, env: &'static str, help: &'static str) -> Field {
     Field {
@@ -78,6 +108,7 @@ const fn secret(key: &'static str, env: &'static str, help: &'static str) -> Fie
         secret: true,
         default: "",
         help,
+        range: None,
     }
 }
 
@@ -125,11 +156,11 @@ const FIELDS: &[Field] = &[
         "",
         "user id allowed to register agent groups",
     ),
-    field(
+    ranged(
         "maxMessagesPerPrompt",
         "NANOCLAW_MAX_MESSAGES_PER_PROMPT",
-        Kind::Number,
         "10",
+        (1, 1000),
         "rows per prompt",
     ),
     field(
@@ -283,67 +314,74 @@ const FIELDS: &[Field] = &[
         ".home",
         "private CLI homes (kept for resume)",
     ),
-    field(
+    ranged(
         "idlePollMs",
         "NANOCLAW_IDLE_POLL_MS",
-        Kind::Number,
         "1000",
-        "idle poll fallback (max 1000)",
+        (10, 1000),
+        "idle poll fallback",
     ),
-    field(
+    ranged(
         "activePollMs",
         "NANOCLAW_ACTIVE_POLL_MS",
-        Kind::Number,
         "500",
-        "poll during a query (max 500)",
+        (10, 500),
+        "poll during a query",
     ),
-    field(
+    ranged(
         "heartbeatSecs",
         "NANOCLAW_HEARTBEAT_SECS",
-        Kind::Number,
         "5",
-        "runner_state heartbeat (max 10)",
+        (1, 10),
+        "runner_state heartbeat",
     ),
-    field(
+    ranged(
         "watchdogSecs",
         "NANOCLAW_WATCHDOG_SECS",
-        Kind::Number,
         "600",
+        (1, MAX_TIMER_SECS),
         "kill a CLI silent this long mid-turn",
     ),
-    field(
+    ranged(
         "progressNoticeSecs",
         "NANOCLAW_PROGRESS_NOTICE_SECS",
-        Kind::Number,
         "60",
+        (0, MAX_TIMER_SECS),
         "end a turn whose CLI reports retries/reconnects with no model output for this long (0 = off)",
     ),
-    field(
+    ranged(
         "progressSilenceSecs",
         "NANOCLAW_PROGRESS_SILENCE_SECS",
-        Kind::Number,
         "120",
+        (0, MAX_TIMER_SECS),
         "end a turn with no model output for this long while no tool runs (0 = off)",
     ),
-    field(
+    ranged(
         "maxTurnSecs",
         "NANOCLAW_MAX_TURN_SECS",
-        Kind::Number,
         "10800",
+        (0, MAX_TIMER_SECS),
         "hard cap on one turn's total duration, tools included (0 = off)",
     ),
-    field(
+    ranged(
+        "healthMaxTurnSilenceSecs",
+        "NANOCLAW_HEALTH_MAX_TURN_SILENCE_SECS",
+        "900",
+        (0, MAX_TIMER_SECS),
+        "`agent-runner health` fails when a turn has had no provider event for this long (0 = off)",
+    ),
+    ranged(
         "cliRequestTimeoutSecs",
         "NANOCLAW_CLI_REQUEST_TIMEOUT_SECS",
-        Kind::Number,
         "600",
+        (1, MAX_TIMER_SECS),
         "the CLI's own model request timeout (Claude API_TIMEOUT_MS, OpenCode timeout)",
     ),
-    field(
+    ranged(
         "cliStreamIdleSecs",
         "NANOCLAW_CLI_STREAM_IDLE_SECS",
-        Kind::Number,
         "90",
+        (1, MAX_TIMER_SECS),
         "the CLI's own wait for the next stream event (Codex stream_idle_timeout_ms)",
     ),
     field(
@@ -353,32 +391,32 @@ const FIELDS: &[Field] = &[
         "",
         "variables added to the CLI's environment {NAME: value}; win over the runner's defaults (e.g. API_TIMEOUT_MS), scrub patterns apply",
     ),
-    field(
+    ranged(
         "toolTimeoutSecs",
         "NANOCLAW_TOOL_TIMEOUT_SECS",
-        Kind::Number,
         "300",
+        (1, MAX_TIMER_SECS),
         "longest blocking MCP tool wait",
     ),
-    field(
+    ranged(
         "queryRetries",
         "NANOCLAW_QUERY_RETRIES",
-        Kind::Number,
         "2",
+        (0, MAX_RETRIES),
         "re-runs of a query after a retryable error",
     ),
-    field(
+    ranged(
         "cliMaxRetries",
         "NANOCLAW_CLI_MAX_RETRIES",
-        Kind::Number,
         "2",
+        (0, MAX_RETRIES),
         "the CLI's own API retries",
     ),
-    field(
+    ranged(
         "scriptTimeoutSecs",
         "NANOCLAW_SCRIPT_TIMEOUT_SECS",
-        Kind::Number,
         "30",
+        (1, MAX_TIMER_SECS),
         "pre-agent script timeout",
     ),
     field(
@@ -388,11 +426,11 @@ const FIELDS: &[Field] = &[
         "26214400",
         "largest attachment download",
     ),
-    field(
+    ranged(
         "downloadTimeoutSecs",
         "NANOCLAW_DOWNLOAD_TIMEOUT_SECS",
-        Kind::Number,
         "30",
+        (1, MAX_TIMER_SECS),
         "attachment download timeout",
     ),
     field(
@@ -403,10 +441,17 @@ const FIELDS: &[Field] = &[
         "Codex follow-ups via turn/steer",
     ),
     field(
+        "logFormat",
+        logging::LOG_FORMAT_ENV,
+        Kind::Text,
+        "text",
+        "log lines on stderr: text | json (one JSON object per line, docs/logs.md)",
+    ),
+    ranged(
         "mockDelayMs",
         "NANOCLAW_MOCK_DELAY_MS",
-        Kind::Number,
         "0",
+        (0, MAX_TIMER_SECS * 1000),
         "mock provider: think time per prompt",
     ),
     field(
@@ -452,12 +497,16 @@ impl fmt::Display for Source {
     }
 }
 
+/// The variable naming the startup file when `--config` does not.
+const CONFIG_VAR: &str = "NANOCLAW_CONFIG";
+
 /// The inputs of configuration, gathered by `main`.
 #[derive(Debug, Default)]
 pub struct Inputs {
     /// Workspace root from the flag or `WORKSPACE_DIR` (default `/workspace`).
     pub workspace: PathBuf,
-    /// config.json path (`--config`, `NANOCLAW_CONFIG`, default `<workspace>/config.json`).
+    /// config.json path from `--config`; otherwise `NANOCLAW_CONFIG` from `env` names it, else
+    /// `<workspace>/config.json` (the only one that may be absent).
     pub config_file: Option<PathBuf>,
     /// `key=value` pairs from flags.
     pub flags: Vec<(String, String)>,
@@ -479,11 +528,13 @@ impl Config {
     /// Resolves every field: flags > env > file > defaults, validating types and naming the
     /// field (and the file) on error.
     pub fn load(inputs: &Inputs) -> Result<Self> {
-        let config_file = inputs
-            .config_file
-            .clone()
-            .unwrap_or_else(|| inputs.workspace.join("config.json"));
-        let file_values = read_file(&config_file)?;
+        let named = inputs.env.get(CONFIG_VAR).filter(|path| !path.is_empty());
+        let (config_file, named_by) = match (&inputs.config_file, named) {
+            (Some(path), _) => (path.clone(), Some("--config")),
+            (None, Some(path)) => (PathBuf::from(path), Some(CONFIG_VAR)),
+            (None, None) => (inputs.workspace.join("config.json"), None),
+        };
+        let file_values = read_file(&config_file, named_by)?;
         let mut values = BTreeMap::new();
         for field in FIELDS {
             let flag = inputs.flags.iter().rev().find(|(key, _)| key == field.key);
@@ -509,6 +560,12 @@ impl Config {
                 None
             };
             if let Some(value) = value.filter(|(v, _)| !v.is_null()) {
+                check_range(field, &value.0).with_context(|| match value.1 {
+                    Source::Flag => format!("flag --set {}", field.key),
+                    Source::Env | Source::EnvFile => format!("environment variable {}", field.env),
+                    Source::File => format!("{}: field \"{}\"", config_file.display(), field.key),
+                    Source::Default => format!("the default of {}", field.key),
+                })?;
                 values.insert(field.key, value);
             }
         }
@@ -537,11 +594,17 @@ impl Config {
         }
         schema::cron::parse_tz(&self.timezone_name())
             .with_context(|| format!("timezone ({})", self.source_of("timezone")))?;
-        if self.number("maxMessagesPerPrompt") == 0 {
-            bail!(
-                "maxMessagesPerPrompt ({}) must be at least 1",
-                self.source_of("maxMessagesPerPrompt")
-            );
+        for key in ["anthropicBaseUrl", "openaiBaseUrl"] {
+            let Some(url) = self.text(key) else { continue };
+            let parsed = reqwest::Url::parse(&url);
+            if !parsed.is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.has_host()) {
+                bail!(
+                    "{key} ({}) = {:?} is not an http(s) URL: write it whole, like \
+                     https://gateway.example/v1",
+                    self.source_of(key),
+                    redact::redact_url(&url)
+                );
+            }
         }
         Ok(())
     }
@@ -654,6 +717,50 @@ impl Config {
             .collect()
     }
 
+    /// A field's value as printed: a secret setting masked whole, any other with the secrets in
+    /// it masked (`provider::redact`: members named like secrets, such as an MCP server's
+    /// `GITHUB_TOKEN` or a `cliEnv` password, secret arguments, URL passwords).
+    fn shown(field: &Field, value: &Value) -> Value {
+        match value {
+            Value::String(text) if field.secret => Value::String(mask(text)),
+            other if field.secret => Value::String(mask(&other.to_string())),
+            other => redact::redact_value(other),
+        }
+    }
+
+    /// `agent-runner config --json`: the workspace, the config file and every set field with
+    /// its value (secrets masked as in [`Config::describe`]), source and variable.
+    pub fn describe_json(&self) -> Value {
+        let settings: serde_json::Map<String, Value> = FIELDS
+            .iter()
+            .filter_map(|field| {
+                let (value, source) = self.values.get(field.key)?;
+                let source = match source {
+                    Source::Flag => "flag",
+                    Source::Env => "env",
+                    Source::EnvFile => "envFile",
+                    Source::File => "configFile",
+                    Source::Default => "default",
+                };
+                let entry = serde_json::json!({
+                    "value": Self::shown(field, value),
+                    "source": source,
+                    "variable": if matches!(source, "envFile") {
+                        format!("{}_FILE", field.env)
+                    } else {
+                        field.env.to_owned()
+                    },
+                });
+                Some((field.key.to_owned(), entry))
+            })
+            .collect();
+        serde_json::json!({
+            "workspace": self.workspace.display().to_string(),
+            "configFile": self.config_file.as_ref().map(|p| p.display().to_string()),
+            "settings": settings,
+        })
+    }
+
     /// Lines for `agent-runner config`: every field, its value (secrets masked) and source.
     pub fn describe(&self) -> String {
         let mut out = format!("workspace = {}\n", self.workspace.display());
@@ -667,11 +774,10 @@ impl Config {
             let (shown, source) = match self.values.get(field.key) {
                 None => ("(unset)".to_owned(), String::new()),
                 Some((value, source)) => {
-                    let text = match value {
-                        Value::String(s) => s.clone(),
+                    let shown = match Self::shown(field, value) {
+                        Value::String(s) => s,
                         other => other.to_string(),
                     };
-                    let shown = if field.secret { mask(&text) } else { text };
                     let origin = match source {
                         Source::Env => format!("  [env {}]", field.env),
                         Source::EnvFile => format!("  [file from {}_FILE]", field.env),
@@ -742,12 +848,14 @@ pub struct Settings {
     /// The turn's progress deadlines (`progressNoticeSecs`, `progressSilenceSecs`,
     /// `maxTurnSecs`).
     pub progress: ProgressLimits,
+    /// `agent-runner health`'s limit on a turn without provider events (`healthMaxTurnSilenceSecs`).
+    pub health_max_turn_silence: Duration,
     /// The CLI's own model request timeout (`cliRequestTimeoutSecs`).
     pub cli_request_timeout: Duration,
     /// The CLI's own wait for the next stream event (`cliStreamIdleSecs`).
     pub cli_stream_idle: Duration,
     /// Variables added to the CLI's environment (`cliEnv`).
-    pub cli_env: BTreeMap<String, String>,
+    pub cli_env: EnvVars,
     /// Longest blocking MCP tool wait (`toolTimeoutSecs`).
     pub tool_timeout: Duration,
     /// Re-runs of a query after a retryable error (`queryRetries`).
@@ -762,6 +870,19 @@ pub struct Settings {
     pub codex_steer: bool,
     /// The mock provider's own settings (`mockDelayMs`, `mockScript`, `mockEchoSystemPrompt`).
     pub mock: MockSettings,
+    /// How log lines are written (`logFormat`).
+    pub log_format: logging::LogFormat,
+}
+
+/// Variables for the CLI's environment (`cliEnv`); `Debug` masks the values of names that look
+/// like secrets (`provider::redact`).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct EnvVars(pub BTreeMap<String, String>);
+
+impl fmt::Debug for EnvVars {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        redact::redact_env(&self.0).fmt(f)
+    }
 }
 
 /// Model names by provider.
@@ -799,9 +920,23 @@ pub struct ModelApi {
     pub api_key: Option<Secret>,
     /// The key's setting, named in log lines.
     pub key_setting: &'static str,
+    /// The key setting's variable (`ANTHROPIC_API_KEY`), named in hints.
+    pub key_variable: &'static str,
+    /// Where the key came from (`from ANTHROPIC_API_KEY_FILE`), named in hints.
+    pub key_origin: String,
 }
 
 impl ModelApi {
+    /// How an operator gives the CLI its key (the same words at start and in a failed query).
+    fn key_fix(&self) -> String {
+        format!(
+            "set {var}, or {var}_FILE naming a file that holds the key (or {key} in a \
+             config.json outside the workspace), and restart the runner",
+            var = self.key_variable,
+            key = self.key_setting
+        )
+    }
+
     /// The base URL, or the API's public default.
     pub fn endpoint(&self) -> String {
         self.base_url
@@ -864,6 +999,87 @@ impl Settings {
         }
     }
 
+    /// What to tell the user when the selected provider's model API refuses authentication
+    /// (`ProviderSettings::auth_hint`, in place of a CLI's "Please run /login"); `None` for the
+    /// mock.
+    pub fn auth_hint(&self) -> Option<String> {
+        let api = self.model_api()?;
+        Some(match &api.api_key {
+            None => format!(
+                "no API key reached the {} CLI: {}",
+                self.provider,
+                api.key_fix()
+            ),
+            Some(_) => format!(
+                "the model API at {} refused the key of {} ({}): check the key and the base URL",
+                redact::redact_url(&api.endpoint()),
+                api.key_setting,
+                api.key_origin
+            ),
+        })
+    }
+
+    /// The warning to log at start when the selected CLI gets no API key: Claude then fails
+    /// every message with "Not logged in", Codex and OpenCode send requests without a key, which
+    /// a gateway that needs one refuses. `None` when a key is configured, for the mock, and when
+    /// Claude has a credential of its own: a token variable that reaches it (`cliEnv`, or
+    /// `envPassthrough` and not scrubbed) or a login stored in its home. `env` is the runner's
+    /// environment.
+    pub fn missing_key_warning(
+        &self,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Option<String> {
+        let api = self.model_api()?;
+        if api.api_key.is_some() {
+            return None;
+        }
+        let env: BTreeMap<String, String> = env.into_iter().collect();
+        let own_credentials: &[&str] = match self.provider {
+            ProviderKind::Claude => &["ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"],
+            _ => &[],
+        };
+        let reaching = self.env_policy.inherited(env.clone());
+        let reaches = |name: &&str| {
+            reaching.contains_key(*name)
+                || (self.cli_env.0.contains_key(*name) && !self.env_policy.is_scrubbed(name))
+        };
+        let login_file = self
+            .dirs
+            .home
+            .join(self.provider.name())
+            .join(".claude/.credentials.json");
+        if own_credentials.iter().any(reaches)
+            || (self.provider == ProviderKind::Claude && login_file.is_file())
+        {
+            return None;
+        }
+        let consequence = match self.provider {
+            ProviderKind::Claude => "every message will fail with \"Not logged in\"".to_owned(),
+            _ => format!(
+                "its model requests carry no key, which a gateway that needs one refuses \
+                 (401); nothing to do if {} needs none",
+                redact::redact_url(&api.endpoint())
+            ),
+        };
+        let mut warning = format!(
+            "no API key for the {} CLI ({} is unset): {consequence}. To give it one, {}",
+            self.provider,
+            api.key_setting,
+            api.key_fix()
+        );
+        for name in own_credentials
+            .iter()
+            .filter(|name| env.contains_key(**name))
+        {
+            warning.push_str(&format!(
+                ". {name} is set but never reaches the CLI (the runner reads the key from {} \
+                 only)",
+                api.key_variable
+            ));
+        }
+        Some(warning)
+    }
+
     /// The selected provider's explicit CLI binary.
     pub fn cli_path(&self) -> Option<PathBuf> {
         match self.provider {
@@ -908,6 +1124,11 @@ impl Config {
             base_url: self.text(base_url),
             api_key: self.text(api_key).map(Secret),
             key_setting: api_key,
+            key_variable: FIELDS
+                .iter()
+                .find(|f| f.key == api_key)
+                .map_or("", |f| f.env),
+            key_origin: self.source_of(api_key),
         };
         Ok(Settings {
             workspace: self.workspace.clone(),
@@ -918,9 +1139,9 @@ impl Config {
             timezone,
             timezone_name,
             admin_user_id: self.text("adminUserId"),
+            // `load` checked every range: the conversions below cannot saturate.
             max_messages_per_prompt: usize::try_from(self.number("maxMessagesPerPrompt"))
-                .unwrap_or(10)
-                .max(1),
+                .unwrap_or(usize::MAX),
             models: Models {
                 any: self.text("model"),
                 claude: self.text("claudeModel"),
@@ -951,27 +1172,22 @@ impl Config {
                 downloads: self.path_or_default("downloadsDir"),
                 home: self.path_or_default("homeDir"),
             },
-            idle_poll: self
-                .millis("idlePollMs")
-                .clamp(Duration::from_millis(10), Duration::from_secs(1)),
-            active_poll: self
-                .millis("activePollMs")
-                .clamp(Duration::from_millis(10), Duration::from_millis(500)),
-            heartbeat: self
-                .secs("heartbeatSecs")
-                .clamp(Duration::from_secs(1), Duration::from_secs(10)),
+            idle_poll: self.millis("idlePollMs"),
+            active_poll: self.millis("activePollMs"),
+            heartbeat: self.secs("heartbeatSecs"),
             watchdog: self.secs("watchdogSecs"),
             progress: ProgressLimits {
                 notice: self.secs("progressNoticeSecs"),
                 silence: self.secs("progressSilenceSecs"),
                 max_turn: self.secs("maxTurnSecs"),
             },
+            health_max_turn_silence: self.secs("healthMaxTurnSilenceSecs"),
             cli_request_timeout: self.secs("cliRequestTimeoutSecs"),
             cli_stream_idle: self.secs("cliStreamIdleSecs"),
-            cli_env,
+            cli_env: EnvVars(cli_env),
             tool_timeout: self.secs("toolTimeoutSecs"),
-            query_retries: u32::try_from(self.number("queryRetries")).unwrap_or(2),
-            cli_max_retries: u32::try_from(self.number("cliMaxRetries")).unwrap_or(2),
+            query_retries: u32::try_from(self.number("queryRetries")).unwrap_or(u32::MAX),
+            cli_max_retries: u32::try_from(self.number("cliMaxRetries")).unwrap_or(u32::MAX),
             script: ScriptLimits {
                 timeout: self.secs("scriptTimeoutSecs"),
                 ..ScriptLimits::default()
@@ -987,6 +1203,11 @@ impl Config {
                 script: mock_script,
                 echo_system_prompt: self.flag("mockEchoSystemPrompt"),
             },
+            log_format: self
+                .text("logFormat")
+                .unwrap_or_default()
+                .parse()
+                .with_context(|| format!("logFormat ({})", self.source_of("logFormat")))?,
         })
     }
 
@@ -1012,9 +1233,10 @@ pub fn keys_help() -> String {
         } else {
             format!(" [default: {}]", field.default)
         };
+        let range = range_text(field).map_or(String::new(), |r| format!(" [range: {r}]"));
         out.push_str(&format!(
-            "  {:<22} {:<34} {}{}\n",
-            field.key, field.env, field.help, default
+            "  {:<22} {:<34} {}{default}{range}\n",
+            field.key, field.env, field.help
         ));
     }
     out.push_str(
@@ -1024,20 +1246,23 @@ pub fn keys_help() -> String {
     out
 }
 
-/// Masks a secret, keeping a hint of its shape.
-pub fn mask(secret: &str) -> String {
-    if secret.chars().count() <= 8 {
-        "****".into()
-    } else {
-        let head: String = secret.chars().take(4).collect();
-        format!("{head}…**** ({} chars)", secret.chars().count())
-    }
-}
-
-fn read_file(path: &Path) -> Result<Option<serde_json::Map<String, Value>>> {
+/// Reads config.json. Only the default file may be absent: a file named by `--config` or
+/// `NANOCLAW_CONFIG` (`named_by`) that is not there is a typo or a volume not mounted, and
+/// running on defaults instead would hide it.
+fn read_file(
+    path: &Path,
+    named_by: Option<&str>,
+) -> Result<Option<serde_json::Map<String, Value>>> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => match named_by {
+            None => return Ok(None),
+            Some(flag) => bail!(
+                "the config file {} named by {flag} does not exist: fix the path (or mount the \
+                 file), or drop {flag} to read the optional <workspace>/config.json",
+                path.display()
+            ),
+        },
         Err(err) => return Err(err).with_context(|| format!("reading {}", path.display())),
     };
     let value: Value = serde_json::from_str(&text)
@@ -1124,6 +1349,48 @@ fn parse_text(field: &Field, text: &str) -> Result<Value> {
     })
 }
 
+/// The unit of a number field, from its key's suffix.
+fn unit(field: &Field) -> &'static str {
+    if field.key.ends_with("Ms") {
+        " ms"
+    } else if field.key.ends_with("Secs") {
+        " s"
+    } else if field.key.ends_with("Bytes") {
+        " bytes"
+    } else {
+        ""
+    }
+}
+
+/// A number field's allowed values in words (`10 to 1000 ms`).
+fn range_text(field: &Field) -> Option<String> {
+    let (min, max) = field.range?;
+    let unit = unit(field);
+    Some(if max == u64::MAX {
+        format!("at least {min}{unit}")
+    } else if unit == " s" && max >= 86_400 && max % 86_400 == 0 {
+        format!("{min} to {max} s ({} days)", max / 86_400)
+    } else {
+        format!("{min} to {max}{unit}")
+    })
+}
+
+/// Refuses a number outside its field's range: a clamped value would run with a setting nobody
+/// asked for and say nothing.
+fn check_range(field: &Field, value: &Value) -> Result<()> {
+    let (Some((min, max)), Some(n)) = (field.range, value.as_u64()) else {
+        return Ok(());
+    };
+    if n < min || n > max {
+        bail!(
+            "{} = {n} is out of range: allowed {}; set a value in that range",
+            field.key,
+            range_text(field).unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
 fn check_file_value(field: &Field, value: &Value) -> Result<()> {
     let ok = match field.kind {
         Kind::Text | Kind::Path => value.is_string() || value.is_null(),
@@ -1177,6 +1444,12 @@ mod tests {
         }
     }
 
+    /// `n` moved into the field's range.
+    fn in_range(field: &Field, n: u64) -> u64 {
+        let (min, max) = field.range.unwrap_or((0, u64::MAX));
+        min.saturating_add(n).min(max)
+    }
+
     #[test]
     fn precedence_flag_env_file_default_for_every_field() {
         let dir = tempfile::tempdir().unwrap();
@@ -1193,9 +1466,16 @@ mod tests {
                                 ["Europe/Paris", "Asia/Tokyo", "America/Denver"][n as usize % 3];
                             (z.into(), Value::from(z))
                         }
+                        key if key.ends_with("BaseUrl") => {
+                            let url = format!("http://127.0.0.1:{}/v1", 9000 + n);
+                            (url.clone(), Value::from(url))
+                        }
                         _ => (format!("v{n}"), Value::from(format!("v{n}"))),
                     },
-                    Kind::Number => (format!("{}", n + 1), Value::from(n + 1)),
+                    Kind::Number => {
+                        let number = in_range(field, n + 1);
+                        (number.to_string(), Value::from(number))
+                    }
                     Kind::Bool => (
                         n.is_multiple_of(2).to_string(),
                         Value::from(n.is_multiple_of(2)),
@@ -1296,6 +1576,15 @@ mod tests {
             Config::load(&inputs(dir.path(), &[], &[])).unwrap_err()
         );
         assert!(err.contains("not valid JSON"), "{err}");
+        std::fs::write(&path, "{}").unwrap();
+        let err = Config::load(&inputs(
+            dir.path(),
+            &[],
+            &[("ANTHROPIC_BASE_URL", "gateway.example:8080")],
+        ))
+        .unwrap_err();
+        expect_test::expect![[r#"anthropicBaseUrl (from ANTHROPIC_BASE_URL) = "gateway.example:8080" is not an http(s) URL: write it whole, like https://gateway.example/v1"#]]
+        .assert_eq(&format!("{err:#}"));
         std::fs::write(&path, r#"{"timezone": "Mars/Olympus"}"#).unwrap();
         let err = format!(
             "{:#}",
@@ -1308,8 +1597,108 @@ mod tests {
     }
 
     #[test]
-    fn describe_masks_secrets() {
+    fn a_named_config_file_must_exist() {
         let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.json");
+        let mut named = inputs(dir.path(), &[], &[]);
+        named.config_file = Some(missing.clone());
+        let err = format!("{:#}", Config::load(&named).unwrap_err());
+        assert!(
+            err.contains(&missing.display().to_string())
+                && err.contains("named by --config")
+                && err.contains("does not exist")
+                && err.contains("drop --config"),
+            "{err}"
+        );
+        let missing_text = missing.display().to_string();
+        let by_env = inputs(dir.path(), &[], &[("NANOCLAW_CONFIG", &missing_text)]);
+        let err = format!("{:#}", Config::load(&by_env).unwrap_err());
+        assert!(err.contains("named by NANOCLAW_CONFIG"), "{err}");
+        // The default file may be absent; an empty variable names nothing.
+        Config::load(&inputs(dir.path(), &[], &[("NANOCLAW_CONFIG", "")])).unwrap();
+        // A named file that exists is read, from the flag before the variable.
+        std::fs::write(&missing, r#"{"assistantName": "Named"}"#).unwrap();
+        let config = Config::load(&by_env).unwrap();
+        assert_eq!(config.text("assistantName").as_deref(), Some("Named"));
+        assert_eq!(config.config_file.as_deref(), Some(missing.as_path()));
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused_from_every_source_with_the_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let config_file = dir.path().join("config.json");
+        let ranged: Vec<&Field> = FIELDS.iter().filter(|f| f.range.is_some()).collect();
+        assert!(
+            ranged.len() >= 16,
+            "every timer, poll and retry setting is ranged"
+        );
+        for field in ranged {
+            let (min, max) = field.range.unwrap();
+            let range = range_text(field).unwrap();
+            assert!(
+                parse_text(field, field.default)
+                    .and_then(|v| check_range(field, &v))
+                    .is_ok(),
+                "{}: the default {} is outside {range}",
+                field.key,
+                field.default
+            );
+            let mut outside = vec![max.saturating_add(1)];
+            if min > 0 {
+                outside.push(min - 1);
+            }
+            for bad in outside.into_iter().filter(|&n| n > max || n < min) {
+                let text = bad.to_string();
+                std::fs::write(
+                    &config_file,
+                    serde_json::json!({ field.key: bad }).to_string(),
+                )
+                .unwrap();
+                let from_file = Config::load(&inputs(dir.path(), &[], &[])).unwrap_err();
+                std::fs::remove_file(&config_file).unwrap();
+                let from_env =
+                    Config::load(&inputs(dir.path(), &[], &[(field.env, &text)])).unwrap_err();
+                let from_flag =
+                    Config::load(&inputs(dir.path(), &[(field.key, &text)], &[])).unwrap_err();
+                for (err, source) in [
+                    (from_file, format!("config.json: field \"{}\"", field.key)),
+                    (from_env, format!("environment variable {}", field.env)),
+                    (from_flag, format!("flag --set {}", field.key)),
+                ] {
+                    let err = format!("{err:#}");
+                    assert!(
+                        err.contains(&source)
+                            && err.contains(&format!("{} = {bad} is out of range", field.key))
+                            && err.contains(&format!("allowed {range}"))
+                            && err.contains("set a value in that range"),
+                        "{err}"
+                    );
+                }
+            }
+            // The bounds themselves are allowed.
+            for ok in [min, max] {
+                let ok = ok.to_string();
+                Config::load(&inputs(dir.path(), &[(field.key, &ok)], &[])).unwrap();
+            }
+        }
+        let err = Config::load(&inputs(dir.path(), &[("idlePollMs", "5000")], &[])).unwrap_err();
+        expect_test::expect![[r#"flag --set idlePollMs: idlePollMs = 5000 is out of range: allowed 10 to 1000 ms; set a value in that range"#]]
+        .assert_eq(&format!("{err:#}"));
+    }
+
+    #[test]
+    fn describe_masks_every_secret_in_text_and_json() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{
+                "mcpServers": {"github": {"command": "npx", "args": ["server-github", "--token", "ghp_secretvalue0123456789"],
+                                          "env": {"GITHUB_TOKEN": "ghp_secretvalue0123456789", "LOG_LEVEL": "debug"}}},
+                "cliEnv": {"API_TIMEOUT_MS": "1000", "SEARCH_API_KEY": "search-key-0123456789"},
+                "openaiBaseUrl": "https://bot:gateway-password@gateway.example/v1"
+            }"#,
+        )
+        .unwrap();
         let config = Config::load(&inputs(
             dir.path(),
             &[],
@@ -1317,11 +1706,97 @@ mod tests {
         ))
         .unwrap();
         let text = config.describe();
-        assert!(!text.contains("very-secret"), "{text}");
+        let json = config.describe_json().to_string();
+        for shown in [&text, &json] {
+            for secret in [
+                "very-secret",
+                "secretvalue",
+                "search-key-0",
+                "gateway-password",
+            ] {
+                assert!(!shown.contains(secret), "{secret} in {shown}");
+            }
+        }
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                ["anthropicApiKey", "openaiBaseUrl", "mcpServers", "cliEnv"]
+                    .iter()
+                    .any(|k| l.starts_with(&format!("{k} =")))
+            })
+            .collect();
+        expect_test::expect![[r#"
+            anthropicApiKey = sk-a…**** (22 chars)  [env ANTHROPIC_API_KEY]
+            openaiBaseUrl = https://bot:****@gateway.example/v1  [config.json]
+            mcpServers = {"github":{"args":["server-github","--token","ghp_…**** (25 chars)"],"command":"npx","env":{"GITHUB_TOKEN":"ghp_…**** (25 chars)","LOG_LEVEL":"debug"}}}  [config.json]
+            cliEnv = {"API_TIMEOUT_MS":"1000","SEARCH_API_KEY":"sear…**** (21 chars)"}  [config.json]"#]]
+        .assert_eq(&lines.join("\n"));
+        let json = config.describe_json();
+        expect_test::expect![[
+            r#"{"source":"env","value":"sk-a…**** (22 chars)","variable":"ANTHROPIC_API_KEY"}"#
+        ]]
+        .assert_eq(&json["settings"]["anthropicApiKey"].to_string());
+        expect_test::expect![[r#"{"source":"configFile","value":{"API_TIMEOUT_MS":"1000","SEARCH_API_KEY":"sear…**** (21 chars)"},"variable":"NANOCLAW_CLI_ENV"}"#]]
+            .assert_eq(&json["settings"]["cliEnv"].to_string());
+        // The typed settings' Debug (what a log line would print) masks them too.
+        let typed = format!("{:?}", config.settings().unwrap());
+        for secret in ["very-secret", "secretvalue", "search-key-0"] {
+            assert!(!typed.contains(secret), "{secret} in {typed}");
+        }
+    }
+
+    #[test]
+    fn a_cli_without_its_key_is_warned_about_naming_the_variable() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = |env: &[(&str, &str)]| {
+            Config::load(&inputs(dir.path(), &[], env))
+                .unwrap()
+                .settings()
+                .unwrap()
+        };
+        let claude = settings(&[]);
+        let warning = claude.missing_key_warning(Vec::new()).unwrap();
+        expect_test::expect![[r#"no API key for the claude CLI (anthropicApiKey is unset): every message will fail with "Not logged in". To give it one, set ANTHROPIC_API_KEY, or ANTHROPIC_API_KEY_FILE naming a file that holds the key (or anthropicApiKey in a config.json outside the workspace), and restart the runner"#]]
+        .assert_eq(&warning);
+        let hint = claude.auth_hint().unwrap();
         assert!(
-            text.contains("anthropicApiKey = sk-a…**** (22 chars)  [env ANTHROPIC_API_KEY]"),
-            "{text}"
+            hint.contains("set ANTHROPIC_API_KEY, or ANTHROPIC_API_KEY_FILE"),
+            "{hint}"
         );
+        // A token in the runner's environment that the default scrub keeps from the CLI.
+        let token = [("CLAUDE_CODE_OAUTH_TOKEN".to_owned(), "t".to_owned())];
+        let warning = claude.missing_key_warning(token.clone()).unwrap();
+        assert!(
+            warning.contains("CLAUDE_CODE_OAUTH_TOKEN is set but never reaches the CLI"),
+            "{warning}"
+        );
+        // The same token passed on deliberately: Claude logs in with it.
+        let passed = settings(&[
+            ("NANOCLAW_ENV_PASSTHROUGH", "CLAUDE_CODE_OAUTH_TOKEN"),
+            ("NANOCLAW_ENV_SCRUB", "*_SECRET"),
+        ]);
+        assert_eq!(passed.missing_key_warning(token), None);
+        for provider in ["codex", "opencode"] {
+            let cli = settings(&[("AGENT_PROVIDER", provider)]);
+            let warning = cli.missing_key_warning(Vec::new()).unwrap();
+            assert!(
+                warning.contains(&format!(
+                    "no API key for the {provider} CLI (openaiApiKey is unset)"
+                )) && warning.contains("set OPENAI_API_KEY, or OPENAI_API_KEY_FILE")
+                    && warning.contains("(401)"),
+                "{warning}"
+            );
+            let keyed = settings(&[("AGENT_PROVIDER", provider), ("OPENAI_API_KEY", "sk-x")]);
+            assert_eq!(keyed.missing_key_warning(Vec::new()), None);
+            let hint = keyed.auth_hint().unwrap();
+            assert!(
+                hint.contains("refused the key of openaiApiKey (from OPENAI_API_KEY)"),
+                "{hint}"
+            );
+        }
+        let mock = settings(&[("AGENT_PROVIDER", "mock")]);
+        assert_eq!(mock.missing_key_warning(Vec::new()), None);
+        assert_eq!(mock.auth_hint(), None);
     }
 
     #[test]
@@ -1458,11 +1933,17 @@ mod tests {
         for field in FIELDS {
             let sample = match (field.key, field.kind) {
                 ("provider", _) => "codex".to_owned(),
+                ("logFormat", _) => "json".to_owned(),
                 ("timezone", _) => "Asia/Tokyo".to_owned(),
                 ("cliEnv", _) => r#"{"SAMPLE": "1"}"#.to_owned(),
+                (key, _) if key.ends_with("BaseUrl") => "http://127.0.0.1:9/v1".to_owned(),
                 (_, Kind::Text) => "sample-text".to_owned(),
                 (_, Kind::Path) => "/sample/path".to_owned(),
-                (_, Kind::Number) => "7".to_owned(),
+                (_, Kind::Number) => (7..)
+                    .map(|n| in_range(field, n))
+                    .find(|n| n.to_string() != field.default)
+                    .unwrap_or_default()
+                    .to_string(),
                 (_, Kind::Bool) => (field.default != "true").to_string(),
                 (_, Kind::List) => "SAMPLE_A,SAMPLE_B".to_owned(),
                 (_, Kind::Object) => r#"{"sample": {"command": "x"}}"#.to_owned(),

@@ -7,11 +7,16 @@ use std::process::ExitCode;
 use agent_runner::app::{self, Command};
 use agent_runner::config;
 use clap::Parser;
+use logging::LogFormat;
 use provider::ProviderKind;
 
 /// Drives a coding-agent CLI (Claude Code, Codex, OpenCode) from a per-session SQLite DB.
 #[derive(Debug, Parser)]
-#[command(name = "agent-runner", version, after_help = config::keys_help())]
+#[command(
+    name = "agent-runner",
+    version,
+    after_help = format!("{}\n{}", config::keys_help(), logging::help(app::DEFAULT_LOG_FILTER))
+)]
 struct Cli {
     /// Workspace root (env WORKSPACE_DIR) [default: /workspace].
     #[arg(long, global = true, env = "WORKSPACE_DIR")]
@@ -32,12 +37,17 @@ struct Cli {
     /// Model for the selected provider (env CLAUDE_MODEL / CODEX_MODEL / OPENCODE_MODEL).
     #[arg(long, global = true)]
     model: Option<String>,
-    /// Startup config file (env NANOCLAW_CONFIG) [default: <workspace>/config.json].
-    #[arg(long, global = true, env = "NANOCLAW_CONFIG")]
+    /// Startup config file (env NANOCLAW_CONFIG) [default: <workspace>/config.json]; a named
+    /// file must exist.
+    #[arg(long, global = true)]
     config: Option<PathBuf>,
     /// Any setting as KEY=VALUE (keys below); repeatable; wins over env and config.json.
     #[arg(long = "set", global = true, value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// Log lines on stderr: text, or json for one JSON object per line (env NANOCLAW_LOG_FORMAT,
+    /// key logFormat) [default: text].
+    #[arg(long, global = true, value_name = "text|json")]
+    log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -48,9 +58,9 @@ fn main() -> ExitCode {
     // runner's environment holds the host's secrets and the model key.
     let dumpable = agent_runner::privileges::make_non_dumpable();
     let cli = Cli::parse();
-    app::init_logging();
+    app::init_logging(cli.log_format);
     if let Err(err) = dumpable {
-        logging::print_line(&format!("agent-runner: {err:#}"));
+        logging::fatal(&format!("{err:#}"));
         return ExitCode::from(1);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -61,9 +71,7 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(err) => {
-            logging::print_line(&format!(
-                "agent-runner: cannot start the async runtime: {err}"
-            ));
+            logging::fatal(&format!("cannot start the async runtime: {err}"));
             return ExitCode::from(1);
         }
     };
@@ -74,6 +82,7 @@ fn main() -> ExitCode {
         model: cli.model,
         config: cli.config,
         set: cli.set,
+        log_format: cli.log_format,
         command: cli.command.unwrap_or(Command::Run),
     })) {
         Ok(()) => {
@@ -81,8 +90,8 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(err) => {
-            tracing::error!("{err:#}");
-            logging::print_line(&format!("agent-runner: {err:#}"));
+            // Once: the last words are the error line (text or JSON), not also a log line.
+            logging::fatal(&format!("{err:#}"));
             ExitCode::from(1)
         }
     }

@@ -21,10 +21,13 @@ pub async fn start(settings: &Settings) -> Result<Option<CredProxy>> {
         .map(|key| key.expose())
         .filter(|k| !k.trim().is_empty())
     else {
-        tracing::info!(
-            "no {} configured: no credential proxy, the {provider} CLI uses its own login",
-            model_api.key_setting
-        );
+        match settings.missing_key_warning(std::env::vars()) {
+            Some(warning) => tracing::warn!("{warning}"),
+            None => tracing::info!(
+                "no {} configured: no credential proxy, the {provider} CLI uses its own login",
+                model_api.key_setting
+            ),
+        }
         return Ok(None);
     };
     if !settings.credential_proxy {

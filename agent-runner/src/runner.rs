@@ -20,12 +20,15 @@ use schema::{
 use serde_json::json;
 use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::format::{self, FormatContext, PromptRow};
+use crate::last_event::LastEventCell;
 use crate::media::{resolve_attachments, MediaLimits};
 use crate::reply;
 use crate::script::{run_script, ScriptLimits, ScriptOutcome};
 use crate::system_prompt::{build_system_prompt, PromptSources};
+use crate::turn_log::{Outcome, TurnLog};
 
 /// The runner's notion of "now", injectable so timer tests can run on paused tokio time.
 pub type Clock = Arc<dyn Fn() -> chrono::DateTime<Utc> + Send + Sync>;
@@ -158,6 +161,16 @@ impl Target {
     }
 }
 
+/// What one poll found.
+#[derive(Debug, Default)]
+struct Polled {
+    /// The claimed rows, cut into work items.
+    work: Vec<Work>,
+    /// When nothing was taken: the earliest `process_after` of a pending row later than the
+    /// poll, so the idle wait ends when it falls due.
+    next_due: Option<chrono::DateTime<Utc>>,
+}
+
 /// A unit of work cut from a claimed batch, processed in seq order.
 #[derive(Debug)]
 enum Work {
@@ -183,6 +196,8 @@ struct Gated {
 struct Prepared {
     prompt: Prompt,
     row_ids: Vec<String>,
+    /// The rows' seqs, for the log (`turn_log`).
+    seqs: Vec<i64>,
     target: Target,
 }
 
@@ -221,6 +236,17 @@ pub struct Runner {
     stop: CancellationToken,
     /// Whether the DB's disk is full, shared with the heartbeat (logged once per episode).
     disk_full: Arc<DiskFull>,
+    /// The batch the last poll's claim started in its transaction ([`batch_at_claim`]);
+    /// `run_query` does not start it again.
+    started: Option<CurrentBatch>,
+    /// Whether the running query's batch was finished with its last result
+    /// ([`SessionDb::complete_batch_at`]): `run_query` then does not finish it again, and
+    /// events of the CLI winding down write no runner state.
+    batch_finished: bool,
+    /// The turn's last provider event, written by the heartbeat.
+    last_event: Arc<LastEventCell>,
+    /// The running turn's log span and `turn ended` line.
+    turn: TurnLog,
 }
 
 impl Runner {
@@ -240,6 +266,10 @@ impl Runner {
             deferred: VecDeque::new(),
             stop: CancellationToken::new(),
             disk_full: Arc::default(),
+            started: None,
+            batch_finished: false,
+            last_event: Arc::default(),
+            turn: TurnLog::default(),
         })
     }
 
@@ -279,6 +309,7 @@ impl Runner {
             self.options.heartbeat,
             stop.clone(),
             self.disk_full.clone(),
+            self.last_event.clone(),
         );
 
         let result = self.poll_loop(&stop).await;
@@ -312,18 +343,21 @@ impl Runner {
                 continue;
             }
             let now = (self.options.clock)();
-            let claimed = self.claim_work(now, self.first_poll).await;
+            let claimed = self.claim_work(now, self.first_poll, true).await;
             self.first_poll = false;
-            match claimed {
-                Ok(work) if !work.is_empty() => {
-                    self.deferred.extend(work);
+            let next_due = match claimed {
+                Ok(polled) if !polled.work.is_empty() => {
+                    self.deferred.extend(polled.work);
                     continue;
                 }
-                Ok(_) => {}
+                Ok(polled) => polled.next_due,
                 Err(err) if err.is::<StoppedWhileDiskFull>() => return Ok(()),
-                Err(err) => tracing::error!(error = %format!("{err:#}"), "poll failed; retrying"),
-            }
-            let wait = self.idle_wait(now).await;
+                Err(err) => {
+                    tracing::error!(error = %format!("{err:#}"), "poll failed; retrying");
+                    None
+                }
+            };
+            let wait = self.idle_wait(next_due);
             tokio::select! {
                 _ = stop.cancelled() => return Ok(()),
                 _ = self.watcher.wait(wait) => {}
@@ -331,14 +365,12 @@ impl Runner {
         }
     }
 
-    /// How long to sleep when idle: the idle poll, or less when a row falls due sooner. Only due
-    /// times after the poll at `polled` count: rows already due then were seen by that poll and
-    /// wait for something other than time (a triggering row, a question to close), so they must
-    /// neither make the loop spin nor hide a later task's due time.
-    async fn idle_wait(&self, polled: chrono::DateTime<Utc>) -> Duration {
+    /// How long to sleep when idle: the idle poll, or less when a row falls due sooner
+    /// (`next_due`, read by the poll: see [`Polled::next_due`]).
+    fn idle_wait(&self, next_due: Option<chrono::DateTime<Utc>>) -> Duration {
         let idle = self.options.idle_poll;
-        match self.call(move |db| db.next_due_after(polled)).await {
-            Ok(Some(due)) => {
+        match next_due {
+            Some(due) => {
                 let until = (due - (self.options.clock)())
                     .to_std()
                     .unwrap_or(Duration::ZERO);
@@ -355,19 +387,7 @@ impl Runner {
         let mut current = Vec::new();
         for row in rows {
             let content = InboundContent::parse(&row.kind(), &row.content);
-            let command = content
-                .chat_text()
-                .map(str::trim)
-                .filter(|t| t.starts_with('/'));
-            let command = command.and_then(|text| {
-                if text == "/clear" {
-                    Some(None)
-                } else {
-                    let word = text.split_whitespace().next().unwrap_or(text);
-                    native.contains(&word).then(|| Some(text.to_owned()))
-                }
-            });
-            match command {
+            match command_of(&content, native) {
                 None => current.push(row),
                 Some(native_text) => {
                     if !current.is_empty() {
@@ -397,6 +417,7 @@ impl Runner {
                 let prepared = Prepared {
                     prompt: Prompt::text(text),
                     row_ids: vec![row.id.clone()],
+                    seqs: row.seq.into_iter().collect(),
                     target: target_of(std::slice::from_ref(&row)),
                 };
                 self.run_query(prepared, stop).await
@@ -422,7 +443,7 @@ impl Runner {
         let ids = vec![row.id.clone()];
         let replies = [reply];
         self.call(move |db| db.complete(&ids, &replies)).await?;
-        tracing::info!(message = %row.id, "session cleared");
+        tracing::info!(row = %row.id, seq = ?row.seq, "session cleared");
         Ok(())
     }
 
@@ -456,28 +477,22 @@ impl Runner {
             let (content, problems) = InboundContent::parse_with_problems(&kind, &row.content);
             for problem in &problems {
                 tracing::warn!(
-                    message = %row.id,
+                    row = %row.id,
                     field = %problem.field,
                     issue = %problem.issue,
                     "content field of an unexpected type; the rest of the message stands"
                 );
             }
             if let InboundContent::Unparsable { reason, .. } = &content {
-                tracing::warn!(message = %row.id, %reason, "unparsable content; passing it on as text");
+                tracing::warn!(row = %row.id, %reason, "unparsable content; passing it on as text");
             }
             if let InKind::Other(kind) = &kind {
-                tracing::warn!(message = %row.id, %kind, "unknown message kind; passing it on labelled");
+                tracing::warn!(row = %row.id, %kind, "unknown message kind; passing it on labelled");
             }
             // (A row whose process_after cannot be read never gets here: the poll takes it out of
             // the queue, see `SessionDb::eligible`.)
             let mut script_output = None;
-            let script = match &content {
-                InboundContent::Task(task) => {
-                    task.script.as_deref().filter(|s| !s.trim().is_empty())
-                }
-                _ => None,
-            };
-            if let Some(script) = script {
+            if let Some(script) = pre_agent_script(&content) {
                 let Some(outcome) = self.run_pre_agent_script(&row.id, script).await else {
                     // The claimed rows stay `processing` for the next start's recovery, as
                     // after a query.
@@ -551,7 +566,10 @@ impl Runner {
     /// Rendering: the gated rows with their attachments, formatted as one prompt.
     async fn render(&self, gated: Gated) -> Prepared {
         let Gated { rows: kept, parsed } = gated;
-        let destinations = self.call(|db| db.destinations()).await.unwrap_or_default();
+        let destinations = self
+            .call_inline(|db| db.destinations())
+            .await
+            .unwrap_or_default();
         let mut media = Vec::new();
         let mut prompt_rows = Vec::with_capacity(kept.len());
         for (row, (content, script_output)) in kept.iter().zip(parsed) {
@@ -588,6 +606,7 @@ impl Runner {
         Prepared {
             prompt: Prompt { text, media },
             row_ids: kept.iter().map(|r| r.id.clone()).collect(),
+            seqs: kept.iter().filter_map(|r| r.seq).collect(),
             target: target_of(&kept),
         }
     }
@@ -628,10 +647,22 @@ impl Runner {
         let mut prepared = first;
         loop {
             let batch = prepared.target.batch(prepared.row_ids.clone());
-            self.call(move |db| db.start_batch(&batch)).await?;
-            let (report, next) = match self.drive_query(prepared, stop).await? {
-                QueryEnd::Done => (None, Next::Return(false)),
-                QueryEnd::Shutdown => (None, Next::Return(true)),
+            // The poll's claim may have started this very batch in its transaction.
+            if self.started.take().as_ref() != Some(&batch) {
+                self.call(move |db| db.start_batch(&batch)).await?;
+            }
+            self.batch_finished = false;
+            let span = self.turn.start(&prepared.seqs);
+            let provider = self.provider.name();
+            let (report, next) = match self.drive_query(prepared, stop).instrument(span).await? {
+                QueryEnd::Done => {
+                    self.turn.end(provider, Outcome::Answered);
+                    (None, Next::Return(false))
+                }
+                QueryEnd::Shutdown => {
+                    self.turn.end(provider, Outcome::Stopped);
+                    (None, Next::Return(true))
+                }
                 QueryEnd::Failed {
                     message,
                     retryable,
@@ -651,15 +682,33 @@ impl Runner {
                         && classification != ErrorClass::NoProgress
                         && retry_after.is_none_or(|after| after <= MAX_RATE_LIMIT_WAIT);
                     match merge(uncovered) {
-                        None => (None, Next::Return(false)),
+                        None => {
+                            self.turn.end(provider, Outcome::Answered);
+                            (None, Next::Return(false))
+                        }
                         Some(merged) if runner_retries && attempt < self.options.query_retries => {
                             attempt += 1;
                             let backoff = Duration::from_secs(1 << (attempt - 1).min(5))
                                 .max(retry_after.unwrap_or_default());
-                            tracing::warn!(%message, attempt, ?backoff, "query failed; retrying");
+                            self.turn.end(
+                                provider,
+                                Outcome::Retrying {
+                                    attempt,
+                                    backoff,
+                                    class: classification,
+                                    error: &message,
+                                },
+                            );
                             (None, Next::Retry(Box::new(merged), backoff))
                         }
                         Some(merged) => {
+                            self.turn.end(
+                                provider,
+                                Outcome::Failed {
+                                    class: classification,
+                                    error: &message,
+                                },
+                            );
                             let report =
                                 self.query_error_row(&merged, &message, retryable, classification);
                             (Some(report), Next::Return(false))
@@ -667,9 +716,12 @@ impl Runner {
                     }
                 }
             };
-            // Runner state back to idle, with a failed query's report, in one transaction.
-            self.call(move |db| db.finish_batch(report.as_ref()))
-                .await?;
+            // Runner state back to idle, with a failed query's report, in one transaction;
+            // unless the last result already did (a query that answered everything).
+            if report.is_some() || !std::mem::take(&mut self.batch_finished) {
+                self.call(move |db| db.finish_batch(report.as_ref()))
+                    .await?;
+            }
             match next {
                 Next::Return(shutdown) => return Ok(shutdown),
                 Next::Retry(merged, backoff) => {
@@ -692,7 +744,6 @@ impl Runner {
         retryable: bool,
         classification: ErrorClass,
     ) -> NewMessageOut {
-        tracing::error!(%message, ?classification, rows = ?prepared.row_ids, "query failed; rows left for the host's sweep");
         let mut payload = json!({
             "message": message,
             "classification": classification.name(),
@@ -715,9 +766,17 @@ impl Runner {
     /// Sends the first prompt, pushes follow-ups, handles events until every prompt is covered.
     async fn drive_query(&mut self, first: Prepared, stop: &CancellationToken) -> Result<QueryEnd> {
         let provider = self.provider.name();
-        let continuation = self.call(move |db| db.continuation(provider)).await?;
-        let start_seq = self.call(|db| db.max_seq()).await?;
-        let system_prompt = self.system_prompt().await;
+        let sources = self.options.prompt_sources.clone();
+        // What a query starts from, in one DB call (the system prompt's files are read there
+        // too): one hand-off to a blocking thread instead of four.
+        let (continuation, start_seq, system_prompt) = self
+            .call(move |db| {
+                let system_prompt = sources.as_ref().map(|sources| system_prompt(db, sources));
+                Ok((db.continuation(provider)?, db.max_seq()?, system_prompt))
+            })
+            .await?;
+        // The stored continuation: an `Init` naming the same session writes nothing.
+        let mut stored = continuation.clone();
         let input = QueryInput {
             prompt: first.prompt.clone(),
             continuation,
@@ -745,7 +804,8 @@ impl Runner {
         let mut progress = TurnProgress::new(Instant::now(), (self.options.clock)());
         loop {
             let deadline = progress.deadline(&limits);
-            let show_at = progress.show_at();
+            // Once the batch is finished (idle), the CLI winding down shows nothing.
+            let show_at = progress.show_at().filter(|_| !self.batch_finished);
             tokio::select! {
                 _ = stop.cancelled() => {
                     query.abort();
@@ -754,7 +814,8 @@ impl Runner {
                 () = sleep_until_some(deadline.map(|(at, _)| at)) => {
                     let Some((_, stall)) = deadline else { continue };
                     let message = progress.message(stall, Instant::now(), &limits, &self.options.model_endpoint);
-                    tracing::error!(%message, ?stall, "progress deadline: ending the turn");
+                    // Logged once, as the turn's end (class `NoProgress`).
+                    tracing::debug!(?stall, "progress deadline: ending the turn");
                     query.abort();
                     // Let the provider wind the CLI down (interrupt, or restart it) before the
                     // next query; bounded, the CLI may not answer.
@@ -796,19 +857,24 @@ impl Runner {
                         });
                     };
                     let now = Instant::now();
+                    self.last_event.note(&event, (self.options.clock)());
                     let moved = progress.note(&event);
-                    if let ProviderEvent::Error { ends_turn: false, .. } = &event {
+                    let finished = self.batch_finished;
+                    if let (ProviderEvent::Error { ends_turn: false, .. }, false) = (&event, finished) {
                         let waiting = progress.waiting_on(&self.options.model_endpoint);
                         self.call(move |db| db.set_waiting_on(Some(&waiting))).await?;
                     }
-                    if moved && progress.output(now, (self.options.clock)()) {
+                    if moved && progress.output(now, (self.options.clock)()) && !finished {
                         self.call(|db| db.set_waiting_on(None)).await?;
                     }
                     match event {
                         ProviderEvent::Output | ProviderEvent::ToolEnded { .. } => {}
                         ProviderEvent::Init { session_id } => {
-                            let provider = self.provider.name();
-                            self.call(move |db| db.set_continuation(provider, &session_id)).await?;
+                            if stored.as_deref() != Some(session_id.as_str()) {
+                                let provider = self.provider.name();
+                                stored = Some(session_id.clone());
+                                self.call(move |db| db.set_continuation(provider, &session_id)).await?;
+                            }
                         }
                         ProviderEvent::Result { text, covers } => {
                             let mut covered = Vec::new();
@@ -817,10 +883,14 @@ impl Runner {
                                     covered.push(done.prepared);
                                 }
                             }
+                            self.turn.answered(covered.iter().flat_map(|p| p.seqs.iter().copied()));
                             if covered.is_empty() {
                                 tracing::debug!(covers, "result for prompts already answered");
                             } else {
-                                self.write_result(&text, covered, start_seq).await?;
+                                // Every prompt answered: no follow-up is pushed after this
+                                // (`ended`), so the batch ends with this write.
+                                let last = in_flight.is_empty() && !ended;
+                                self.write_result(&text, covered, start_seq, last).await?;
                             }
                             if in_flight.is_empty() && !ended {
                                 query.end();
@@ -829,11 +899,11 @@ impl Runner {
                         }
                         ProviderEvent::Error { message, retryable, classification, ends_turn } => {
                             if !ends_turn {
-                                tracing::warn!(%message, ?classification, "provider reported an error; it keeps trying");
+                                tracing::warn!(error = %message, class = classification.name(), "provider reported an error; it keeps trying");
                                 continue;
                             }
                             if in_flight.is_empty() {
-                                tracing::warn!(%message, "error after every prompt was answered");
+                                tracing::warn!(error = %message, class = classification.name(), "error after every prompt was answered");
                                 return Ok(QueryEnd::Done);
                             }
                             return Ok(QueryEnd::Failed {
@@ -845,7 +915,7 @@ impl Runner {
                         }
                         ProviderEvent::Progress { message } => tracing::info!(%message, "provider progress"),
                         ProviderEvent::Activity { tool } => {
-                            if tool.is_some() && tool != current_tool {
+                            if tool.is_some() && tool != current_tool && !finished {
                                 current_tool = tool.clone();
                                 self.call(move |db| db.set_current_tool(tool.as_deref())).await?;
                             }
@@ -864,6 +934,7 @@ impl Runner {
                         self.call(move |db| db.set_current_batch(Some(&batch))).await?;
                         match query.push(prepared.prompt.clone()) {
                             Ok(id) => {
+                                self.turn.pushed(&prepared.seqs);
                                 tracing::info!(prompt = id, rows = prepared.row_ids.len(), "pushed a follow-up");
                                 in_flight.push_back(InFlight { id, prepared });
                             }
@@ -883,7 +954,7 @@ impl Runner {
     /// go into the running query. Commands and what follows them wait for the query to end.
     async fn follow_up(&mut self) -> Result<Option<Prepared>> {
         let now = (self.options.clock)();
-        let mut work = self.claim_work(now, false).await?.into_iter();
+        let mut work = self.claim_work(now, false, false).await?.work.into_iter();
         let first = work.next();
         self.deferred.extend(work);
         match first {
@@ -896,99 +967,73 @@ impl Runner {
         }
     }
 
-    /// One poll: the eligible rows at `now` (every gate of docs/contract/db.md#the-poll), claimed
-    /// and cut into work items; nothing when they may not wake the agent.
-    async fn claim_work(&self, now: chrono::DateTime<Utc>, first_poll: bool) -> Result<Vec<Work>> {
+    /// One poll, in one DB call: the eligible rows at `now` (every gate of
+    /// docs/contract/db.md#the-poll), claimed and cut into work items; nothing when they may not
+    /// wake the agent, and then when the next row falls due. With `start` (not mid-query), a
+    /// claim whose rows go to the agent as they are also starts their batch
+    /// ([`batch_at_claim`]), remembered in `self.started` for `run_query`.
+    async fn claim_work(
+        &mut self,
+        now: chrono::DateTime<Utc>,
+        first_poll: bool,
+        start: bool,
+    ) -> Result<Polled> {
         let limit = self.options.max_messages;
-        let eligible = self
-            .call(move |db| db.eligible(now, first_poll, limit))
+        let native = self.provider.native_commands();
+        let (claimed, started, next_due) = self
+            .call_inline(move |db| {
+                let eligible = db.eligible(now, first_poll, limit)?;
+                if !eligible.wakes {
+                    // Only due times after this poll count: rows already due were seen by it
+                    // and wait for something other than time (a triggering row, a question
+                    // to close), so they must neither make the loop spin nor hide a later
+                    // task's due time.
+                    return Ok((Vec::new(), None, db.next_due_after(now)?));
+                }
+                let ids: Vec<String> = eligible.rows.into_iter().map(|r| r.id).collect();
+                let (claimed, started) = db.claim_starting(&ids, |rows| {
+                    start.then(|| batch_at_claim(rows, native)).flatten()
+                })?;
+                Ok((claimed, started, None))
+            })
             .await?;
-        if !eligible.wakes {
-            return Ok(Vec::new());
-        }
-        let ids: Vec<String> = eligible.rows.iter().map(|r| r.id.clone()).collect();
-        let claimed = self.call(move |db| db.claim(&ids)).await?;
-        Ok(self.split_work(claimed))
+        self.started = started;
+        Ok(Polled {
+            work: self.split_work(claimed),
+            next_due,
+        })
     }
 
     /// Writes the reply of covered prompts and completes their rows in ONE transaction.
-    async fn write_result(&self, text: &str, covered: Vec<Prepared>, start_seq: i64) -> Result<()> {
+    async fn write_result(
+        &mut self,
+        text: &str,
+        covered: Vec<Prepared>,
+        start_seq: i64,
+        last: bool,
+    ) -> Result<()> {
         let target = covered.last().map(|p| p.target.clone()).unwrap_or_default();
         let ids: Vec<String> = covered
             .iter()
             .flat_map(|p| p.row_ids.iter().cloned())
             .collect();
         let outgoing = reply::parse_reply(text);
-        let mut replies = Vec::new();
-        if !outgoing.is_empty() {
-            let sent_this_turn = self
-                .call(move |db| db.messages_out_after(start_seq, 10_000))
-                .await?;
-            for message in outgoing {
-                let routing = match &message.to {
-                    None => target.routing.clone(),
-                    Some(name) => {
-                        let (name, batch) = (name.clone(), ids.clone());
-                        match self
-                            .call(move |db| db.route_to_destination(&name, &batch))
-                            .await?
-                        {
-                            DestinationRoute::Found(routing) => routing,
-                            DestinationRoute::Unknown { known } => {
-                                tracing::warn!(destination = %message.to.as_deref().unwrap_or_default(), ?known, "reply addressed to an unknown destination; not sent");
-                                continue;
-                            }
-                        }
-                    }
-                };
-                let duplicate = sent_this_turn.iter().any(|row| {
-                    row.kind == "chat"
-                        && row.routing == routing
-                        && serde_json::from_str::<serde_json::Value>(&row.content)
-                            .ok()
-                            .and_then(|v| {
-                                v.get("text")
-                                    .and_then(|t| t.as_str())
-                                    .map(|t| reply::same_text(t, &message.text))
-                            })
-                            .unwrap_or(false)
-                });
-                if duplicate {
-                    tracing::info!(
-                        "result repeats a message already sent this turn; not written twice"
-                    );
-                    continue;
-                }
-                replies.push(
-                    NewMessageOut::new(OutKind::Chat, routing, &out::chat_text(&message.text))
-                        .replying_to(target.in_reply_to.clone()),
-                );
-            }
-        }
-        let count = replies.len();
         let now = (self.options.clock)();
-        let written = self
-            .call(move |db| db.complete_at(&ids, &replies, now))
+        // Routing, the duplicate check and the write in one DB call; the query's last result
+        // also finishes its batch in the same transaction.
+        let (count, written) = self
+            .call_inline(move |db| {
+                let replies = reply_rows(db, &outgoing, &target, &ids, start_seq)?;
+                let written = match last {
+                    true => db.complete_batch_at(&ids, &replies, now)?,
+                    false => db.complete_at(&ids, &replies, now)?,
+                };
+                Ok((replies.len(), written))
+            })
             .await?;
+        self.batch_finished |= last;
         tracing::debug!(replies = count, seqs = ?written.iter().map(|w| w.seq).collect::<Vec<_>>(), "turn answered");
         Ok(())
-    }
-
-    /// The current system prompt: files re-read and destinations read now, so changes made
-    /// mid-session reach the next query.
-    async fn system_prompt(&self) -> Option<String> {
-        let sources = self.options.prompt_sources.clone()?;
-        let destinations = self
-            .call(|db| db.destinations())
-            .await
-            .unwrap_or_else(|err| {
-                tracing::warn!("{err:#}: the system prompt lists no destinations");
-                Vec::new()
-            });
-        tokio::task::spawn_blocking(move || build_system_prompt(&sources, &destinations))
-            .await
-            .map_err(|err| tracing::error!(%err, "building the system prompt failed"))
-            .ok()
     }
 
     /// Runs a blocking DB call off the async workers. A call that fails because the disk is
@@ -1000,16 +1045,42 @@ impl Runner {
         T: Send + 'static,
         F: Fn(&SessionDb) -> Result<T, schema::Error> + Send + Sync + 'static,
     {
+        self.call_on(DbThread::Blocking, f).await
+    }
+
+    /// [`Runner::call`] on the loop's own worker thread: for the per-message calls that take
+    /// well under a millisecond (the poll with its claim, the destinations a prompt names, a
+    /// result's write), where the hand-off
+    /// to a blocking thread and back cost more CPU than the call (docs/decisions.md, "The
+    /// runner's hot path").
+    async fn call_inline<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&SessionDb) -> Result<T, schema::Error> + Send + Sync + 'static,
+    {
+        self.call_on(DbThread::Inline, f).await
+    }
+
+    async fn call_on<T, F>(&self, on: DbThread, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&SessionDb) -> Result<T, schema::Error> + Send + Sync + 'static,
+    {
         let f = Arc::new(f);
         let mut backoff = DISK_FULL_FIRST_RETRY;
         let mut waited = false;
         loop {
-            let db = self.db.clone();
-            let attempt = Arc::clone(&f);
-            let err = match tokio::task::spawn_blocking(move || attempt(&db))
-                .await
-                .context("a DB task panicked")?
-            {
+            let outcome = match on {
+                DbThread::Inline => f(&self.db),
+                DbThread::Blocking => {
+                    let db = self.db.clone();
+                    let attempt = Arc::clone(&f);
+                    tokio::task::spawn_blocking(move || attempt(&db))
+                        .await
+                        .context("a DB task panicked")?
+                }
+            };
+            let err = match outcome {
                 Ok(value) => {
                     if waited {
                         self.disk_full.cleared();
@@ -1035,6 +1106,107 @@ impl Runner {
     }
 }
 
+/// The reply rows of a result's messages (blocking: DB reads): a bare message goes to the
+/// batch's `target`, a `<message to="name">` where `route_to_destination` sends it (not at all
+/// to an unknown name); a message already sent this turn (a `messages_out` row after
+/// `start_seq` with the same routing and text) is not written twice.
+fn reply_rows(
+    db: &SessionDb,
+    outgoing: &[reply::Outgoing],
+    target: &Target,
+    ids: &[String],
+    start_seq: i64,
+) -> Result<Vec<NewMessageOut>, schema::Error> {
+    let mut replies = Vec::new();
+    if outgoing.is_empty() {
+        return Ok(replies);
+    }
+    let sent_this_turn = db.messages_out_after(start_seq, 10_000)?;
+    for message in outgoing {
+        let routing = match &message.to {
+            None => target.routing.clone(),
+            Some(name) => match db.route_to_destination(name, ids)? {
+                DestinationRoute::Found(routing) => routing,
+                DestinationRoute::Unknown { known } => {
+                    tracing::warn!(destination = %name, ?known, "reply addressed to an unknown destination; not sent");
+                    continue;
+                }
+            },
+        };
+        let duplicate = sent_this_turn.iter().any(|row| {
+            row.kind == "chat"
+                && row.routing == routing
+                && serde_json::from_str::<serde_json::Value>(&row.content)
+                    .ok()
+                    .and_then(|v| {
+                        v.get("text")
+                            .and_then(|t| t.as_str())
+                            .map(|t| reply::same_text(t, &message.text))
+                    })
+                    .unwrap_or(false)
+        });
+        if duplicate {
+            tracing::info!("result repeats a message already sent this turn; not written twice");
+            continue;
+        }
+        replies.push(
+            NewMessageOut::new(OutKind::Chat, routing, &out::chat_text(&message.text))
+                .replying_to(target.in_reply_to.clone()),
+        );
+    }
+    Ok(replies)
+}
+
+/// The current system prompt: files re-read and destinations read now, so changes made
+/// mid-session reach the next query. Blocking (file and DB reads).
+fn system_prompt(db: &SessionDb, sources: &PromptSources) -> String {
+    let destinations = db.destinations().unwrap_or_else(|err| {
+        tracing::warn!("{err:#}: the system prompt lists no destinations");
+        Vec::new()
+    });
+    build_system_prompt(sources, &destinations)
+}
+
+/// What `content` asks of the runner as a command: `None` for none, `Some(None)` for `/clear`,
+/// `Some(Some(text))` for a command the CLI handles natively (`native`: its first words).
+fn command_of(content: &InboundContent, native: &[&str]) -> Option<Option<String>> {
+    let text = content
+        .chat_text()
+        .map(str::trim)
+        .filter(|t| t.starts_with('/'))?;
+    if text == "/clear" {
+        Some(None)
+    } else {
+        let word = text.split_whitespace().next().unwrap_or(text);
+        native.contains(&word).then(|| Some(text.to_owned()))
+    }
+}
+
+/// A task's pre-agent script, if it has one.
+fn pre_agent_script(content: &InboundContent) -> Option<&str> {
+    match content {
+        InboundContent::Task(task) => task.script.as_deref().filter(|s| !s.trim().is_empty()),
+        _ => None,
+    }
+}
+
+/// The batch a claim can start in its own transaction: when the claimed rows go to the agent
+/// as one prompt exactly as they are (a triggering row among them, no command, no pre-agent
+/// script), the batch `run_query` will start is known at the claim. Otherwise `None`: the batch
+/// is started after gating, as before.
+fn batch_at_claim(rows: &[MessageIn], native: &[&str]) -> Option<CurrentBatch> {
+    if !rows.iter().any(|row| row.trigger) {
+        return None;
+    }
+    for row in rows {
+        let content = InboundContent::parse(&row.kind(), &row.content);
+        if command_of(&content, native).is_some() || pre_agent_script(&content).is_some() {
+            return None;
+        }
+    }
+    Some(target_of(rows).batch(rows.iter().map(|row| row.id.clone()).collect()))
+}
+
 /// Replies of a batch go to the latest triggering row's origin; it is also the `in_reply_to`.
 fn target_of(rows: &[MessageIn]) -> Target {
     let origin = rows
@@ -1055,6 +1227,17 @@ fn target_of(rows: &[MessageIn]) -> Target {
         },
         None => Target::default(),
     }
+}
+
+/// Where a DB call of the loop runs.
+#[derive(Debug, Clone, Copy)]
+enum DbThread {
+    /// On a blocking thread (`spawn_blocking`): calls that may take long (files read with the
+    /// system prompt) or are rare.
+    Blocking,
+    /// On the loop's worker thread: the per-message sub-millisecond calls. The runtime has a
+    /// second worker, so the heartbeat and the CLI's I/O go on while one waits for the lock.
+    Inline,
 }
 
 /// First wait before a write that failed on a full disk is tried again.
@@ -1300,6 +1483,7 @@ fn merge(prepared: Vec<Prepared>) -> Option<Prepared> {
         merged.prompt.text.push_str(&next.prompt.text);
         merged.prompt.media.extend(next.prompt.media);
         merged.row_ids.extend(next.row_ids);
+        merged.seqs.extend(next.seqs);
         merged.target = next.target;
     }
     Some(merged)
@@ -1312,6 +1496,7 @@ fn spawn_heartbeat(
     every: Duration,
     stop: CancellationToken,
     disk_full: Arc<DiskFull>,
+    last_event: Arc<LastEventCell>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(every);
@@ -1321,7 +1506,8 @@ fn spawn_heartbeat(
                 _ = stop.cancelled() => return,
                 _ = ticker.tick() => {
                     let db = db.clone();
-                    match tokio::task::spawn_blocking(move || db.heartbeat()).await {
+                    let event = last_event.take_new();
+                    match tokio::task::spawn_blocking(move || db.heartbeat_with(event.as_ref())).await {
                         Ok(Ok(())) => disk_full.cleared(),
                         Ok(Err(err)) if err.is_disk_full() => disk_full.hit(&err),
                         Ok(Err(err)) => tracing::warn!(%err, "heartbeat failed"),

@@ -1,6 +1,7 @@
 //! The container image as far as it can be checked without a container engine (none runs on
-//! the project's machines): the Dockerfile pins the same CLI versions as
-//! `scripts/install-clis.sh`, `container/build.sh` passes those pins, the image runs
+//! the project's machines): the Dockerfile's defaults are the pins of `versions.env` (CLI
+//! versions and base images), it installs the CLIs of its `CLIS` build argument through
+//! `scripts/install-clis.sh`, `container/build.sh` passes those pins and a selection, the image runs
 //! agent-runner itself as PID 1 (no tini), starting as root and dropping to its non-root user
 //! (`NANOCLAW_RUN_AS`), with both binaries and its base packages, the ignore file and
 //! the Kubernetes example hold what their READMEs promise; and the real `agent-runner` binary,
@@ -23,14 +24,13 @@ use nix::unistd::Pid;
 use schema::{Destination, NewMessageIn, Routing, SessionDb};
 use serde_json::{json, Value};
 
-/// The CLI pins, by variable name.
-const PINS: [&str; 3] = ["CLAUDE_CODE_VERSION", "CODEX_VERSION", "OPENCODE_VERSION"];
-
-/// The npm package each pin installs.
-const PACKAGES: [(&str, &str); 3] = [
-    ("CLAUDE_CODE_VERSION", "@anthropic-ai/claude-code"),
-    ("CODEX_VERSION", "@openai/codex"),
-    ("OPENCODE_VERSION", "opencode-ai"),
+/// The pins of versions.env the Dockerfile declares as build arguments, by variable name.
+const PINS: [&str; 5] = [
+    "CLAUDE_CODE_VERSION",
+    "CODEX_VERSION",
+    "OPENCODE_VERSION",
+    "RUST_IMAGE",
+    "NODE_IMAGE",
 ];
 
 fn repo_root() -> PathBuf {
@@ -45,7 +45,7 @@ fn read(relative: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("reading {}: {err}", path.display()))
 }
 
-/// `NAME=value` assignments at the start of a line of a shell script.
+/// `NAME=value` lines of versions.env (the pins in [`PINS`]).
 fn script_pins(script: &str) -> BTreeMap<String, String> {
     let mut pins = BTreeMap::new();
     for line in script.lines() {
@@ -84,8 +84,8 @@ fn runs(dockerfile: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_dockerfile_pins_the_cli_versions_of_install_clis() {
-    let script = script_pins(&read("scripts/install-clis.sh"));
+fn the_dockerfile_pins_the_versions_of_versions_env() {
+    let script = script_pins(&read("versions.env"));
     let dockerfile = read("container/Dockerfile");
     let args = dockerfile_args(&dockerfile);
     let mut diff = Vec::new();
@@ -94,37 +94,61 @@ fn the_dockerfile_pins_the_cli_versions_of_install_clis() {
         let theirs = script.get(pin).map(String::as_str).unwrap_or("(missing)");
         if ours != theirs {
             diff.push(format!(
-                "  {pin}: scripts/install-clis.sh = {theirs}, container/Dockerfile ARG = {ours}"
+                "  {pin}: versions.env = {theirs}, container/Dockerfile ARG = {ours}"
             ));
         }
     }
     assert!(
         diff.is_empty(),
-        "the Dockerfile's CLI versions drifted from scripts/install-clis.sh (update `ARG NAME=...` in \
+        "the Dockerfile's pins drifted from versions.env (update `ARG NAME=...` in \
          container/Dockerfile):\n{}",
         diff.join("\n")
     );
-    // The ARGs are what npm installs.
+    // The selected CLIs go through the project's installer, which reads the version ARGs from
+    // its environment and the rest of versions.env from the copy beside it.
+    assert_eq!(
+        args.get("CLIS").map(String::as_str),
+        Some("claude codex opencode"),
+        "every CLI by default"
+    );
+    assert_eq!(
+        args.get("OPENCODE_BUILD").map(String::as_str),
+        Some("baseline"),
+        "an image runs on any x64 CPU"
+    );
+    let all = instructions(&dockerfile);
+    assert!(
+        all.iter().any(|(k, a)| k == "COPY"
+            && a == "versions.env scripts/install-clis.sh /opt/nanoclaw/"),
+        "the installer and the pins are copied in"
+    );
     let install = runs(&dockerfile)
         .into_iter()
-        .find(|r| r.contains("npm install"))
-        .expect("an npm install RUN");
-    for (pin, package) in PACKAGES {
-        let spec = format!("\"{package}@${{{pin}}}\"");
+        .find(|r| r.contains("install-clis.sh"))
+        .expect("a RUN of install-clis.sh");
+    for part in [
+        "NANOCLAW_VERSIONS_FILE=/opt/nanoclaw/versions.env",
+        "NANOCLAW_CLI_DIR=/opt/cli",
+        "NANOCLAW_OPENCODE_BUILD=\"$OPENCODE_BUILD\"",
+        "bash /opt/nanoclaw/install-clis.sh ${CLIS}",
+        // Where tests/tests/image.rs links them too.
+        "ln -s \"/opt/cli/node_modules/.bin/$cli\" \"/usr/local/bin/$cli\"",
+    ] {
         assert!(
-            install.contains(&spec),
-            "the npm install does not install {spec}: {install}"
+            install.contains(part),
+            "the install lacks {part}: {install}"
         );
     }
+    let script = read("scripts/install-clis.sh");
     assert!(
-        install.contains("--include=optional"),
-        "native binaries are optional dependencies: {install}"
+        script.contains("--include=optional"),
+        "native binaries are optional dependencies"
     );
 }
 
 #[test]
-fn build_sh_passes_the_pins_of_install_clis() {
-    let script = script_pins(&read("scripts/install-clis.sh"));
+fn build_sh_passes_the_pins_of_versions_env() {
+    let script = script_pins(&read("versions.env"));
     let out = Command::new("bash")
         .arg(repo_root().join("container/build.sh"))
         .arg("--dry-run")
@@ -166,6 +190,42 @@ fn build_sh_passes_the_pins_of_install_clis() {
         stdout.contains("docker run"),
         "build.sh prints the run line: {stdout}"
     );
+    assert!(
+        command.contains(r"--build-arg CLIS=claude\ codex\ opencode "),
+        "every CLI by default: {command}"
+    );
+}
+
+/// `--clis` selects the CLIs the image carries; a name it does not know is refused before any
+/// build.
+#[test]
+fn build_sh_selects_the_clis_of_the_image() {
+    let dry_run = |clis: &str| {
+        Command::new("bash")
+            .arg(repo_root().join("container/build.sh"))
+            .args(["--dry-run", "--clis", clis])
+            .output()
+            .unwrap()
+    };
+    let out = dry_run("claude");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("--build-arg CLIS=claude "), "{stdout}");
+    let out = dry_run("codex,opencode");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.contains(r"--build-arg CLIS=codex\ opencode "),
+        "{stdout}"
+    );
+    for bad in ["gemini", "none claude", ""] {
+        let out = dry_run(bad);
+        assert_eq!(out.status.code(), Some(1), "--clis {bad:?} is refused");
+        assert!(out.stdout.is_empty(), "--clis {bad:?} printed a command");
+    }
 }
 
 #[test]
@@ -352,6 +412,64 @@ fn the_ignore_file_and_the_kubernetes_example_hold_what_they_promise() {
         readme.contains("docker run") && readme.contains("Docker Desktop"),
         "container/README.md"
     );
+}
+
+/// The image's HEALTHCHECK and the pod's probes run `agent-runner health`; the arguments the
+/// Dockerfile gives are ones the binary takes (run here on a workspace without a DB: unhealthy).
+#[test]
+fn the_image_and_the_pod_probe_health_with_agent_runner_health() {
+    let dockerfile = read("container/Dockerfile");
+    let all = instructions(&dockerfile);
+    let entrypoint = all
+        .iter()
+        .rev()
+        .find(|(keyword, _)| keyword == "ENTRYPOINT")
+        .map(|(_, args)| args.clone())
+        .expect("an ENTRYPOINT");
+    let checks: Vec<&String> = all
+        .iter()
+        .filter(|(keyword, _)| keyword == "HEALTHCHECK")
+        .map(|(_, args)| args)
+        .collect();
+    assert_eq!(checks.len(), 1, "one HEALTHCHECK: {checks:?}");
+    let (options, command) = checks[0]
+        .split_once("CMD ")
+        .expect("HEALTHCHECK ... CMD [...]");
+    for option in ["--interval=", "--timeout=", "--start-period=", "--retries="] {
+        assert!(
+            options.contains(option),
+            "HEALTHCHECK lacks {option}: {options}"
+        );
+    }
+    let argv: Vec<String> = serde_json::from_str(command).expect("CMD in exec form");
+    let binary: Vec<String> = serde_json::from_str(&entrypoint).unwrap();
+    assert_eq!(argv, [binary[0].as_str(), "health"], "{command}");
+
+    let workspace = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_agent-runner"))
+        .args(&argv[1..])
+        .env("WORKSPACE_DIR", workspace.path())
+        .env_remove("SESSION_DB")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no session DB at"), "{stderr}");
+
+    let pod = read("container/k8s/pod.yaml");
+    let lines: Vec<&str> = pod.lines().map(str::trim).collect();
+    let probe_command = format!("command: [\"{}\", \"health\"]", binary[0]);
+    for probe in ["livenessProbe:", "readinessProbe:"] {
+        let at = lines
+            .iter()
+            .position(|line| *line == probe)
+            .unwrap_or_else(|| panic!("pod.yaml lacks {probe}"));
+        assert_eq!(
+            lines[at + 1..at + 3],
+            ["exec:", probe_command.as_str()],
+            "{probe}"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 
 pub mod answer;
 pub mod init;
+pub mod location;
 pub mod send;
 pub mod status;
 pub mod sweep;

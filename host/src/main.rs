@@ -16,21 +16,35 @@ use host::{AnswerRequest, InitOptions, Quote, SendKind, SendRequest, WatchOption
 /// Host CLI for a NanoClaw agent session: create the workspace and session DB, post inbound
 /// messages, follow the agent's replies, answer its questions, sweep stale claims, show status.
 #[derive(Debug, Parser)]
-#[command(name = "nanoclaw", version, propagate_version = true)]
+#[command(
+    name = "nanoclaw",
+    version,
+    propagate_version = true,
+    after_help = logging::help(DEFAULT_LOG_FILTER)
+)]
 struct Cli {
-    /// Session DB path [default for init: <workspace>/session.db]
-    #[arg(
-        long,
-        global = true,
-        env = "SESSION_DB",
-        value_name = "PATH",
-        display_order = 900
-    )]
+    /// Session DB path [default: <workspace>/session.db with --workspace, else env SESSION_DB]
+    #[arg(long, global = true, value_name = "PATH", display_order = 899)]
     db: Option<PathBuf>,
+
+    /// Workspace root: for every command it means the DB <DIR>/session.db (winning over
+    /// SESSION_DB); init creates the tree there [default for init: the folder of the DB]
+    #[arg(long, global = true, value_name = "DIR", display_order = 900)]
+    workspace: Option<PathBuf>,
 
     /// Machine-readable output: JSON (one object per line for watch)
     #[arg(long, global = true, display_order = 901)]
     json: bool,
+
+    /// Log lines on stderr: text, or json for one JSON object per line [default: text]
+    #[arg(
+        long,
+        global = true,
+        env = logging::LOG_FORMAT_ENV,
+        value_name = "text|json",
+        display_order = 902
+    )]
+    log_format: Option<logging::LogFormat>,
 
     #[command(subcommand)]
     command: Command,
@@ -48,15 +62,27 @@ enum Command {
     Answer(AnswerArgs),
     /// Reset stale processing rows with backoff; fail rows out of tries
     Sweep(SweepArgs),
-    /// Show the runner state, queue counts, next due time and task series
+    /// Show the runner state and since when, the turn's last event, rows in flight, the last
+    /// query_error, health, and what to do
     Status,
+    /// Exit 0 when the runner is alive and making progress; else exit 1 with the reason and
+    /// its fix (reads the DB once, read-only)
+    Health(HealthArgs),
+}
+
+#[derive(Debug, Args)]
+struct HealthArgs {
+    /// A heartbeat older than SECS is stale (3 × the runner's heartbeatSecs; at most 10 s each)
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    stale_after: u64,
+    /// A busy turn with no provider event for SECS is stuck (0: not checked); keep it above the
+    /// runner's watchdogSecs (600 by default)
+    #[arg(long, value_name = "SECS", default_value_t = 900)]
+    max_turn_silence: u64,
 }
 
 #[derive(Debug, Args)]
 struct InitArgs {
-    /// Workspace root to create [default: the folder of --db]
-    #[arg(long, value_name = "DIR")]
-    workspace: Option<PathBuf>,
     /// Default routing, stored in session_routing
     #[arg(long, value_name = "CHANNEL_TYPE:PLATFORM_ID[:THREAD_ID]")]
     routing: Option<String>,
@@ -199,7 +225,7 @@ struct AnswerArgs {
 #[derive(Debug, Args)]
 struct SweepArgs {
     /// A processing row unchanged for SECS is stale
-    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    #[arg(long, value_name = "SECS", default_value_t = host::sweep::DEFAULT_STALE_AFTER_SECS)]
     stale_after: u64,
     /// A stale row with this many tries becomes failed
     #[arg(long, value_name = "N", default_value_t = 5)]
@@ -209,10 +235,19 @@ struct SweepArgs {
     backoff: u64,
 }
 
+/// The log filter when `RUST_LOG` is unset: warnings and errors only, the output is the CLI's.
+const DEFAULT_LOG_FILTER: &str = "warn";
+
 fn main() -> ExitCode {
-    // A dead or full stderr pipe must neither panic nor block the CLI (see `logging`).
-    let _ = logging::subscriber("warn").try_init();
+    // Flags first (clap prints usage errors and --help itself): they name the log format.
     let cli = Cli::parse();
+    // A dead or full stderr pipe must neither panic nor block the CLI (see `logging`).
+    let _ = logging::subscriber(
+        "nanoclaw",
+        DEFAULT_LOG_FILTER,
+        cli.log_format.unwrap_or_default(),
+    )
+    .try_init();
     match run(cli) {
         Ok(code) => {
             logging::flush_at_exit();
@@ -223,7 +258,7 @@ fn main() -> ExitCode {
                 logging::flush_at_exit();
                 return ExitCode::SUCCESS;
             }
-            logging::print_line(&format!("nanoclaw: error: {err:#}"));
+            logging::fatal(&format!("error: {err:#}"));
             ExitCode::FAILURE
         }
     }
@@ -238,18 +273,30 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
-    match cli.command {
-        Command::Init(args) => cmd_init(cli.db, cli.json, args),
-        Command::Send(args) => cmd_send(&db_path(cli.db)?, cli.json, *args),
-        Command::Watch(args) => cmd_watch(&db_path(cli.db)?, cli.json, args),
-        Command::Answer(args) => cmd_answer(&db_path(cli.db)?, cli.json, args),
-        Command::Sweep(args) => cmd_sweep(&db_path(cli.db)?, cli.json, args),
-        Command::Status => cmd_status(&db_path(cli.db)?, cli.json),
+    let env_db = std::env::var_os("SESSION_DB")
+        .filter(|value| !value.is_empty())
+        .map(PathBuf::from);
+    let choice = host::location::choose_db(
+        cli.db.as_deref(),
+        cli.workspace.as_deref(),
+        env_db.as_deref(),
+        matches!(cli.command, Command::Init(_)),
+    )?;
+    // Every JSON log line names the session DB this command works on.
+    logging::set_session(choice.db.display().to_string());
+    if let Some(note) = &choice.note {
+        logging::print_line(&format!("note: {note}"));
     }
-}
-
-fn db_path(db: Option<PathBuf>) -> Result<PathBuf> {
-    db.context("no session DB given: pass --db PATH or set SESSION_DB")
+    let db = choice.db.as_path();
+    match cli.command {
+        Command::Init(args) => cmd_init(choice.clone(), cli.json, args),
+        Command::Send(args) => cmd_send(db, cli.json, *args),
+        Command::Watch(args) => cmd_watch(db, cli.json, args),
+        Command::Answer(args) => cmd_answer(db, cli.json, args),
+        Command::Sweep(args) => cmd_sweep(db, cli.json, args),
+        Command::Status => cmd_status(db, cli.json),
+        Command::Health(args) => cmd_health(db, cli.json, &args),
+    }
 }
 
 fn print(text: &str) -> Result<()> {
@@ -263,18 +310,10 @@ fn print_json(value: &impl serde::Serialize) -> Result<()> {
     print(&format!("{}\n", serde_json::to_string(value)?))
 }
 
-fn cmd_init(db: Option<PathBuf>, as_json: bool, args: InitArgs) -> Result<ExitCode> {
-    let workspace = match (&args.workspace, &db) {
-        (Some(workspace), _) => workspace.clone(),
-        (None, Some(db)) => match db.parent().filter(|p| !p.as_os_str().is_empty()) {
-            Some(parent) => parent.to_path_buf(),
-            None => PathBuf::from("."),
-        },
-        (None, None) => bail!("init needs --workspace DIR (or --db PATH / SESSION_DB)"),
-    };
+fn cmd_init(choice: host::location::DbChoice, as_json: bool, args: InitArgs) -> Result<ExitCode> {
     let options = InitOptions {
-        workspace,
-        db,
+        workspace: choice.workspace,
+        db: Some(choice.db),
         routing: args
             .routing
             .as_deref()
@@ -448,11 +487,37 @@ fn cmd_sweep(db_path: &std::path::Path, as_json: bool, args: SweepArgs) -> Resul
 fn cmd_status(db_path: &std::path::Path, as_json: bool) -> Result<ExitCode> {
     let db = host::open_existing(db_path)?;
     let now = Utc::now();
-    let report = host::status(&db, now)?;
+    let report = host::status(&db, now, &host::status::default_limits())?;
     if as_json {
         print_json(&report)?;
     } else {
         print(&report.render(now))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Exit 1 (the orchestrators' "unhealthy") with the reason on stderr, or 0 with the verdict on
+/// stdout; `--json` prints `{"healthy","reason"}` either way.
+fn cmd_health(db_path: &std::path::Path, as_json: bool, args: &HealthArgs) -> Result<ExitCode> {
+    let limits = host::status::host_limits(
+        Duration::from_secs(args.stale_after),
+        Duration::from_secs(args.max_turn_silence),
+    );
+    let verdict = schema::health::check(db_path, &limits, Utc::now());
+    let (healthy, reason) = match &verdict {
+        Ok(healthy) => (true, healthy.to_string()),
+        Err(unhealthy) => (false, unhealthy.to_string()),
+    };
+    if as_json {
+        print_json(&json!({ "healthy": healthy, "reason": reason }))?;
+    } else if healthy {
+        print(&format!("{reason}\n"))?;
+    } else {
+        logging::print_line(&format!("nanoclaw: unhealthy: {reason}"));
+    }
+    Ok(if healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

@@ -1,17 +1,48 @@
-//! `status`: the runner's state, the queue, the next due time and the task series.
+//! `status`: the runner's state and how long it has been in it, the turn's last provider event,
+//! the queue with the rows in flight and their age, the last `query_error`, the next due time,
+//! the task series, the health verdict, and what to do about what is wrong.
+
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
+use schema::health::{self, HealthLimits};
 use schema::time::{format_ts, parse_ts};
-use schema::{InStatus, InboundContent, MessageIn, QueueCounts, Routing, SessionDb, WaitingOn};
+use schema::{
+    InStatus, InboundContent, LastEvent, MessageIn, QueueCounts, Routing, SessionDb, WaitingOn,
+};
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::init::format_routing;
 use crate::send::excerpt;
-use crate::timefmt::{ago, until};
+use crate::sweep::DEFAULT_STALE_AFTER_SECS;
+use crate::timefmt::{ago, format_duration, until};
 
-/// A heartbeat older than this (while the runner is not stopped) is flagged as stale.
+/// A heartbeat older than this (while the runner is not stopped) is flagged as stale: three
+/// heartbeats at the runner's longest interval (10 s).
 pub const STALE_HEARTBEAT_SECS: i64 = 30;
+
+/// Rows `processing` listed one per line; the rest are counted.
+const PROCESSING_SHOWN: usize = 5;
+
+/// The host's health limits: a heartbeat stale after `stale_after` (the host does not know the
+/// runner's interval: [`STALE_HEARTBEAT_SECS`] by default), a turn silent for `max_turn_silence`.
+pub fn host_limits(stale_after: Duration, max_turn_silence: Duration) -> HealthLimits {
+    HealthLimits {
+        stale_heartbeat: stale_after,
+        max_turn_silence,
+        lock_wait: health::DEFAULT_LOCK_WAIT,
+    }
+}
+
+/// The limits `status` judges by: the defaults of `nanoclaw health`.
+pub fn default_limits() -> HealthLimits {
+    host_limits(
+        Duration::from_secs(STALE_HEARTBEAT_SECS.unsigned_abs()),
+        health::DEFAULT_MAX_TURN_SILENCE,
+    )
+}
 
 /// The runner_state row with derived ages.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -19,12 +50,22 @@ pub const STALE_HEARTBEAT_SECS: i64 = 30;
 pub struct RunnerReport {
     /// `starting`, `idle`, `busy`, `waiting_user` or `stopped`.
     pub status: String,
+    /// When the runner entered this status, as stored.
+    pub since: String,
+    /// Seconds it has been in this status.
+    pub since_secs: Option<i64>,
     /// Runner pid.
     pub pid: Option<i64>,
     /// Provider name.
     pub provider: Option<String>,
     /// Tool the agent is in, if known.
     pub current_tool: Option<String>,
+    /// The current turn's last provider event (none in this status yet: `None`).
+    pub last_event: Option<LastEvent>,
+    /// Seconds since that event.
+    pub last_event_age_secs: Option<i64>,
+    /// Seconds the running turn has gone without a provider event (busy only).
+    pub turn_silence_secs: Option<i64>,
     /// What a turn without progress waits on (the model endpoint, since when, retry notices).
     pub waiting_on: Option<WaitingOn>,
     /// Seconds it has waited so far.
@@ -33,9 +74,58 @@ pub struct RunnerReport {
     pub heartbeat_at: String,
     /// Seconds since the last heartbeat (`None` when the stored time is unreadable).
     pub heartbeat_age_secs: Option<i64>,
-    /// True when the runner is not stopped but its heartbeat is older than
-    /// [`STALE_HEARTBEAT_SECS`].
+    /// True when the runner is not stopped but its heartbeat is older than the limit.
     pub heartbeat_stale: bool,
+}
+
+/// A row the runner claimed and has not finished.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProcessingRow {
+    /// Row id.
+    pub id: String,
+    /// Its seq.
+    pub seq: Option<i64>,
+    /// Its kind.
+    pub kind: String,
+    /// When it was claimed (`status_changed`), as stored.
+    pub since: Option<String>,
+    /// Seconds it has been processing.
+    pub since_secs: Option<i64>,
+    /// Claims so far.
+    pub tries: i64,
+}
+
+/// The newest `query_error` row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastError {
+    /// Its seq in messages_out.
+    pub seq: Option<i64>,
+    /// When it was written, as stored.
+    pub at: String,
+    /// Seconds ago.
+    pub age_secs: Option<i64>,
+    /// Error class (`gateway_error`, `rate_limited`, …).
+    pub classification: Option<String>,
+    /// Whether retrying may succeed.
+    pub retryable: Option<bool>,
+    /// The error message.
+    pub message: String,
+    /// The rows the failed query left processing.
+    pub message_ids: Vec<String>,
+    /// Not before this time, for a rate limit.
+    pub retry_at: Option<String>,
+}
+
+/// The health verdict, as `nanoclaw health` gives it with its default limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthReport {
+    /// True when the runner is alive and making progress.
+    pub healthy: bool,
+    /// The verdict in words (for an unhealthy runner, the reason and its fix).
+    pub reason: String,
 }
 
 /// One pending or paused occurrence of a task series.
@@ -68,6 +158,10 @@ pub struct StatusReport {
     pub runner: Option<RunnerReport>,
     /// Queue counts.
     pub counts: QueueCounts,
+    /// Rows `processing`, oldest claim first.
+    pub processing: Vec<ProcessingRow>,
+    /// The newest `query_error` row.
+    pub last_error: Option<LastError>,
     /// Earliest due time of a pending row, RFC 3339 UTC (`now` when due already; `None` when
     /// nothing is pending).
     pub next_due: Option<String>,
@@ -79,36 +173,84 @@ pub struct StatusReport {
     pub routing: Option<Routing>,
     /// Destination names.
     pub destinations: Vec<String>,
+    /// The health verdict.
+    pub health: HealthReport,
+    /// What to do, one sentence each (empty when nothing is wrong).
+    pub hints: Vec<String>,
 }
 
-/// Gathers the report at `now`.
-pub fn status(db: &SessionDb, now: DateTime<Utc>) -> Result<StatusReport> {
-    let runner = db
-        .runner_state()
-        .context("reading runner_state")?
-        .map(|state| {
-            let age = parse_ts(&state.heartbeat_at)
-                .ok()
-                .map(|at| (now - at).num_seconds());
-            let waiting_on = state.waiting();
-            let waiting_secs = waiting_on
+/// Gathers the report at `now`, judging health by `limits`.
+pub fn status(db: &SessionDb, now: DateTime<Utc>, limits: &HealthLimits) -> Result<StatusReport> {
+    let age = |stored: &str| parse_ts(stored).ok().map(|at| (now - at).num_seconds());
+    let state = db.runner_state().context("reading runner_state")?;
+    let counts = db.counts(now).context("counting messages_in")?;
+    let verdict = health::verdict(db.path(), state.as_ref(), counts.processing, limits, now);
+    let runner = state.as_ref().map(|state| {
+        let waiting_on = state.waiting();
+        let last_event = health::turn_last_event(state);
+        RunnerReport {
+            since: state.updated_at.clone(),
+            since_secs: age(&state.updated_at).map(|secs| secs.max(0)),
+            last_event_age_secs: last_event
                 .as_ref()
-                .and_then(|w| parse_ts(&w.since).ok())
-                .map(|since| (now - since).num_seconds().max(0));
-            RunnerReport {
-                waiting_on,
-                waiting_secs,
-                heartbeat_stale: state.status != "stopped"
-                    && age.is_none_or(|age| age > STALE_HEARTBEAT_SECS),
-                status: state.status,
-                pid: state.pid,
-                provider: state.provider,
-                current_tool: state.current_tool,
-                heartbeat_at: state.heartbeat_at,
-                heartbeat_age_secs: age,
+                .and_then(|e| age(&e.at))
+                .map(|s| s.max(0)),
+            last_event,
+            turn_silence_secs: health::turn_silence_secs(state, now),
+            waiting_secs: waiting_on
+                .as_ref()
+                .and_then(|w| age(&w.since))
+                .map(|secs| secs.max(0)),
+            waiting_on,
+            heartbeat_stale: matches!(verdict, Err(health::Unhealthy::StaleHeartbeat { .. })),
+            status: state.status.clone(),
+            pid: state.pid,
+            provider: state.provider.clone(),
+            current_tool: state.current_tool.clone(),
+            heartbeat_at: state.heartbeat_at.clone(),
+            heartbeat_age_secs: age(&state.heartbeat_at),
+        }
+    });
+    let mut processing: Vec<ProcessingRow> = db
+        .messages_in_with_status(InStatus::Processing)
+        .context("reading processing rows")?
+        .into_iter()
+        .map(|row| ProcessingRow {
+            since_secs: row
+                .status_changed
+                .as_deref()
+                .and_then(age)
+                .map(|s| s.max(0)),
+            since: row.status_changed,
+            id: row.id,
+            seq: row.seq,
+            kind: row.kind,
+            tries: row.tries,
+        })
+        .collect();
+    processing.sort_by_key(|row| std::cmp::Reverse(row.since_secs));
+    let last_error = db
+        .last_system_out("query_error")
+        .context("reading the last query_error")?
+        .map(|row| {
+            let content: Value = serde_json::from_str(&row.content).unwrap_or_default();
+            let payload = content.get("payload").unwrap_or(&content);
+            let text = |key: &str| payload.get(key).and_then(Value::as_str).map(str::to_owned);
+            LastError {
+                seq: row.seq,
+                age_secs: age(&row.timestamp),
+                at: row.timestamp,
+                classification: text("classification"),
+                retryable: payload.get("retryable").and_then(Value::as_bool),
+                message: text("message").unwrap_or_default(),
+                message_ids: payload
+                    .get("messageIds")
+                    .and_then(Value::as_array)
+                    .map(|ids| ids.iter().map(crate::answer::value_text).collect())
+                    .unwrap_or_default(),
+                retry_at: text("retryAt"),
             }
         });
-    let counts = db.counts(now).context("counting messages_in")?;
     let next_due = db.next_due().context("reading the next due time")?;
     let mut tasks: Vec<TaskSeries> = Vec::new();
     for status in [InStatus::Pending, InStatus::Paused] {
@@ -133,17 +275,101 @@ pub fn status(db: &SessionDb, now: DateTime<Utc>) -> Result<StatusReport> {
         .into_iter()
         .map(|d| d.name)
         .collect();
+    let hints = hints(&verdict, &processing, last_error.as_ref(), &counts);
     Ok(StatusReport {
         db: db.path().display().to_string(),
         now: format_ts(now),
         runner,
         counts,
+        processing,
+        last_error,
         next_due: next_due.map(|at| format_ts(at.max(now))),
         next_due_in_secs: next_due.map(|at| (at - now).num_seconds().max(0)),
         tasks,
         routing: db.session_routing().context("reading the routing")?,
         destinations,
+        health: match &verdict {
+            Ok(healthy) => HealthReport {
+                healthy: true,
+                reason: healthy.to_string(),
+            },
+            Err(unhealthy) => HealthReport {
+                healthy: false,
+                reason: unhealthy.to_string(),
+            },
+        },
+        hints,
     })
+}
+
+/// What to do: the health verdict's fix, and what the queue needs from the host's sweep.
+fn hints(
+    verdict: &Result<health::Healthy, health::Unhealthy>,
+    processing: &[ProcessingRow],
+    last_error: Option<&LastError>,
+    counts: &QueueCounts,
+) -> Vec<String> {
+    use health::Unhealthy;
+    let mut hints = Vec::new();
+    let stuck = processing.len();
+    match verdict {
+        Err(Unhealthy::Stopped { .. } | Unhealthy::NoRunner { .. }) if stuck > 0 => {
+            hints.push(format!(
+                "{stuck} row(s) processing with no runner: start it (it returns them to the \
+                 queue), or `nanoclaw sweep --stale-after 0` retries them now"
+            ))
+        }
+        Err(Unhealthy::StaleHeartbeat { .. }) if stuck > 0 => hints.push(format!(
+            "restart the runner; meanwhile `nanoclaw sweep --stale-after 0` retries its {stuck} \
+             processing row(s) (a live runner's batch is never swept)"
+        )),
+        // The health line says it, with the fix.
+        Err(_) => {}
+        Ok(healthy) => {
+            // A failed query leaves its rows processing for the host's sweep.
+            let left: Vec<&str> = last_error
+                .map(|error| {
+                    error
+                        .message_ids
+                        .iter()
+                        .filter(|id| processing.iter().any(|row| &row.id == *id))
+                        .map(String::as_str)
+                        .collect()
+                })
+                .unwrap_or_default();
+            if !left.is_empty() && healthy.status != "busy" {
+                let oldest = processing
+                    .iter()
+                    .filter(|row| left.contains(&row.id.as_str()))
+                    .filter_map(|row| row.since_secs)
+                    .max()
+                    .unwrap_or(0);
+                let stale_after = i64::try_from(DEFAULT_STALE_AFTER_SECS).unwrap_or(i64::MAX);
+                let when = match stale_after.saturating_sub(oldest) {
+                    left if left > 0 => format!("in {}", format_duration(left)),
+                    _ => "now".to_owned(),
+                };
+                let not_before = last_error
+                    .and_then(|error| error.retry_at.as_deref())
+                    .map(|at| format!("; the rate limit resets at {at}, not before"))
+                    .unwrap_or_default();
+                hints.push(format!(
+                    "the last query failed and left {} processing: `nanoclaw sweep` retries \
+                     them {when} (once unchanged for --stale-after, {DEFAULT_STALE_AFTER_SECS} s \
+                     by default), `nanoclaw sweep --stale-after 0` at once{not_before}",
+                    left.join(", ")
+                ));
+            }
+        }
+    }
+    if counts.failed > 0 {
+        hints.push(format!(
+            "{} row(s) failed for good (out of tries, or unusable): `nanoclaw watch \
+             --no-follow` shows the system rows that say why; send them again to retry",
+            counts.failed
+        ));
+    }
+    hints
 }
 
 /// "the model at URL for 42 s (3 retry notices; last: …)".
@@ -184,72 +410,92 @@ fn task_series(row: &MessageIn) -> TaskSeries {
     }
 }
 
+/// `11m 2s`, or `?` for an unreadable time.
+fn secs_text(secs: Option<i64>) -> String {
+    secs.map_or_else(|| "?".to_owned(), format_duration)
+}
+
 impl StatusReport {
     /// The report as readable text, relative times measured from `now`.
     pub fn render(&self, now: DateTime<Utc>) -> String {
         let mut out = String::new();
-        let mut line = |text: String| {
-            out.push_str(&text);
-            out.push('\n');
+        let mut line = |label: &str, text: String| {
+            out.push_str(&format!("{label:<11} {text}\n"));
         };
-        line(format!("session DB  {}", self.db));
+        line("session DB", self.db.clone());
         match &self.runner {
-            None => line("runner      no runner has started".to_owned()),
-            Some(runner) => {
-                let mut text = format!("runner      {}", runner.status);
-                if let Some(pid) = runner.pid {
-                    text.push_str(&format!(", pid {pid}"));
-                }
-                if let Some(provider) = &runner.provider {
-                    text.push_str(&format!(", provider {provider}"));
-                }
-                if let Some(tool) = &runner.current_tool {
-                    text.push_str(&format!(", in tool {tool}"));
-                }
-                match runner.heartbeat_age_secs {
-                    Some(age) => {
-                        text.push_str(&format!(", heartbeat {age}s ago ({})", runner.heartbeat_at))
-                    }
-                    None => text.push_str(&format!(
-                        ", heartbeat unreadable ({:?})",
-                        runner.heartbeat_at
-                    )),
-                }
-                if runner.heartbeat_stale {
-                    text.push_str(" [STALE]");
-                }
-                line(text);
-                if let Some(waiting) = &runner.waiting_on {
-                    line(format!(
-                        "waiting on  {}",
-                        waiting_text(waiting, runner.waiting_secs)
-                    ));
-                }
-            }
+            None => line("runner", "no runner has started".to_owned()),
+            Some(runner) => self.render_runner(runner, &mut line),
         }
         let c = &self.counts;
-        line(format!(
-            "queue       {} pending ({} due), {} processing, {} paused, {} failed",
-            c.pending, c.due, c.processing, c.paused, c.failed
-        ));
+        line(
+            "queue",
+            format!(
+                "{} pending ({} due), {} processing, {} paused, {} failed",
+                c.pending, c.due, c.processing, c.paused, c.failed
+            ),
+        );
+        for (i, row) in self.processing.iter().take(PROCESSING_SHOWN).enumerate() {
+            let seq = row
+                .seq
+                .map_or_else(|| "?".to_owned(), |seq| seq.to_string());
+            line(
+                if i == 0 { "processing" } else { "" },
+                format!(
+                    "{} (seq {seq}, {}) for {}, try {}",
+                    row.id,
+                    row.kind,
+                    secs_text(row.since_secs),
+                    row.tries
+                ),
+            );
+        }
+        if self.processing.len() > PROCESSING_SHOWN {
+            line(
+                "",
+                format!("… and {} more", self.processing.len() - PROCESSING_SHOWN),
+            );
+        }
+        if let Some(error) = &self.last_error {
+            let seq = error
+                .seq
+                .map_or_else(|| "?".to_owned(), |seq| seq.to_string());
+            let when = match parse_ts(&error.at) {
+                Ok(at) => format!("{} ({})", error.at, ago(at, now)),
+                Err(_) => format!("{:?}", error.at),
+            };
+            let ids = if error.message_ids.is_empty() {
+                String::new()
+            } else {
+                format!(" for {}", error.message_ids.join(", "))
+            };
+            line(
+                "last error",
+                format!(
+                    "{when}, seq {seq}: {}{ids}: {}",
+                    error.classification.as_deref().unwrap_or("error"),
+                    excerpt(&error.message, 160)
+                ),
+            );
+        }
         match self
             .next_due
             .as_deref()
             .and_then(|at| parse_ts(at).ok().map(|parsed| (at, parsed)))
         {
-            None => line("next due    nothing pending".to_owned()),
-            Some((at, parsed)) => line(format!("next due    {at} ({})", until(parsed, now))),
+            None => line("next due", "nothing pending".to_owned()),
+            Some((at, parsed)) => line("next due", format!("{at} ({})", until(parsed, now))),
         }
         if let Some(routing) = &self.routing {
-            line(format!("routing     {}", format_routing(routing)));
+            line("routing", format_routing(routing));
         }
         if !self.destinations.is_empty() {
-            line(format!("destinations {}", self.destinations.join(", ")));
+            line("destinations", self.destinations.join(", "));
         }
         if self.tasks.is_empty() {
-            line("tasks       none".to_owned());
+            line("tasks", "none".to_owned());
         } else {
-            line(format!("tasks       {}", self.tasks.len()));
+            line("tasks", self.tasks.len().to_string());
             for task in &self.tasks {
                 let when = match task.next_run.as_deref() {
                     None => "now".to_owned(),
@@ -264,78 +510,286 @@ impl StatusReport {
                     text.push_str(&format!("  every {recurrence:?}"));
                 }
                 text.push_str(&format!("  {:?}", task.prompt));
-                line(text);
+                line("", text);
             }
         }
+        line(
+            "health",
+            match self.health.healthy {
+                true => "ok".to_owned(),
+                false => format!("UNHEALTHY: {}", self.health.reason),
+            },
+        );
+        for hint in &self.hints {
+            line("hint", hint.clone());
+        }
         out
+    }
+
+    fn render_runner(&self, runner: &RunnerReport, line: &mut impl FnMut(&str, String)) {
+        let mut text = format!("{} for {}", runner.status, secs_text(runner.since_secs));
+        if let Some(pid) = runner.pid {
+            text.push_str(&format!(", pid {pid}"));
+        }
+        if let Some(provider) = &runner.provider {
+            text.push_str(&format!(", provider {provider}"));
+        }
+        if let Some(tool) = &runner.current_tool {
+            text.push_str(&format!(", in tool {tool}"));
+        }
+        match runner.heartbeat_age_secs {
+            Some(age) => text.push_str(&format!(", heartbeat {} ago", format_duration(age))),
+            None => text.push_str(&format!(
+                ", heartbeat unreadable ({:?})",
+                runner.heartbeat_at
+            )),
+        }
+        if runner.heartbeat_stale {
+            text.push_str(" [STALE]");
+        }
+        line("runner", text);
+        match (&runner.last_event, runner.status.as_str()) {
+            (Some(event), _) => line(
+                "last event",
+                format!(
+                    "{} ago: {}",
+                    secs_text(runner.last_event_age_secs),
+                    excerpt(&event.what, 160)
+                ),
+            ),
+            (None, "busy") => line(
+                "last event",
+                format!(
+                    "none yet in this turn ({})",
+                    secs_text(runner.turn_silence_secs)
+                ),
+            ),
+            (None, _) => {}
+        }
+        if let Some(waiting) = &runner.waiting_on {
+            line("waiting on", waiting_text(waiting, runner.waiting_secs));
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use expect_test::{expect, Expect};
+
     use super::*;
 
-    fn report(waiting_on: Option<WaitingOn>, now: DateTime<Utc>) -> StatusReport {
-        let waiting_secs = waiting_on
-            .as_ref()
-            .and_then(|w| parse_ts(&w.since).ok())
-            .map(|since| (now - since).num_seconds());
-        StatusReport {
-            db: "/ws/session.db".into(),
-            now: format_ts(now),
-            runner: Some(RunnerReport {
-                status: "busy".into(),
-                pid: Some(7),
-                provider: Some("codex".into()),
-                current_tool: None,
-                waiting_on,
-                waiting_secs,
-                heartbeat_at: format_ts(now),
-                heartbeat_age_secs: Some(0),
-                heartbeat_stale: false,
-            }),
-            counts: QueueCounts::default(),
-            next_due: None,
-            next_due_in_secs: None,
-            tasks: Vec::new(),
-            routing: None,
-            destinations: Vec::new(),
+    const NOW: &str = "2026-11-23T10:00:00.000Z";
+
+    fn now() -> DateTime<Utc> {
+        parse_ts(NOW).unwrap()
+    }
+
+    fn ago(secs: i64) -> String {
+        format_ts(now() - chrono::Duration::seconds(secs))
+    }
+
+    /// A session DB in `state`: the runner row (status, seconds in it, heartbeat age) and SQL
+    /// run after it, with `{N}` replaced by the time N seconds before [`NOW`].
+    struct Scene {
+        _dir: tempfile::TempDir,
+        db: SessionDb,
+    }
+
+    impl Scene {
+        fn new(runner: Option<(&str, i64, i64)>) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let db = SessionDb::open(dir.path().join("session.db")).unwrap();
+            if let Some((status, since, heartbeat)) = runner {
+                db.set_runner_state(schema::RunnerStatus::Idle, Some(7), Some("codex"))
+                    .unwrap();
+                self::sql(
+                    &db,
+                    &format!(
+                        "UPDATE runner_state SET status = '{status}', updated_at = '{}', \
+                         heartbeat_at = '{}'",
+                        ago(since),
+                        ago(heartbeat)
+                    ),
+                );
+            }
+            Self { _dir: dir, db }
+        }
+
+        fn sql(self, sql: &str) -> Self {
+            self::sql(&self.db, sql);
+            self
+        }
+
+        fn check(&self, expected: Expect) {
+            let report = status(&self.db, now(), &default_limits()).unwrap();
+            let path = self.db.path().display().to_string();
+            expected.assert_eq(&report.render(now()).replace(&path, "/ws/session.db"));
         }
     }
 
+    fn sql(db: &SessionDb, sql: &str) {
+        let mut sql = sql.to_owned();
+        for secs in [1, 2, 40, 95, 120, 300, 303, 662, 1000] {
+            sql = sql.replace(&format!("{{{secs}}}"), &ago(secs));
+        }
+        db.dedicated_connection()
+            .unwrap()
+            .execute_batch(&sql)
+            .unwrap();
+    }
+
+    const PROCESSING: &str = "INSERT INTO messages_in (id, seq, kind, timestamp, status, \
+        status_changed, tries, content) VALUES \
+        ('in-1', 2, 'chat', '{303}', 'processing', '{303}', 1, '{\"text\":\"hi\"}'), \
+        ('in-2', 4, 'chat', '{300}', 'processing', '{300}', 2, '{\"text\":\"there\"}');";
+
     #[test]
-    fn the_status_screen_shows_what_a_turn_waits_on() {
-        let now = parse_ts("2026-11-23T10:00:42.000Z").unwrap();
-        let waiting = WaitingOn {
-            endpoint: "http://127.0.0.1:9/v1".into(),
-            since: "2026-11-23T10:00:00.000Z".into(),
-            notices: 3,
-            last_notice: Some("Reconnecting... connection refused".into()),
-        };
-        let text = report(Some(waiting.clone()), now).render(now);
-        let lines: Vec<&str> = text.lines().take(3).collect();
-        assert_eq!(
-            lines,
-            [
-                "session DB  /ws/session.db",
-                "runner      busy, pid 7, provider codex, heartbeat 0s ago (2026-11-23T10:00:42.000Z)",
-                "waiting on  the model at http://127.0.0.1:9/v1 for 42 s (3 retry notices; last: \
-                 Reconnecting... connection refused)",
-            ]
-        );
-        let silent = WaitingOn {
-            notices: 0,
-            last_notice: None,
-            ..waiting
-        };
-        let text = report(Some(silent), now).render(now);
-        assert!(
-            text.contains(
-                "waiting on  the model at http://127.0.0.1:9/v1 for 42 s (no output yet)\n"
-            ),
-            "{text}"
-        );
-        let text = report(None, now).render(now);
-        assert!(!text.contains("waiting on"), "{text}");
+    fn idle_and_fresh() {
+        Scene::new(Some(("idle", 662, 2))).check(expect![[r#"
+            session DB  /ws/session.db
+            runner      idle for 11m 2s, pid 7, provider codex, heartbeat 2s ago
+            queue       0 pending (0 due), 0 processing, 0 paused, 0 failed
+            next due    nothing pending
+            tasks       none
+            health      ok
+        "#]]);
+    }
+
+    #[test]
+    fn no_runner_yet() {
+        Scene::new(None).check(expect![[r#"
+            session DB  /ws/session.db
+            runner      no runner has started
+            queue       0 pending (0 due), 0 processing, 0 paused, 0 failed
+            next due    nothing pending
+            tasks       none
+            health      UNHEALTHY: no runner has started on /ws/session.db: start agent-runner with this DB
+        "#]]);
+    }
+
+    #[test]
+    fn busy_with_a_last_event() {
+        Scene::new(Some(("busy", 662, 1)))
+            .sql(PROCESSING)
+            .sql(
+                "UPDATE runner_state SET last_event = \
+                 '{\"at\":\"{40}\",\"what\":\"Reconnecting... waiting for network\"}', \
+                 waiting_on = '{\"endpoint\":\"http://127.0.0.1:9/v1\",\"since\":\"{120}\",\
+                 \"notices\":3,\"lastNotice\":\"Reconnecting... waiting for network\"}'",
+            )
+            .check(expect![[r#"
+                session DB  /ws/session.db
+                runner      busy for 11m 2s, pid 7, provider codex, heartbeat 1s ago
+                last event  40s ago: Reconnecting... waiting for network
+                waiting on  the model at http://127.0.0.1:9/v1 for 120 s (3 retry notices; last: Reconnecting... waiting for network)
+                queue       0 pending (0 due), 2 processing, 0 paused, 0 failed
+                processing  in-1 (seq 2, chat) for 5m 3s, try 1
+                            in-2 (seq 4, chat) for 5m 0s, try 2
+                next due    nothing pending
+                tasks       none
+                health      ok
+            "#]]);
+    }
+
+    #[test]
+    fn busy_and_silent_past_the_limit() {
+        Scene::new(Some(("busy", 1000, 1)))
+            .sql(PROCESSING)
+            .check(expect![[r#"
+                session DB  /ws/session.db
+                runner      busy for 16m 40s, pid 7, provider codex, heartbeat 1s ago
+                last event  none yet in this turn (16m 40s)
+                queue       0 pending (0 due), 2 processing, 0 paused, 0 failed
+                processing  in-1 (seq 2, chat) for 5m 3s, try 1
+                            in-2 (seq 4, chat) for 5m 0s, try 2
+                next due    nothing pending
+                tasks       none
+                health      UNHEALTHY: the turn has had no provider event for 1000 s (limit 900 s): the CLI or the runner is stuck; check the model gateway, then restart the runner (its rows return to the queue)
+            "#]]);
+    }
+
+    #[test]
+    fn waiting_for_the_user() {
+        Scene::new(Some(("waiting_user", 300, 2)))
+            .sql(PROCESSING)
+            .sql(
+                "UPDATE runner_state SET current_tool = 'ask_user_question', last_event = \
+                 '{\"at\":\"{300}\",\"what\":\"tool ask_user_question started\"}'",
+            )
+            .check(expect![[r#"
+                session DB  /ws/session.db
+                runner      waiting_user for 5m 0s, pid 7, provider codex, in tool ask_user_question, heartbeat 2s ago
+                last event  5m 0s ago: tool ask_user_question started
+                queue       0 pending (0 due), 2 processing, 0 paused, 0 failed
+                processing  in-1 (seq 2, chat) for 5m 3s, try 1
+                            in-2 (seq 4, chat) for 5m 0s, try 2
+                next due    nothing pending
+                tasks       none
+                health      ok
+            "#]]);
+    }
+
+    #[test]
+    fn stopped_with_rows_processing() {
+        Scene::new(Some(("stopped", 120, 120)))
+            .sql(PROCESSING)
+            .check(expect![[r#"
+                session DB  /ws/session.db
+                runner      stopped for 2m 0s, pid 7, provider codex, heartbeat 2m 0s ago
+                queue       0 pending (0 due), 2 processing, 0 paused, 0 failed
+                processing  in-1 (seq 2, chat) for 5m 3s, try 1
+                            in-2 (seq 4, chat) for 5m 0s, try 2
+                next due    nothing pending
+                tasks       none
+                health      UNHEALTHY: the runner stopped 120 s ago: start it again (it returns the 2 row(s) left processing to the queue; or run `nanoclaw sweep`)
+                hint        2 row(s) processing with no runner: start it (it returns them to the queue), or `nanoclaw sweep --stale-after 0` retries them now
+            "#]]);
+    }
+
+    #[test]
+    fn stale_heartbeat() {
+        Scene::new(Some(("busy", 303, 95)))
+            .sql(PROCESSING)
+            .check(expect![[r#"
+                session DB  /ws/session.db
+                runner      busy for 5m 3s, pid 7, provider codex, heartbeat 1m 35s ago [STALE]
+                last event  none yet in this turn (5m 3s)
+                queue       0 pending (0 due), 2 processing, 0 paused, 0 failed
+                processing  in-1 (seq 2, chat) for 5m 3s, try 1
+                            in-2 (seq 4, chat) for 5m 0s, try 2
+                next due    nothing pending
+                tasks       none
+                health      UNHEALTHY: the runner's heartbeat is 95 s old (limit 30 s): the runner (pid 7) is hung or was killed; restart it (the container)
+                hint        restart the runner; meanwhile `nanoclaw sweep --stale-after 0` retries its 2 processing row(s) (a live runner's batch is never swept)
+            "#]]);
+    }
+
+    #[test]
+    fn after_a_query_error() {
+        Scene::new(Some(("idle", 40, 2)))
+            .sql(PROCESSING)
+            .sql(
+                "INSERT INTO messages_out (id, seq, timestamp, kind, content) VALUES ('err-1', \
+                 5, '{40}', 'system', '{\"action\":\"query_error\",\"payload\":{\"message\":\
+                 \"model API error (HTTP 502): upstream connect error\",\"classification\":\
+                 \"gateway_error\",\"retryable\":true,\"messageIds\":[\"in-1\",\"in-2\"],\
+                 \"provider\":\"codex\",\"endpoint\":\"http://127.0.0.1:9/v1\"}}'); \
+                 UPDATE messages_in SET status = 'failed' WHERE id = 'in-2'; \
+                 INSERT INTO messages_in (id, seq, kind, timestamp, status, status_changed, \
+                 content) VALUES ('in-3', 6, 'chat', '{40}', 'processing', '{40}', '{}');",
+            )
+            .check(expect![[r#"
+                session DB  /ws/session.db
+                runner      idle for 40s, pid 7, provider codex, heartbeat 2s ago
+                queue       0 pending (0 due), 2 processing, 0 paused, 1 failed
+                processing  in-1 (seq 2, chat) for 5m 3s, try 1
+                            in-3 (seq 6, chat) for 40s, try 0
+                last error  2026-11-23T09:59:20.000Z (40s ago), seq 5: gateway_error for in-1, in-2: model API error (HTTP 502): upstream connect error
+                next due    nothing pending
+                tasks       none
+                health      ok
+                hint        the last query failed and left in-1 processing: `nanoclaw sweep` retries them in 4m 57s (once unchanged for --stale-after, 600 s by default), `nanoclaw sweep --stale-after 0` at once
+                hint        1 row(s) failed for good (out of tries, or unusable): `nanoclaw watch --no-follow` shows the system rows that say why; send them again to retry
+            "#]]);
     }
 }

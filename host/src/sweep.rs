@@ -10,6 +10,9 @@ use serde::Serialize;
 
 use crate::timefmt::until;
 
+/// A `processing` row unchanged this long is stale (`nanoclaw sweep --stale-after`'s default).
+pub const DEFAULT_STALE_AFTER_SECS: u64 = 600;
+
 /// What a sweep changed and what is due after it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

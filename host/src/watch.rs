@@ -156,21 +156,21 @@ pub fn latest_out_seq(db: &SessionDb) -> Result<i64> {
     }
 }
 
-/// One row as a JSON object: the columns, with `content` parsed (kept as a string when it is
-/// not JSON).
+/// One row as a JSON object: the columns in camelCase (as every `--json` output), with
+/// `content` parsed (kept as a string when it is not JSON).
 pub fn row_json(row: &MessageOut) -> Value {
     let content = serde_json::from_str::<Value>(&row.content)
         .unwrap_or_else(|_| Value::String(row.content.clone()));
     json!({
         "id": row.id,
         "seq": row.seq,
-        "in_reply_to": row.in_reply_to,
+        "inReplyTo": row.in_reply_to,
         "timestamp": row.timestamp,
-        "deliver_after": row.deliver_after,
+        "deliverAfter": row.deliver_after,
         "kind": row.kind,
-        "channel_type": row.routing.channel_type,
-        "platform_id": row.routing.platform_id,
-        "thread_id": row.routing.thread_id,
+        "channelType": row.routing.channel_type,
+        "platformId": row.routing.platform_id,
+        "threadId": row.routing.thread_id,
         "content": content,
     })
 }
@@ -218,12 +218,7 @@ pub fn render_content(kind: &str, content: &str) -> String {
         None => "?".to_owned(),
     };
     if kind == "system" {
-        let action = value
-            .get("action")
-            .and_then(Value::as_str)
-            .unwrap_or("action");
-        let payload = value.get("payload").unwrap_or(&value);
-        return format!("(system {action}) {payload}");
+        return render_system(&value);
     }
     match value.get("operation").and_then(Value::as_str) {
         Some("edit") => format!("(edit {}) {}", id("messageId"), text("text")),
@@ -274,6 +269,100 @@ pub fn render_content(kind: &str, content: &str) -> String {
             }
         }
     }
+}
+
+/// Longest text shown for one payload value.
+const VALUE_SHOWN: usize = 200;
+
+/// A system row (`{"action", "payload"}`, docs/contract/content.md#system-actions) in words; an
+/// action this version does not know as its payload's fields, `key=value`.
+fn render_system(value: &Value) -> String {
+    let action = value
+        .get("action")
+        .and_then(Value::as_str)
+        .unwrap_or("action");
+    let payload = value.get("payload").unwrap_or(value);
+    let text = |key: &str| match payload.get(key) {
+        Some(Value::String(text)) => crate::send::excerpt(text, VALUE_SHOWN),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => crate::send::excerpt(&other.to_string(), VALUE_SHOWN),
+    };
+    let or_unknown = |text: String| {
+        if text.is_empty() {
+            "?".to_owned()
+        } else {
+            text
+        }
+    };
+    match action {
+        "query_error" => {
+            let class = or_unknown(text("classification"));
+            let retry = match payload.get("retryable").and_then(Value::as_bool) {
+                Some(true) => ", retryable",
+                Some(false) => ", not retryable",
+                None => "",
+            };
+            let mut out = format!(
+                "(query error: {class}{retry}) {}",
+                or_unknown(text("message"))
+            );
+            let ids: Vec<String> = payload
+                .get("messageIds")
+                .and_then(Value::as_array)
+                .map(|ids| ids.iter().map(crate::answer::value_text).collect())
+                .unwrap_or_default();
+            if !ids.is_empty() {
+                out.push_str(&format!("; left processing: {}", ids.join(", ")));
+            }
+            let retry_at = text("retryAt");
+            if !retry_at.is_empty() {
+                out.push_str(&format!("; retry not before {retry_at}"));
+            }
+            out
+        }
+        "task_skipped" | "task_series_stopped" => format!(
+            "({} {}) {}",
+            action.replace('_', " "),
+            or_unknown(text("taskId")),
+            or_unknown(text("reason"))
+        ),
+        "row_unusable" => format!(
+            "(row unusable {}) {} = {}: {}; set {}",
+            or_unknown(text("id")),
+            or_unknown(text("column")),
+            or_unknown(text("value")),
+            or_unknown(text("reason")),
+            or_unknown(text("status"))
+        ),
+        "progress" => {
+            let message = ["message", "text", "status"]
+                .into_iter()
+                .map(text)
+                .find(|text| !text.is_empty());
+            match message {
+                Some(message) => format!("(progress) {message}"),
+                None => format!("(progress) {}", fields(payload)),
+            }
+        }
+        other => format!("(system {other}) {}", fields(payload)),
+    }
+}
+
+/// An object's fields as `key=value`, strings unquoted, long values cut; anything else as JSON.
+fn fields(payload: &Value) -> String {
+    let Some(map) = payload.as_object() else {
+        return crate::send::excerpt(&payload.to_string(), VALUE_SHOWN);
+    };
+    map.iter()
+        .map(|(key, value)| {
+            let value = match value {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            format!("{key}={}", crate::send::excerpt(&value, VALUE_SHOWN))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn option_text(option: &Value) -> String {
@@ -332,17 +421,72 @@ mod tests {
             "(edit 5) new"
         );
         assert_eq!(
-            render_content(
-                "system",
-                &json!({"action":"query_error","payload":{"m":1}}).to_string()
-            ),
-            "(system query_error) {\"m\":1}"
-        );
-        assert_eq!(
             render_content("chat", &json!({"text":"see","files":["a.png"]}).to_string()),
             "see [files: a.png]"
         );
         assert_eq!(render_content("chat", "not json"), "not json");
         assert_eq!(short_id("msg-4"), "msg-4");
+    }
+
+    #[test]
+    fn every_system_row_reads_as_words() {
+        let rows = [
+            json!({"action": "query_error", "payload": {
+                "message": "model API error (HTTP 502): upstream connect error",
+                "classification": "gateway_error", "retryable": true,
+                "messageIds": ["in-1", "in-2"], "provider": "claude",
+                "endpoint": "http://127.0.0.1:9"}}),
+            json!({"action": "query_error", "payload": {
+                "message": "rate limited", "classification": "rate_limited", "retryable": true,
+                "messageIds": ["in-3"], "retryAfterSecs": 120,
+                "retryAt": "2026-11-23T10:02:00.000Z"}}),
+            json!({"action": "task_skipped", "payload": {
+                "taskId": "task-1", "reason": "script exited with status 3"}}),
+            json!({"action": "task_series_stopped", "payload": {
+                "taskId": "task-2", "reason": "bad cron expression \"61 * * * *\""}}),
+            json!({"action": "row_unusable", "payload": {
+                "id": "in-9", "rowid": 9, "column": "process_after", "value": "soon",
+                "reason": "not a time", "status": "failed"}}),
+            json!({"action": "progress", "payload": {"message": "compacting the conversation"}}),
+            json!({"action": "progress", "payload": {"step": 2, "of": 5}}),
+            json!({"action": "register_agent_group", "payload": {
+                "name": "research", "folder": "research", "requestedBy": "U1"}}),
+            json!({"action": "query_error"}),
+        ];
+        let lines: Vec<String> = rows
+            .iter()
+            .map(|row| render_content("system", &row.to_string()))
+            .collect();
+        expect_test::expect![[r#"
+            (query error: gateway_error, retryable) model API error (HTTP 502): upstream connect error; left processing: in-1, in-2
+            (query error: rate_limited, retryable) rate limited; left processing: in-3; retry not before 2026-11-23T10:02:00.000Z
+            (task skipped task-1) script exited with status 3
+            (task series stopped task-2) bad cron expression "61 * * * *"
+            (row unusable in-9) process_after = soon: not a time; set failed
+            (progress) compacting the conversation
+            (progress) of=5 step=2
+            (system register_agent_group) folder=research name=research requestedBy=U1
+            (query error: ?) ?"#]]
+        .assert_eq(&lines.join("\n"));
+    }
+
+    #[test]
+    fn questions_and_replies_read_as_words() {
+        let question = row(
+            "chat-sdk",
+            json!({"operation": "ask_question", "questionId": "q-7", "title": "Deploy",
+                "question": "Ship it now?", "options": [
+                    {"label": "Yes", "selectedLabel": "Shipping", "value": "yes"},
+                    {"label": "Later", "value": "later"}]}),
+        );
+        let edit = row(
+            "chat",
+            json!({"operation": "reaction", "messageId": "p-1", "emoji": "eyes"}),
+        );
+        let lines = [render_row(&question), render_row(&edit)];
+        expect_test::expect![[r#"
+            [seq 7 → slack:C123] reply to 1f2e3d4c: (question q-7) Deploy: Ship it now? [Yes = yes] [Later = later]
+            [seq 7 → slack:C123] reply to 1f2e3d4c: (reaction p-1) eyes"#]]
+        .assert_eq(&lines.join("\n"));
     }
 }

@@ -597,8 +597,8 @@ fn watch_prints_rows_written_by_another_process() {
     assert_eq!(lines.len(), 2, "{text}");
     assert_eq!(lines[0]["seq"], json!(first));
     assert_eq!(lines[0]["content"], json!({"text":"one"}));
-    assert_eq!(lines[0]["in_reply_to"], "in-1");
-    assert_eq!(lines[0]["channel_type"], "slack");
+    assert_eq!(lines[0]["inReplyTo"], "in-1");
+    assert_eq!(lines[0]["channelType"], "slack");
     assert_eq!(lines[1]["seq"], json!(second));
     assert_eq!(lines[1]["kind"], "system");
     assert!(
@@ -650,7 +650,7 @@ fn watch_renders_filters_times_out_and_marks_delivered() {
         "[seq {chat} → slack:C123] reply to 1f2e3d4c: Hello there\n\
          [seq {} → slack:C123] (question q1) Deploy: Pick one: [a] [b]\n\
          [seq {} → slack:C123] (edit {chat}) new text\n\
-         [seq {} → slack:C123] (system query_error) {{\"retryable\":false}}\n",
+         [seq {} → slack:C123] (query error: ?, not retryable) ?\n",
         chat + 2,
         chat + 4,
         chat + 6
@@ -662,7 +662,7 @@ fn watch_renders_filters_times_out_and_marks_delivered() {
         &["watch", "--no-follow", "--after", &(chat + 4).to_string()],
     ));
     assert_eq!(after.lines().count(), 1, "{after}");
-    assert!(after.contains("query_error"));
+    assert!(after.contains("query error"));
     let new_only = ok(nanoclaw(Some(&db_path), &["watch", "--new", "--no-follow"]));
     assert_eq!(new_only, "");
 
@@ -867,7 +867,7 @@ fn status_reports_runner_counts_next_due_and_tasks() {
         .unwrap();
     let text = ok(nanoclaw(Some(&db_path), &["status"]));
     assert!(
-        text.contains("runner      busy, pid 4242, provider mock, heartbeat 0s ago"),
+        text.contains("runner      busy for 0s, pid 4242, provider mock, heartbeat 0s ago"),
         "{text}"
     );
     assert!(
@@ -926,4 +926,327 @@ fn a_dead_stderr_pipe_never_panics() {
     );
     let output = run(&db_path.with_file_name("missing.db"));
     assert_eq!(output.status.code(), Some(1), "{:?}", output.status);
+}
+
+/// `nanoclaw` with `SESSION_DB` exported (as a stale shell would have it).
+fn nanoclaw_with_env_db(env_db: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .env("SESSION_DB", env_db)
+        .env_remove("RUST_LOG")
+        .env("TZ", "UTC")
+        .args(args)
+        .output()
+        .expect("running nanoclaw")
+}
+
+#[test]
+fn the_workspace_implies_the_db_for_every_command_and_beats_a_stale_session_db() {
+    let (dir, stale_db) = workspace();
+    let b = dir.path().join("b");
+    let b_arg = b.to_str().unwrap();
+    let output = nanoclaw_with_env_db(&stale_db, &["init", "--workspace", b_arg]);
+    let err = stderr(&output);
+    let out = ok(output);
+    let b_db = b.join("session.db");
+    assert!(b_db.is_file(), "{out}");
+    assert!(
+        out.contains(&format!("created session DB {}", b_db.display())),
+        "{out}"
+    );
+    assert_eq!(
+        err.trim(),
+        format!(
+            "note: SESSION_DB={} is ignored: --workspace means the session DB {}",
+            stale_db.display(),
+            b_db.display()
+        )
+    );
+
+    // init with only SESSION_DB says where the DB goes.
+    let c_db = dir.path().join("c/session.db");
+    std::fs::create_dir_all(c_db.parent().unwrap()).unwrap();
+    let output = nanoclaw_with_env_db(&c_db, &["init"]);
+    assert!(
+        stderr(&output).contains(&format!(
+            "note: the session DB is SESSION_DB={}",
+            c_db.display()
+        )),
+        "{}",
+        stderr(&output)
+    );
+    ok(output);
+
+    // send, watch, status, sweep, answer and health all take --workspace.
+    let sent = ok(nanoclaw_with_env_db(
+        &stale_db,
+        &[
+            "send",
+            "--workspace",
+            b_arg,
+            "--text",
+            "to b",
+            "--platform-id",
+            "C1",
+            "--channel-type",
+            "slack",
+        ],
+    ));
+    let b_session = SessionDb::open(&b_db).unwrap();
+    assert_eq!(sent_row(&b_session, &sent).status, "pending");
+    assert!(SessionDb::open(&stale_db)
+        .unwrap()
+        .all_messages_in()
+        .unwrap()
+        .is_empty());
+    let status = ok(nanoclaw_with_env_db(
+        &stale_db,
+        &["status", "--workspace", b_arg],
+    ));
+    assert!(
+        status.contains(&format!("session DB  {}", b_db.display())),
+        "{status}"
+    );
+    assert!(status.contains("1 pending (1 due)"), "{status}");
+    ok(nanoclaw_with_env_db(
+        &stale_db,
+        &["--workspace", b_arg, "watch", "--no-follow"],
+    ));
+    ok(nanoclaw_with_env_db(
+        &stale_db,
+        &["--workspace", b_arg, "sweep"],
+    ));
+    let health = fails(nanoclaw_with_env_db(
+        &stale_db,
+        &["health", "--workspace", b_arg],
+    ));
+    assert!(health.contains("no runner has started on"), "{health}");
+
+    // --db and --workspace naming different DBs is refused outside init.
+    let err = fails(nanoclaw(Some(&stale_db), &["status", "--workspace", b_arg]));
+    assert!(err.contains("name different session DBs"), "{err}");
+}
+
+/// Sets the runner_state row's status and times (seconds before now).
+fn set_runner(db: &SessionDb, status: &str, since_secs: i64, heartbeat_secs: i64) {
+    db.set_runner_state(RunnerStatus::Idle, Some(4242), Some("mock"))
+        .unwrap();
+    let at = |secs: i64| schema::time::format_ts(Utc::now() - chrono::Duration::seconds(secs));
+    db.dedicated_connection()
+        .unwrap()
+        .execute(
+            "UPDATE runner_state SET status = ?1, updated_at = ?2, heartbeat_at = ?3",
+            [status, &at(since_secs), &at(heartbeat_secs)],
+        )
+        .unwrap();
+}
+
+#[test]
+fn health_exit_codes_and_reasons() {
+    let (dir, db_path) = workspace();
+    let health = |args: &[&str]| {
+        let mut all = vec!["health"];
+        all.extend_from_slice(args);
+        nanoclaw(Some(&db_path), &all)
+    };
+    let err = fails(health(&[]));
+    assert!(
+        err.contains("nanoclaw: unhealthy: no runner has started on"),
+        "{err}"
+    );
+
+    let db = SessionDb::open(&db_path).unwrap();
+    set_runner(&db, "idle", 60, 2);
+    let out = ok(health(&[]));
+    assert_eq!(out.trim(), "healthy: runner idle, heartbeat 2 s ago");
+    let json: Value =
+        serde_json::from_str(&ok(nanoclaw(Some(&db_path), &["--json", "health"]))).unwrap();
+    assert_eq!(
+        json,
+        json!({"healthy": true, "reason": "healthy: runner idle, heartbeat 2 s ago"})
+    );
+
+    set_runner(&db, "busy", 60, 40);
+    let err = fails(health(&[]));
+    assert!(err.contains("heartbeat is 40 s old (limit 30 s)"), "{err}");
+    ok(health(&["--stale-after", "60"]));
+
+    set_runner(&db, "busy", 1000, 2);
+    let err = fails(health(&[]));
+    assert!(
+        err.contains("no provider event for 1000 s (limit 900 s)"),
+        "{err}"
+    );
+    ok(health(&["--max-turn-silence", "0"]));
+    db.heartbeat_with(Some(&schema::LastEvent {
+        at: schema::time::format_ts(Utc::now()),
+        what: "model output".into(),
+    }))
+    .unwrap();
+    ok(health(&[]));
+
+    set_runner(&db, "stopped", 30, 30);
+    let err = fails(health(&[]));
+    assert!(
+        err.contains("the runner stopped 30 s ago: start it again"),
+        "{err}"
+    );
+    let json: Value =
+        serde_json::from_str(&stdout(&nanoclaw(Some(&db_path), &["--json", "health"]))).unwrap();
+    assert_eq!(json["healthy"], false);
+
+    let missing = dir.path().join("nowhere.db");
+    let err = fails(nanoclaw(Some(&missing), &["health"]));
+    assert!(err.contains("no session DB at"), "{err}");
+    let corrupt = dir.path().join("corrupt.db");
+    std::fs::write(&corrupt, vec![b'x'; 4096]).unwrap();
+    let err = fails(nanoclaw(Some(&corrupt), &["health"]));
+    assert!(
+        err.contains("is unusable (file is not a database)"),
+        "{err}"
+    );
+}
+
+/// The keys of a JSON object, sorted.
+fn keys(value: &Value) -> Vec<&str> {
+    let mut keys: Vec<&str> = value
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {value}"))
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    keys
+}
+
+/// Every key at any depth, except inside `content` (row content is the DB's, not the CLI's).
+fn all_keys(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map {
+                out.push(key.clone());
+                if key != "content" {
+                    all_keys(inner, out);
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| all_keys(item, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn every_json_output_is_camel_case_with_the_documented_keys() {
+    let (dir, db_path) = workspace();
+    let json = |args: &[&str]| -> Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let out = ok(nanoclaw(Some(&db_path), &all));
+        serde_json::from_str(out.lines().next().unwrap_or_default()).unwrap()
+    };
+    let init = {
+        let ws = dir.path().join("ws2");
+        let out = ok(nanoclaw(
+            None,
+            &[
+                "--json",
+                "init",
+                "--workspace",
+                ws.to_str().unwrap(),
+                "--routing",
+                "slack:C1",
+                "--destination",
+                "t=slack:C2",
+            ],
+        ));
+        serde_json::from_str::<Value>(&out).unwrap()
+    };
+    assert_eq!(
+        keys(&init),
+        ["db", "destinations", "folders", "routing", "workspace"]
+    );
+    let sent = json(&["send", "--text", "hi", "--process-after", "+1d"]);
+    assert_eq!(
+        keys(&sent),
+        ["id", "kind", "processAfter", "routing", "seq"]
+    );
+    let db = SessionDb::open(&db_path).unwrap();
+    out_row(&db, OutKind::Chat, json!({"text": "reply"}), Some("in-1"));
+    let watched = json(&["watch", "--no-follow"]);
+    assert_eq!(
+        keys(&watched),
+        [
+            "channelType",
+            "content",
+            "deliverAfter",
+            "id",
+            "inReplyTo",
+            "kind",
+            "platformId",
+            "seq",
+            "threadId",
+            "timestamp"
+        ]
+    );
+    out_row(
+        &db,
+        OutKind::ChatSdk,
+        json!({"operation": "ask_question", "questionId": "q1", "title": "T", "question": "Q?",
+               "options": [{"label": "A", "value": "a"}]}),
+        None,
+    );
+    let answered = json(&["answer", "--question", "q1", "--option", "a"]);
+    assert_eq!(
+        keys(&answered),
+        ["id", "questionFound", "selectedOption", "seq"]
+    );
+    let swept = json(&["sweep"]);
+    assert_eq!(keys(&swept), ["due", "failed", "nextDue", "reset"]);
+    set_runner(&db, "idle", 5, 1);
+    let status = json(&["status"]);
+    assert_eq!(
+        keys(&status),
+        [
+            "counts",
+            "db",
+            "destinations",
+            "health",
+            "hints",
+            "lastError",
+            "nextDue",
+            "nextDueInSecs",
+            "now",
+            "processing",
+            "routing",
+            "runner",
+            "tasks"
+        ]
+    );
+    assert_eq!(
+        keys(&status["runner"]),
+        [
+            "currentTool",
+            "heartbeatAgeSecs",
+            "heartbeatAt",
+            "heartbeatStale",
+            "lastEvent",
+            "lastEventAgeSecs",
+            "pid",
+            "provider",
+            "since",
+            "sinceSecs",
+            "status",
+            "turnSilenceSecs",
+            "waitingOn",
+            "waitingSecs"
+        ]
+    );
+    let health = json(&["health"]);
+    assert_eq!(keys(&health), ["healthy", "reason"]);
+    // No snake_case key anywhere in any output.
+    let mut found = Vec::new();
+    for value in [&init, &sent, &watched, &answered, &swept, &status, &health] {
+        all_keys(value, &mut found);
+    }
+    let snake: Vec<&String> = found.iter().filter(|key| key.contains('_')).collect();
+    assert!(snake.is_empty(), "snake_case keys: {snake:?}");
 }

@@ -30,7 +30,7 @@ async fn init_send_and_watch_in_process() {
     .unwrap();
     assert_eq!(sent.seq % 2, 0);
     assert_eq!(sent.routing.platform_id.as_deref(), Some("C1"));
-    let status = host::status(&db, chrono::Utc::now()).unwrap();
+    let status = host::status(&db, chrono::Utc::now(), &host::status::default_limits()).unwrap();
     assert_eq!(status.tasks.len(), 1);
     assert_eq!(status.counts.due, 0);
 

@@ -17,9 +17,15 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use tracing_subscriber::fmt::format::{DefaultFields, Format};
 use tracing_subscriber::fmt::{MakeWriter, SubscriberBuilder};
 use tracing_subscriber::EnvFilter;
+
+mod line;
+
+pub use line::{
+    format, set_format, set_session, LineFormat, LogFormat, SpanFields, UnknownLogFormat,
+    LOG_FORMAT_ENV,
+};
 
 /// Lines queued for the writer thread; past this, new lines are dropped until it catches up.
 const QUEUE_LINES: usize = 1024;
@@ -27,11 +33,17 @@ const QUEUE_LINES: usize = 1024;
 /// How long [`print_line`] waits for stderr to take the queue, so that exiting never hangs.
 const FINAL_FLUSH: Duration = Duration::from_secs(1);
 
-/// A fmt subscriber builder logging through [`Stderr`], filtered by `RUST_LOG` or else
-/// `default_filter`. Callers add their format options and call `init`/`try_init`.
+/// A fmt subscriber builder logging through [`Stderr`] in the format of [`format`] (text until
+/// [`set_format`]), filtered by `RUST_LOG` or else `default_filter`. `program` names the binary
+/// on the lines it writes itself ([`fatal`], [`print_line`] in JSON). Text lines name the target
+/// and have no colours; callers may set another [`LineFormat`], then call `init`/`try_init`.
 pub fn subscriber(
+    program: &'static str,
     default_filter: &str,
-) -> SubscriberBuilder<DefaultFields, Format, EnvFilter, Stderr> {
+    format: LogFormat,
+) -> SubscriberBuilder<SpanFields, LineFormat, EnvFilter, Stderr> {
+    line::set_program(program);
+    set_format(format);
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     tracing_subscriber::fmt()
@@ -39,16 +51,58 @@ pub fn subscriber(
         .with_writer(Stderr)
         // Belt and braces: `Stderr` never fails, but never let the layer `eprintln!` either.
         .log_internal_errors(false)
+        .fmt_fields(SpanFields)
+        .event_format(LineFormat {
+            target: true,
+            ansi: false,
+        })
 }
 
-/// Writes `line` and a newline to stderr after the queued log lines, then waits (at most a
-/// second) for stderr to take them. For a binary's last words (`agent-runner: <error>`): unlike
-/// `eprintln!`, it neither panics on a broken pipe nor hangs on a full one.
-pub fn print_line(line: &str) {
+/// The `--help` paragraph on logging shared by the three binaries, `default_filter` being the
+/// binary's filter when `RUST_LOG` is unset.
+pub fn help(default_filter: &str) -> String {
+    format!(
+        "Logging (stderr; fields and formats: docs/logs.md):\n  \
+         RUST_LOG=<filter>       which lines: a level (error, warn, info, debug, trace) or\n  \
+         {pad}directives per module, e.g. RUST_LOG=info,provider=debug [default: \
+         {default_filter}]\n  \
+         --log-format text|json  json: one JSON object per line, naming the session and the\n  \
+         {pad}message seqs of the turn (env {LOG_FORMAT_ENV}) [default: text]",
+        pad = " ".repeat(24)
+    )
+}
+
+/// A binary's fatal error as its last line, written once: `<program>: <text>` in text, one JSON
+/// line at level ERROR in JSON. Waits like [`print_line`].
+pub fn fatal(text: &str) {
+    let program = line::program();
+    match format() {
+        LogFormat::Text => write_final(format!("{program}: {text}\n").into_bytes()),
+        LogFormat::Json => write_final(
+            line::Line::bare(tracing::Level::ERROR, program, text.to_owned())
+                .json()
+                .into_bytes(),
+        ),
+    }
+}
+
+/// Writes `text` and a newline to stderr after the queued log lines, then waits (at most a
+/// second) for stderr to take them. For a binary's notes and last words: unlike `eprintln!`, it
+/// neither panics on a broken pipe nor hangs on a full one. In JSON it is one JSON line at level
+/// INFO, so that every line of stderr parses.
+pub fn print_line(text: &str) {
+    let bytes = match format() {
+        LogFormat::Text => format!("{text}\n").into_bytes(),
+        LogFormat::Json => line::Line::bare(tracing::Level::INFO, line::program(), text.to_owned())
+            .json()
+            .into_bytes(),
+    };
+    write_final(bytes);
+}
+
+/// Queues `bytes` after the log lines and waits (at most a second) for stderr to take them.
+fn write_final(bytes: Vec<u8>) {
     let deadline = Instant::now() + FINAL_FLUSH;
-    let mut bytes = Vec::with_capacity(line.len() + 1);
-    bytes.extend_from_slice(line.as_bytes());
-    bytes.push(b'\n');
     match sink() {
         Some(sink) => {
             if sink.send(Msg::Line(bytes), Some(deadline)) {

@@ -9,6 +9,7 @@
 //! | `--max-file-bytes` | `NANOCLAW_MAX_FILE_BYTES` | 25 MiB |
 //! | `--max-text-bytes` | `NANOCLAW_MAX_TEXT_BYTES` | 64 KiB |
 //! | `--max-question-timeout` | `NANOCLAW_MAX_QUESTION_TIMEOUT` | 300 (seconds) |
+//! | `--log-format` | `NANOCLAW_LOG_FORMAT` | `text` (`json`: one JSON object per stderr line) |
 //!
 //! The agent's folder is `<workspace>/agent` (relative `send_file` paths start there), files
 //! are copied to `<workspace>/outbox/<row id>/`, and `send_file` may read from
@@ -25,13 +26,16 @@ pub const DEFAULT_MAX_FILE_BYTES: u64 = 25 * 1024 * 1024;
 pub const DEFAULT_MAX_TEXT_BYTES: usize = 64 * 1024;
 /// Default (and default maximum) time `ask_user_question` waits for an answer.
 pub const DEFAULT_QUESTION_TIMEOUT: Duration = Duration::from_secs(300);
+/// The log filter when `RUST_LOG` is unset: the server's own lines, others' warnings.
+pub const DEFAULT_LOG_FILTER: &str = "warn,mcp_tools=info";
 
 /// Command-line flags (each falls back to its environment variable).
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
     name = "mcp-tools",
     version,
-    about = "The nanoclaw MCP server (stdio): tools that write rows into the session DB"
+    about = "The nanoclaw MCP server (stdio): tools that write rows into the session DB",
+    after_help = logging::help(DEFAULT_LOG_FILTER)
 )]
 pub struct Args {
     /// Path of the session DB (its folder must exist).
@@ -55,6 +59,9 @@ pub struct Args {
     /// Upper bound (and default) for `ask_user_question`'s timeout, in seconds.
     #[arg(long, env = "NANOCLAW_MAX_QUESTION_TIMEOUT", default_value_t = DEFAULT_QUESTION_TIMEOUT.as_secs_f64())]
     pub max_question_timeout: f64,
+    /// Log lines on stderr: text, or json for one JSON object per line [default: text].
+    #[arg(long, env = logging::LOG_FORMAT_ENV, value_name = "text|json")]
+    pub log_format: Option<logging::LogFormat>,
 }
 
 /// A configuration error, reported at startup.
@@ -89,6 +96,15 @@ pub struct Config {
     pub max_question_timeout: Duration,
 }
 
+impl Args {
+    /// The session DB: `--db`, else `<workspace>/session.db`.
+    pub fn db_path(&self) -> PathBuf {
+        self.db
+            .clone()
+            .unwrap_or_else(|| self.workspace.join("session.db"))
+    }
+}
+
 impl Config {
     /// Resolves flags and environment into a configuration.
     pub fn from_args(args: Args) -> Result<Self, ConfigError> {
@@ -110,7 +126,7 @@ impl Config {
         if !(args.max_question_timeout.is_finite() && args.max_question_timeout > 0.0) {
             return Err(ConfigError::NotPositive("--max-question-timeout"));
         }
-        let db_path = args.db.unwrap_or_else(|| args.workspace.join("session.db"));
+        let db_path = args.db_path();
         Ok(Self {
             db_path,
             workspace: args.workspace,

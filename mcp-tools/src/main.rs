@@ -10,33 +10,40 @@ fn main() -> std::process::ExitCode {
     // First of all: the CLI that spawns this server runs as the agent's user, and a dumpable
     // process's /proc/<pid>/environ, mem and fd are open to that user.
     let dumpable = nix::sys::prctl::set_dumpable(false);
+    // Flags first (clap prints usage errors and --help itself): they name the log format.
+    let args = Args::parse();
     // A dead or full stderr pipe must neither panic nor block the server (see `logging`).
-    let _ = logging::subscriber("warn,mcp_tools=info")
-        .with_ansi(false)
-        .try_init();
+    let _ = logging::subscriber(
+        "mcp-tools",
+        mcp_tools::config::DEFAULT_LOG_FILTER,
+        args.log_format.unwrap_or_default(),
+    )
+    .try_init();
+    // Even the lines of a configuration error name the session.
+    logging::set_session(args.db_path().display().to_string());
     if let Err(err) = dumpable {
-        logging::print_line(&format!(
-            "mcp-tools: cannot make the process non-dumpable (prctl PR_SET_DUMPABLE): {err}; \
-             refusing to run where the agent could read this process's memory (allow prctl in \
-             the container's seccomp profile)"
+        logging::fatal(&format!(
+            "cannot make the process non-dumpable (prctl PR_SET_DUMPABLE): {err}; refusing to \
+             run where the agent could read this process's memory (allow prctl in the \
+             container's seccomp profile)"
         ));
         return std::process::ExitCode::FAILURE;
     }
-    match run() {
+    match run(args) {
         Ok(()) => {
             logging::flush_at_exit();
             std::process::ExitCode::SUCCESS
         }
         Err(err) => {
-            tracing::error!("{err:#}");
-            logging::print_line(&format!("mcp-tools: {err:#}"));
+            // Once: the last words are the error line (text or JSON), not also a log line.
+            logging::fatal(&format!("{err:#}"));
             std::process::ExitCode::FAILURE
         }
     }
 }
 
-fn run() -> anyhow::Result<()> {
-    let config = Config::from_args(Args::parse())?;
+fn run(args: Args) -> anyhow::Result<()> {
+    let config = Config::from_args(args)?;
     // One reactor thread; DB calls go to a small blocking pool (the DB front admits 4 at a
     // time, and stdin may take one when it is not a pipe). Few threads keep RSS low.
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -18,10 +18,15 @@
 //!
 //! The server therefore speaks the `initialize` lifecycle (protocol versions up to
 //! 2025-11-25), which is what Claude Code, Codex and OpenCode fall back to or use.
+//! At most [`MAX_IN_FLIGHT`] requests are with rmcp at a time: beyond that, stdin is not read
+//! until one is answered (or cancelled), so a client that pipelines thousands of calls meets
+//! the pipe's backpressure instead of making the server hold thousands of tasks (its memory
+//! would stay grown after the burst).
 //! Reads are cancellation-safe (rmcp polls `receive` inside a `select!`): a partial line stays
 //! buffered for the next call. Direct error replies are written by a spawned task, so a
 //! cancelled `receive` can never leave half a line on stdout.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -30,10 +35,14 @@ use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Notify};
 
 /// Longest accepted line (a 10 MB text with JSON escapes fits).
 pub const MAX_LINE_BYTES: usize = 32 * 1024 * 1024;
+
+/// The most requests handed to rmcp and not answered yet; generous, since a request may wait
+/// long (`ask_user_question`), yet small enough to bound what a burst costs.
+pub const MAX_IN_FLIGHT: usize = 64;
 
 /// Methods served after `initialize`.
 const SERVED: [&str; 4] = ["initialize", "ping", "tools/list", "tools/call"];
@@ -55,6 +64,10 @@ pub struct LineTransport<R, W> {
     discarding: bool,
     writer: SharedWriter<W>,
     initialized: bool,
+    /// Ids (their JSON text) of the requests with rmcp and not answered yet.
+    in_flight: Arc<std::sync::Mutex<HashSet<String>>>,
+    /// Signalled when an id leaves `in_flight`.
+    slot_freed: Arc<Notify>,
 }
 
 enum Read {
@@ -76,6 +89,32 @@ where
             discarding: false,
             writer: Arc::new(Mutex::new(Some(writer))),
             initialized: false,
+            in_flight: Arc::default(),
+            slot_freed: Arc::default(),
+        }
+    }
+
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Tracks a message going to rmcp: a request takes a slot, a cancellation frees one (rmcp
+    /// answers no cancelled request).
+    fn track(&self, method: Option<&str>, id: Option<&Value>, params: Option<&Value>) {
+        match (method, id) {
+            (Some(_), Some(id)) => {
+                self.in_flight().insert(id.to_string());
+            }
+            (Some("notifications/cancelled"), None) => {
+                if let Some(request) = params.and_then(|p| p.get("requestId")) {
+                    if self.in_flight().remove(&request.to_string()) {
+                        self.slot_freed.notify_one();
+                    }
+                }
+            }
+            _ => {}
         }
     }
 
@@ -112,7 +151,7 @@ where
 
     /// Sends a JSON-RPC error without involving rmcp.
     fn reply_error(&self, id: Value, code: i64, message: String) {
-        tracing::debug!(%id, code, %message, "answering in the transport");
+        tracing::debug!(%id, code, error = %message, "answering in the transport");
         let reply = json!({
             "jsonrpc": "2.0",
             "id": id,
@@ -190,8 +229,10 @@ where
             }
             _ => {}
         }
+        let params = object.get("params").cloned();
         match serde_json::from_value::<ClientJsonRpcMessage>(value) {
             Ok(message) => {
+                self.track(method.as_deref(), id.as_ref(), params.as_ref());
                 if method.as_deref() == Some("initialize") {
                     self.initialized = true;
                 }
@@ -254,6 +295,16 @@ where
         &mut self,
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let answered = match &item {
+            rmcp::model::JsonRpcMessage::Response(response) => Some(&response.id),
+            rmcp::model::JsonRpcMessage::Error(error) => error.id.as_ref(),
+            _ => None,
+        };
+        if let Some(id) = answered.and_then(|id| serde_json::to_value(id).ok()) {
+            if self.in_flight().remove(&id.to_string()) {
+                self.slot_freed.notify_one();
+            }
+        }
         let writer = self.writer.clone();
         let bytes = serialize(&item);
         async move { write_line(&writer, &bytes?).await }
@@ -261,6 +312,10 @@ where
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         loop {
+            // A stored permit or the next answer wakes this; cancelling it loses nothing.
+            while self.in_flight().len() >= MAX_IN_FLIGHT {
+                self.slot_freed.notified().await;
+            }
             match self.read_line().await {
                 Ok(Read::Eof) => return None,
                 Ok(Read::Oversized) => {
@@ -312,4 +367,76 @@ fn serialize(item: &ServerJsonRpcMessage) -> std::io::Result<Vec<u8>> {
     let mut bytes = serde_json::to_vec(item)?;
     bytes.push(b'\n');
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn call(id: usize) -> String {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "send_message", "arguments": {}}});
+        format!("{call}\n")
+    }
+
+    #[tokio::test]
+    async fn stops_reading_at_max_in_flight_until_one_is_answered() {
+        let (mut client, server_in) = tokio::io::duplex(1 << 20);
+        let mut transport = LineTransport::new(server_in, tokio::io::sink());
+        transport.initialized = true;
+        for id in 0..=MAX_IN_FLIGHT {
+            client.write_all(call(id).as_bytes()).await.unwrap();
+        }
+        for _ in 0..MAX_IN_FLIGHT {
+            assert!(transport.receive().await.is_some());
+        }
+        let blocked = tokio::time::timeout(Duration::from_millis(100), transport.receive()).await;
+        assert!(
+            blocked.is_err(),
+            "read past {MAX_IN_FLIGHT} unanswered requests"
+        );
+
+        let answer: ServerJsonRpcMessage = serde_json::from_value(
+            json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -1, "message": "done"}}),
+        )
+        .unwrap();
+        transport.send(answer).await.unwrap();
+        let next = tokio::time::timeout(Duration::from_secs(5), transport.receive()).await;
+        assert!(matches!(next, Ok(Some(_))), "not read after an answer");
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_request_frees_its_slot() {
+        let (mut client, server_in) = tokio::io::duplex(1 << 20);
+        let mut transport = LineTransport::new(server_in, tokio::io::sink());
+        transport.initialized = true;
+        // One slot short of the cap, a cancellation, then two more requests.
+        for id in 0..MAX_IN_FLIGHT - 1 {
+            client.write_all(call(id).as_bytes()).await.unwrap();
+        }
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 5}});
+        client
+            .write_all(format!("{cancel}\n").as_bytes())
+            .await
+            .unwrap();
+        client.write_all(call(1000).as_bytes()).await.unwrap();
+        client.write_all(call(1001).as_bytes()).await.unwrap();
+        for _ in 0..MAX_IN_FLIGHT - 1 {
+            assert!(transport.receive().await.is_some());
+        }
+        // The cancellation, then both requests: the cancelled one's slot makes room.
+        let next = tokio::time::timeout(Duration::from_secs(5), async {
+            for _ in 0..3 {
+                assert!(transport.receive().await.is_some());
+            }
+        })
+        .await;
+        assert!(
+            next.is_ok(),
+            "the request after a cancellation was not read"
+        );
+    }
 }

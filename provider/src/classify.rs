@@ -28,7 +28,33 @@ const AUTH_WORDS: &[&str] = &[
     "authenticat",
     "not logged in",
     "invalid api key",
+    "/login",
 ];
+
+/// The CLIs' advice to an interactive user, which a runner's user cannot follow (there is no
+/// terminal to log in from): Claude's "Not logged in · Please run /login" and "Invalid API key ·
+/// Please run /login". Lower case; cut from the message with what precedes it on its line.
+const INTERACTIVE_ADVICE: &[&str] = &["please run /login", "run /login"];
+
+/// An authentication error's `message` as the user should read it: the CLI's interactive advice
+/// cut, and the runner's `hint` (which setting provides the key) after what the CLI said.
+pub(crate) fn explain_auth(message: &str, hint: &str) -> String {
+    let lower = message.to_lowercase();
+    let cut = INTERACTIVE_ADVICE
+        .iter()
+        .filter_map(|advice| lower.find(advice))
+        .min()
+        // `to_lowercase` keeps byte offsets for ASCII; a message where it does not is kept whole.
+        .filter(|at| message.is_char_boundary(*at))
+        .map_or(message, |at| &message[..at]);
+    let said =
+        cut.trim_end_matches(|c: char| c.is_whitespace() || matches!(c, '·' | '.' | ':' | '-'));
+    if said.is_empty() {
+        hint.to_owned()
+    } else {
+        format!("{said}: {hint}")
+    }
+}
 
 /// Classifies a failed model call from what the CLI's wire said about it: the upstream HTTP
 /// `status`, the error `text` and, for a rate limit, `retry_after_secs`. `None` when neither the
@@ -132,6 +158,40 @@ mod tests {
                 *class,
                 "{status:?} {text:?} {retry_after:?}"
             );
+        }
+    }
+
+    /// The texts each real CLI gave without a key (Claude refuses before any request; Codex and
+    /// OpenCode send none and get the gateway's 401), captured against the fake model.
+    #[test]
+    fn auth_errors_say_which_setting_provides_the_key() {
+        let hint = "no API key reached the claude CLI: set ANTHROPIC_API_KEY";
+        let cases = [
+            (
+                "Not logged in · Please run /login",
+                "Not logged in: no API key reached the claude CLI: set ANTHROPIC_API_KEY",
+            ),
+            (
+                "Invalid API key · Please run /login",
+                "Invalid API key: no API key reached the claude CLI: set ANTHROPIC_API_KEY",
+            ),
+            (
+                "unexpected status 401 Unauthorized: Missing bearer or basic authentication in \
+                 header, url: http://127.0.0.1:43805/v1/responses",
+                "unexpected status 401 Unauthorized: Missing bearer or basic authentication in \
+                 header, url: http://127.0.0.1:43805/v1/responses: no API key reached the claude \
+                 CLI: set ANTHROPIC_API_KEY",
+            ),
+            (
+                "APIError 401: Missing bearer or basic authentication in header",
+                "APIError 401: Missing bearer or basic authentication in header: no API key \
+                 reached the claude CLI: set ANTHROPIC_API_KEY",
+            ),
+            ("Please run /login", hint),
+        ];
+        for (cli, shown) in cases {
+            assert_eq!(classify(None, cli, None), Some(ErrorClass::Auth), "{cli}");
+            assert_eq!(explain_auth(cli, hint), shown);
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod process;
 pub mod prompt_xml;
 mod query;
 pub mod reaper;
+pub mod redact;
 pub mod settings;
 
 use std::path::PathBuf;

@@ -69,13 +69,19 @@ pub struct MockSettings {
     pub echo_system_prompt: bool,
 }
 
+/// How many of the latest prompts and query inputs the mock keeps for inspection. A bound, so
+/// a long-running mock (demos, benchmarks of 10,000 messages) does not grow with every message;
+/// tests look at far fewer.
+pub const MOCK_KEPT: usize = 64;
+
 /// Shared, inspectable state of the mock.
 #[derive(Debug, Default)]
 pub struct MockState {
-    /// Every prompt received, in order (first prompts and pushes).
-    pub prompts: Vec<Prompt>,
-    /// Every query input received.
-    pub inputs: Vec<QueryInput>,
+    /// The latest prompts received (first prompts and pushes), oldest first; at most
+    /// [`MOCK_KEPT`].
+    pub prompts: VecDeque<Prompt>,
+    /// The latest query inputs received, oldest first; at most [`MOCK_KEPT`].
+    pub inputs: VecDeque<QueryInput>,
     /// Steps to use for the next prompts; echo without delay when empty.
     pub script: VecDeque<MockStep>,
     /// Default delay for echo replies.
@@ -120,14 +126,14 @@ impl MockProvider {
         self.with_state(|state| state.script.extend(steps));
     }
 
-    /// Every prompt received so far.
+    /// The prompts received so far, oldest first (the latest [`MOCK_KEPT`]).
     pub fn prompts(&self) -> Vec<Prompt> {
-        self.with_state(|state| state.prompts.clone())
+        self.with_state(|state| state.prompts.iter().cloned().collect())
     }
 
-    /// Every query input received so far.
+    /// The query inputs received so far, oldest first (the latest [`MOCK_KEPT`]).
     pub fn inputs(&self) -> Vec<QueryInput> {
-        self.with_state(|state| state.inputs.clone())
+        self.with_state(|state| state.inputs.iter().cloned().collect())
     }
 
     fn with_state<T>(&self, f: impl FnOnce(&mut MockState) -> T) -> T {
@@ -140,7 +146,7 @@ impl MockProvider {
 
     fn next_step(&self, prompt: &Prompt) -> MockStep {
         self.with_state(|state| {
-            state.prompts.push(prompt.clone());
+            keep_latest(&mut state.prompts, prompt.clone());
             state.script.pop_front().unwrap_or(MockStep::Echo {
                 delay: state.default_delay,
             })
@@ -156,7 +162,7 @@ impl AgentProvider for MockProvider {
     fn query(&self, input: QueryInput) -> Result<AgentQuery, ProviderError> {
         let (query, handle) = AgentQuery::channel();
         let session_id = self.with_state(|state| {
-            state.inputs.push(input.clone());
+            keep_latest(&mut state.inputs, input.clone());
             state.sessions += 1;
             input
                 .continuation
@@ -243,9 +249,12 @@ async fn run_query(
             .events
             .send(ProviderEvent::Activity { tool: None })
             .await;
+        // No timer for a zero delay: tokio rounds any sleep up to its next 1 ms tick, which was
+        // most of the benchmark's insert → reply time. Controls sent meanwhile wait in the
+        // channel for the loop above.
         let thinking = sleep(delay);
         tokio::pin!(thinking);
-        loop {
+        while !delay.is_zero() {
             tokio::select! {
                 _ = &mut thinking => break,
                 control = handle.control.recv() => match control {
@@ -267,6 +276,14 @@ async fn run_query(
             return;
         }
     }
+}
+
+/// Appends `item`, dropping the oldest beyond [`MOCK_KEPT`].
+fn keep_latest<T>(kept: &mut VecDeque<T>, item: T) {
+    if kept.len() >= MOCK_KEPT {
+        kept.pop_front();
+    }
+    kept.push_back(item);
 }
 
 fn aborted() -> ProviderEvent {
@@ -398,5 +415,28 @@ mod tests {
             covers: 0
         }));
         assert_eq!(mock.prompts().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn keeps_only_the_latest_prompts_and_inputs() {
+        let mock = MockProvider::new();
+        let total = MOCK_KEPT + 10;
+        for i in 0..total {
+            let mut query = mock
+                .query(QueryInput {
+                    prompt: Prompt::text(format!("p{i}")),
+                    ..Default::default()
+                })
+                .unwrap();
+            query.end();
+            collect(&mut query).await;
+        }
+        let prompts = mock.prompts();
+        assert_eq!(prompts.len(), MOCK_KEPT);
+        assert_eq!(prompts[0].text, format!("p{}", total - MOCK_KEPT));
+        assert_eq!(prompts[MOCK_KEPT - 1].text, format!("p{}", total - 1));
+        let inputs = mock.inputs();
+        assert_eq!(inputs.len(), MOCK_KEPT);
+        assert_eq!(inputs[MOCK_KEPT - 1].prompt.text, format!("p{}", total - 1));
     }
 }

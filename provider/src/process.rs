@@ -73,7 +73,7 @@ impl Default for EnvPolicy {
 
 impl EnvPolicy {
     /// True when `name` matches a scrub pattern.
-    pub(crate) fn is_scrubbed(&self, name: &str) -> bool {
+    pub fn is_scrubbed(&self, name: &str) -> bool {
         self.scrub_patterns
             .iter()
             .any(|pattern| glob_match(pattern, name))

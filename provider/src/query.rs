@@ -3,7 +3,7 @@
 
 use tokio::sync::mpsc;
 
-use crate::{Prompt, PromptId, ProviderError, ProviderEvent};
+use crate::{ErrorClass, Prompt, PromptId, ProviderError, ProviderEvent};
 
 /// A control message from the runner to the provider's query task.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +27,8 @@ pub struct AgentQuery {
     events: mpsc::Receiver<ProviderEvent>,
     control: mpsc::UnboundedSender<Control>,
     last_prompt: PromptId,
+    /// The runner's hint for an authentication error (`ProviderSettings::auth_hint`).
+    auth_hint: Option<String>,
 }
 
 /// The provider's side of one query.
@@ -48,6 +50,7 @@ impl AgentQuery {
                 events: event_rx,
                 control: control_tx,
                 last_prompt: 0,
+                auth_hint: None,
             },
             QueryHandle {
                 events: event_tx,
@@ -76,8 +79,72 @@ impl AgentQuery {
         let _ = self.control.send(Control::Abort);
     }
 
+    /// Says `hint` instead of the CLI's own advice in the query's authentication errors
+    /// ([`crate::classify::explain_auth`]): every provider's errors pass here on their way to
+    /// the runner.
+    pub(crate) fn with_auth_hint(mut self, hint: Option<String>) -> Self {
+        self.auth_hint = hint;
+        self
+    }
+
     /// The next event; `None` once the query is over.
     pub async fn next_event(&mut self) -> Option<ProviderEvent> {
-        self.events.recv().await
+        let event = self.events.recv().await?;
+        Some(match (&self.auth_hint, event) {
+            (
+                Some(hint),
+                ProviderEvent::Error {
+                    message,
+                    retryable,
+                    classification: ErrorClass::Auth,
+                    ends_turn,
+                },
+            ) => ProviderEvent::Error {
+                message: crate::classify::explain_auth(&message, hint),
+                retryable,
+                classification: ErrorClass::Auth,
+                ends_turn,
+            },
+            (_, event) => event,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(message: &str, classification: ErrorClass) -> ProviderEvent {
+        ProviderEvent::Error {
+            message: message.into(),
+            retryable: false,
+            classification,
+            ends_turn: true,
+        }
+    }
+
+    #[tokio::test]
+    async fn only_authentication_errors_get_the_hint() {
+        let (query, handle) = AgentQuery::channel();
+        let mut query = query.with_auth_hint(Some("set ANTHROPIC_API_KEY".into()));
+        for event in [
+            error("Not logged in · Please run /login", ErrorClass::Auth),
+            error("Not logged in · Please run /login", ErrorClass::Api),
+            ProviderEvent::Output,
+        ] {
+            handle.events.send(event).await.unwrap();
+        }
+        assert_eq!(
+            query.next_event().await,
+            Some(error(
+                "Not logged in: set ANTHROPIC_API_KEY",
+                ErrorClass::Auth
+            ))
+        );
+        assert_eq!(
+            query.next_event().await,
+            Some(error("Not logged in · Please run /login", ErrorClass::Api))
+        );
+        assert_eq!(query.next_event().await, Some(ProviderEvent::Output));
     }
 }

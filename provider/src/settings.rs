@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::process::EnvPolicy;
 
-/// An extra MCP server from the config, passed to the CLI beside `nanoclaw`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// An extra MCP server from the config, passed to the CLI beside `nanoclaw`. Its `Debug` masks
+/// secrets ([`crate::redact`]): its environment usually holds a token.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct McpServer {
     /// Executable.
     pub command: String,
@@ -19,6 +20,16 @@ pub struct McpServer {
     /// Environment for the server.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServer")
+            .field("command", &self.command)
+            .field("args", &crate::redact::redact_args(&self.args))
+            .field("env", &crate::redact::redact_env(&self.env))
+            .finish()
+    }
 }
 
 /// Settings shared by the Claude, Codex and OpenCode providers (the mock's own are
@@ -83,6 +94,10 @@ pub struct ProviderSettings {
     /// The agent's display name (config `assistantName`), the heading of its messages in
     /// archived transcripts (`Assistant` when `None`).
     pub assistant_name: Option<String>,
+    /// What to tell the user when the model API refuses authentication, in place of the CLI's
+    /// own advice ("Please run /login"): which of the runner's settings provides the key. Set
+    /// by the runner, which knows its settings' names; the error is left as it is when `None`.
+    pub auth_hint: Option<String>,
 }
 
 impl ProviderSettings {
@@ -114,6 +129,7 @@ impl ProviderSettings {
             mcp_env: BTreeMap::new(),
             runner_exe: None,
             assistant_name: None,
+            auth_hint: None,
             workspace,
         }
     }

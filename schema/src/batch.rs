@@ -3,6 +3,9 @@
 //! runner's status around it. Starting and finishing a batch are one transaction each, so a
 //! reader never sees a batch without its `busy` status, or a finished batch still `busy`.
 
+use chrono::{DateTime, Utc};
+use rusqlite::Transaction;
+
 use crate::messages::insert_out_tx;
 use crate::rows::{CurrentBatch, Inserted, NewMessageOut, RunnerStatus};
 use crate::runner_state::{set_current_tool_tx, set_runner_state_tx, set_waiting_on_tx};
@@ -35,11 +38,7 @@ impl SessionDb {
     /// runner `busy` (heartbeat refreshed, pid and provider kept). Its rows were claimed
     /// before (pre-agent scripts run on claimed rows, and decide what the batch is).
     pub fn start_batch(&self, batch: &CurrentBatch) -> Result<(), Error> {
-        let value = serde_json::to_string(batch)?;
-        self.write(|tx| {
-            set_state_tx(tx, CURRENT_BATCH_KEY, &value)?;
-            set_runner_state_tx(tx, RunnerStatus::Busy, None, None)
-        })
+        self.write(|tx| start_batch_tx(tx, batch))
     }
 
     /// Ends the query on the current batch in ONE transaction: writes `report` when there is
@@ -48,15 +47,41 @@ impl SessionDb {
     /// runner `idle`. Replies and completions were written as each result came
     /// ([`SessionDb::complete_at`]). Returns the report's row.
     pub fn finish_batch(&self, report: Option<&NewMessageOut>) -> Result<Option<Inserted>, Error> {
-        self.write(|tx| {
-            let inserted = report.map(|row| insert_out_tx(tx, row)).transpose()?;
-            delete_state_tx(tx, CURRENT_BATCH_KEY)?;
-            set_current_tool_tx(tx, None)?;
-            set_waiting_on_tx(tx, None)?;
-            set_runner_state_tx(tx, RunnerStatus::Idle, None, None)?;
-            Ok(inserted)
-        })
+        self.write(|tx| finish_batch_tx(tx, report))
     }
+
+    /// Writes a query's LAST result and ends its batch in ONE transaction: the replies, the
+    /// completion of `ids` (with next occurrences, as [`SessionDb::complete_at`]) and what
+    /// [`SessionDb::finish_batch`] writes for a query that succeeded. A runner answering one
+    /// message at a time thus writes two transactions per message (this one and the claim
+    /// that started the batch, [`SessionDb::claim_starting`]), not four.
+    pub fn complete_batch_at(
+        &self,
+        ids: &[String],
+        replies: &[NewMessageOut],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Inserted>, Error> {
+        self.complete_then(ids, replies, now, |tx| finish_batch_tx(tx, None).map(drop))
+    }
+}
+
+/// [`SessionDb::start_batch`] inside the caller's transaction.
+pub(crate) fn start_batch_tx(tx: &Transaction<'_>, batch: &CurrentBatch) -> Result<(), Error> {
+    set_state_tx(tx, CURRENT_BATCH_KEY, &serde_json::to_string(batch)?)?;
+    set_runner_state_tx(tx, RunnerStatus::Busy, None, None)
+}
+
+/// [`SessionDb::finish_batch`] inside the caller's transaction.
+fn finish_batch_tx(
+    tx: &Transaction<'_>,
+    report: Option<&NewMessageOut>,
+) -> Result<Option<Inserted>, Error> {
+    let inserted = report.map(|row| insert_out_tx(tx, row)).transpose()?;
+    delete_state_tx(tx, CURRENT_BATCH_KEY)?;
+    set_current_tool_tx(tx, None)?;
+    set_waiting_on_tx(tx, None)?;
+    set_runner_state_tx(tx, RunnerStatus::Idle, None, None)?;
+    Ok(inserted)
 }
 
 #[cfg(test)]
@@ -186,5 +211,109 @@ mod tests {
         assert_eq!(db.current_batch().unwrap(), None);
         assert_eq!(status(&db), "idle");
         assert_eq!(db.all_messages_out().unwrap().len(), 1);
+    }
+
+    /// Rows `m1` and `m2` (the ids of [`batch`]), pending.
+    fn insert_pending(db: &SessionDb) {
+        for id in ["m1", "m2"] {
+            let mut row = crate::NewMessageIn::new("chat", r#"{"text":"hi"}"#);
+            row.id = Some(id.into());
+            db.insert_in(&row).unwrap();
+        }
+    }
+
+    fn statuses(db: &SessionDb) -> Vec<String> {
+        let rows = db.all_messages_in().unwrap();
+        rows.into_iter().map(|row| row.status).collect()
+    }
+
+    fn ids() -> Vec<String> {
+        vec!["m1".into(), "m2".into()]
+    }
+
+    #[test]
+    fn a_claim_starts_the_batch_it_is_given_in_its_own_transaction() {
+        let (_dir, db) = open();
+        insert_pending(&db);
+        let (rows, started) = db.claim_starting(&ids(), |_| Some(batch())).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(started, Some(batch()));
+        assert_eq!(statuses(&db), ["processing", "processing"]);
+        assert_eq!(db.current_batch().unwrap(), Some(batch()));
+        assert_eq!(status(&db), "busy");
+
+        // Without a batch to start, a claim leaves the runner state alone.
+        let (_dir, db) = open();
+        insert_pending(&db);
+        let (rows, started) = db.claim_starting(&ids(), |_| None).unwrap();
+        assert_eq!((rows.len(), started), (2, None));
+        assert_eq!(db.current_batch().unwrap(), None);
+        assert_eq!(status(&db), "idle");
+    }
+
+    #[test]
+    fn a_claim_whose_start_fails_claims_nothing() {
+        let (_dir, db) = open();
+        insert_pending(&db);
+        fail_when_status_becomes(&db, "busy");
+        db.claim_starting(&ids(), |_| Some(batch())).unwrap_err();
+        assert_eq!(statuses(&db), ["pending", "pending"]);
+        assert_eq!(db.current_batch().unwrap(), None);
+        assert_eq!(status(&db), "idle");
+    }
+
+    #[test]
+    fn the_last_result_completes_and_finishes_in_one_transaction() {
+        let (_dir, db) = open();
+        insert_pending(&db);
+        db.claim_starting(&ids(), |_| Some(batch())).unwrap();
+        db.set_current_tool(Some("Bash")).unwrap();
+        let reply = NewMessageOut::new(OutKind::Chat, Routing::default(), &json!({"text": "ok"}))
+            .replying_to(Some("m2".into()));
+        let now = chrono::Utc::now();
+
+        // Failing midway (at the status), nothing of it is left: no reply, rows still
+        // processing, the batch still running.
+        fail_when_status_becomes(&db, "idle");
+        db.complete_batch_at(&ids(), std::slice::from_ref(&reply), now)
+            .unwrap_err();
+        assert!(db.all_messages_out().unwrap().is_empty());
+        assert_eq!(statuses(&db), ["processing", "processing"]);
+        assert_eq!(db.current_batch().unwrap(), Some(batch()));
+        assert_eq!(status(&db), "busy");
+
+        stop_failing(&db);
+        let written = db
+            .complete_batch_at(&ids(), std::slice::from_ref(&reply), now)
+            .unwrap();
+        assert_eq!(written.len(), 1);
+        assert_eq!(statuses(&db), ["completed", "completed"]);
+        assert_eq!(db.current_batch().unwrap(), None);
+        let state = db.runner_state().unwrap().unwrap();
+        assert_eq!((state.status.as_str(), state.current_tool), ("idle", None));
+    }
+
+    #[test]
+    fn the_poll_statements_stay_prepared_across_polls() {
+        // SQLite expires a statement whose plan depends on a bound value (`LIMIT ?`) at every
+        // new binding and parses it again; the connections turn that off (QPSG).
+        let (_dir, db) = open();
+        insert_pending(&db);
+        for limit in [1, 2, 3, 1] {
+            let now = chrono::Utc::now() + chrono::Duration::milliseconds(limit);
+            db.eligible(now, false, limit as usize).unwrap();
+            db.messages_out_after(limit, limit as usize).unwrap();
+        }
+        let conn = db.conn().unwrap();
+        for sql in [
+            crate::queue::ELIGIBLE_SQL.as_str(),
+            crate::messages::OUT_AFTER_SQL.as_str(),
+        ] {
+            let stmt = conn.prepare_cached(sql).unwrap();
+            let reprepared = stmt.get_status(rusqlite::StatementStatus::RePrepare);
+            let runs = stmt.get_status(rusqlite::StatementStatus::Run);
+            assert!(runs >= 4, "not the cached statement ({runs} runs): {sql}");
+            assert_eq!(reprepared, 0, "{sql}");
+        }
     }
 }

@@ -1,6 +1,8 @@
 //! Completing rows: replies and completions in one transaction, and the next occurrence of a
 //! recurring task inserted by the transaction that completes the current one.
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use rusqlite::{params, Transaction};
@@ -13,6 +15,15 @@ use crate::sql::IN_COLUMNS;
 use crate::tasks::SERIES_PAUSED_PREFIX;
 use crate::time::format_ts;
 use crate::{Error, SessionDb};
+
+/// The completion's statement, built once: `prepare_cached` finds it by its text.
+static COMPLETE_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE messages_in AS m SET status = 'completed', status_changed = ?2
+         WHERE m.status IN ('pending', 'processing') AND m.id IN (SELECT value FROM json_each(?1))
+         RETURNING {IN_COLUMNS}"
+    )
+});
 
 impl SessionDb {
     /// Completes `ids` and writes `replies` in ONE transaction, so a crash can never leave a
@@ -33,28 +44,48 @@ impl SessionDb {
         replies: &[NewMessageOut],
         now: DateTime<Utc>,
     ) -> Result<Vec<Inserted>, Error> {
+        self.complete_then(ids, replies, now, |_| Ok(()))
+    }
+
+    /// [`SessionDb::complete_at`], then `also` in the same transaction.
+    pub(crate) fn complete_then(
+        &self,
+        ids: &[String],
+        replies: &[NewMessageOut],
+        now: DateTime<Utc>,
+        also: impl FnOnce(&Transaction<'_>) -> Result<(), Error>,
+    ) -> Result<Vec<Inserted>, Error> {
         let ids_json = serde_json::to_string(ids)?;
         let timezone = self.timezone();
         self.write(|tx| {
-            let mut written = Vec::with_capacity(replies.len());
-            for reply in replies {
-                written.push(insert_out_tx(tx, reply)?);
-            }
-            let sql = format!(
-                "UPDATE messages_in AS m SET status = 'completed', status_changed = ?2
-                 WHERE m.status IN ('pending', 'processing') AND m.id IN (SELECT value FROM json_each(?1))
-                 RETURNING {IN_COLUMNS}"
-            );
-            let completed = usable_rows(
-                tx.prepare_cached(&sql)?
-                    .query_map(params![ids_json, format_ts(now)], MessageIn::read)?,
-            )?;
-            for row in completed.iter().filter(|row| row.recurrence.is_some()) {
-                schedule_next_occurrence(tx, row, now, timezone)?;
-            }
+            let written = complete_tx(tx, &ids_json, replies, now, timezone)?;
+            also(tx)?;
             Ok(written)
         })
     }
+}
+
+/// [`SessionDb::complete_at`] inside the caller's transaction (`ids_json`: the ids as a JSON
+/// array, as `json_each` reads them).
+fn complete_tx(
+    tx: &Transaction<'_>,
+    ids_json: &str,
+    replies: &[NewMessageOut],
+    now: DateTime<Utc>,
+    timezone: Tz,
+) -> Result<Vec<Inserted>, Error> {
+    let mut written = Vec::with_capacity(replies.len());
+    for reply in replies {
+        written.push(insert_out_tx(tx, reply)?);
+    }
+    let completed = usable_rows(
+        tx.prepare_cached(&COMPLETE_SQL)?
+            .query_map(params![ids_json, format_ts(now)], MessageIn::read)?,
+    )?;
+    for row in completed.iter().filter(|row| row.recurrence.is_some()) {
+        schedule_next_occurrence(tx, row, now, timezone)?;
+    }
+    Ok(written)
 }
 
 /// Inserts the next occurrence of the recurring task `row` (just completed) and clears the

@@ -9,6 +9,7 @@ pub mod cron;
 pub mod db;
 mod delivered;
 mod destinations;
+pub mod health;
 mod messages;
 mod questions;
 mod queue;
@@ -17,6 +18,7 @@ pub mod rows;
 mod runner_state;
 mod sql;
 mod state;
+mod status;
 mod sweep;
 pub mod tasks;
 pub mod time;
@@ -32,7 +34,7 @@ pub use routing::{find_destination, DestinationRoute};
 pub use rows::*;
 pub use state::continuation_key;
 pub use sweep::{SweepPolicy, SweepReport};
-pub use watch::DbWatcher;
+pub use watch::{DbWatcher, WatchMode};
 
 use std::path::PathBuf;
 
@@ -92,9 +94,6 @@ pub enum Error {
     /// A named row does not exist.
     #[error("{0}")]
     NotFound(String),
-    /// File watching failed.
-    #[error("watching the session DB folder: {0}")]
-    Watch(#[from] notify::Error),
     /// An I/O error.
     #[error("{0}")]
     Io(#[from] std::io::Error),

@@ -1,6 +1,8 @@
 //! The two message tables: inserting (with seq allocation) and reading `messages_in` and
 //! `messages_out` rows.
 
+use std::sync::LazyLock;
+
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
@@ -10,6 +12,15 @@ use crate::rows::{
 use crate::sql::{IN_COLUMNS, OUT_COLUMNS};
 use crate::time::now_ts;
 use crate::{Error, SessionDb};
+
+/// [`SessionDb::messages_out_after`]'s statement (the runner reads it at every result), built
+/// once: `prepare_cached` finds it by its text.
+pub(crate) static OUT_AFTER_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {OUT_COLUMNS} FROM messages_out
+         WHERE seq > ?1 AND seq <= 9223372036854775807 ORDER BY seq LIMIT ?2"
+    )
+});
 
 impl SessionDb {
     /// Inserts a `messages_in` row with the next even seq.
@@ -58,11 +69,7 @@ impl SessionDb {
     /// so it would come back after every `after` and a follower would print it forever.
     pub fn messages_out_after(&self, after: i64, limit: usize) -> Result<Vec<MessageOut>, Error> {
         let conn = self.conn()?;
-        let sql = format!(
-            "SELECT {OUT_COLUMNS} FROM messages_out
-             WHERE seq > ?1 AND seq <= 9223372036854775807 ORDER BY seq LIMIT ?2"
-        );
-        let mut stmt = conn.prepare_cached(&sql)?;
+        let mut stmt = conn.prepare_cached(&OUT_AFTER_SQL)?;
         let rows = stmt.query_map(params![after, limit as i64], MessageOut::from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
@@ -112,13 +119,13 @@ fn highest_seq(conn: &Connection) -> Result<i64, Error> {
         ValueRef::Real(seq) => seq.ceil() as i64,
         _ => 0,
     };
-    let (max_in, max_out) = conn.query_row(
-        "SELECT
+    let (max_in, max_out) = conn
+        .prepare_cached(
+            "SELECT
            (SELECT seq FROM messages_in WHERE seq <= 9223372036854775807 ORDER BY seq DESC LIMIT 1),
            (SELECT seq FROM messages_out WHERE seq <= 9223372036854775807 ORDER BY seq DESC LIMIT 1)",
-        [],
-        |r| Ok((numeric(r.get_ref(0)?), numeric(r.get_ref(1)?))),
-    )?;
+        )?
+        .query_row([], |r| Ok((numeric(r.get_ref(0)?), numeric(r.get_ref(1)?))))?;
     Ok(max_in.max(max_out).max(0))
 }
 

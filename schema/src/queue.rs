@@ -1,12 +1,17 @@
 //! The runner's queue: which pending rows a poll may take, claiming them, putting them back,
 //! taking unusable rows out, and when the next row falls due.
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Utc};
 use rusqlite::{params, OptionalExtension, Transaction};
 use serde_json::json;
 
+use crate::batch::start_batch_tx;
 use crate::messages::{insert_out_tx, split_rows};
-use crate::rows::{lossy_text, InRow, InStatus, MessageIn, NewMessageOut, OutKind, UnusableRow};
+use crate::rows::{
+    lossy_text, CurrentBatch, InRow, InStatus, MessageIn, NewMessageOut, OutKind, UnusableRow,
+};
 use crate::sql::IN_COLUMNS;
 use crate::time::{format_ts, now_ts, parse_ts};
 use crate::{Error, SessionDb};
@@ -53,6 +58,28 @@ const ELIGIBLE_WHERE: &str = "m.status = 'pending'
                      AND (json_extract(s.value, '$.deadline') IS NULL
                           OR ts_millis(json_extract(s.value, '$.deadline')) > ?1)))";
 
+/// The poll's statements, built once: `prepare_cached` finds them by their text, and a text
+/// formatted per poll would be an allocation and a copy on every wake-up.
+pub(crate) static ELIGIBLE_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!("SELECT {IN_COLUMNS} FROM messages_in m WHERE {ELIGIBLE_WHERE} ORDER BY m.seq LIMIT ?3")
+});
+/// Whether a triggering row is eligible beyond the poll's limit (see [`Eligible::wakes`]).
+static TRIGGER_BEYOND_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {IN_COLUMNS} FROM messages_in m
+         WHERE {ELIGIBLE_WHERE} AND flag_of(m.trigger, 1)
+         ORDER BY m.seq LIMIT 1"
+    )
+});
+/// The claim's statement, built once (see [`ELIGIBLE_SQL`]).
+static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE messages_in AS m SET status = 'processing', tries = tries + 1, status_changed = ?2
+         WHERE m.status = 'pending' AND m.id IN (SELECT value FROM json_each(?1))
+         RETURNING {IN_COLUMNS}"
+    )
+});
+
 impl SessionDb {
     /// The rows a poll at `now` may take (docs/contract/db.md#the-poll): pending, due, `on_wake` only on the first
     /// poll, not an answer to a question still open; ordered by seq; `limit` applied last.
@@ -73,22 +100,13 @@ impl SessionDb {
             let mut unusable = Vec::new();
             let (rows, wakes) = {
                 let conn = self.conn()?;
-                let sql = format!(
-                    "SELECT {IN_COLUMNS} FROM messages_in m WHERE {ELIGIBLE_WHERE}
-                     ORDER BY m.seq LIMIT ?3"
-                );
-                let mut stmt = conn.prepare_cached(&sql)?;
+                let mut stmt = conn.prepare_cached(&ELIGIBLE_SQL)?;
                 let read = stmt.query_map(params![now, first_poll, limit], MessageIn::read)?;
                 let rows = queue_rows(read, &mut unusable)?;
                 // Context rows only: they go first when a triggering row is eligible further on.
                 let wakes = rows.iter().any(|row| row.trigger)
                     || (!rows.is_empty() && {
-                        let sql = format!(
-                            "SELECT {IN_COLUMNS} FROM messages_in m
-                             WHERE {ELIGIBLE_WHERE} AND flag_of(m.trigger, 1)
-                             ORDER BY m.seq LIMIT 1"
-                        );
-                        let mut stmt = conn.prepare_cached(&sql)?;
+                        let mut stmt = conn.prepare_cached(&TRIGGER_BEYOND_SQL)?;
                         let read = stmt.query_map(params![now, first_poll], MessageIn::read)?;
                         !queue_rows(read, &mut unusable)?.is_empty()
                     });
@@ -109,24 +127,30 @@ impl SessionDb {
     /// Claims rows still `pending`: `processing`, `tries+1`, `status_changed=now`. Returns the
     /// claimed rows in seq order (rows someone else changed meanwhile are left out).
     pub fn claim(&self, ids: &[String]) -> Result<Vec<MessageIn>, Error> {
+        Ok(self.claim_starting(ids, |_| None)?.0)
+    }
+
+    /// [`SessionDb::claim`], and when `start` makes a batch of the claimed rows, starts it in
+    /// the same transaction ([`SessionDb::start_batch`]: `current_batch` and `busy`). The
+    /// runner passes a `start` that returns a batch only when the claimed rows are known to go
+    /// to the agent as they are (no pre-agent script, no command), so a message is claimed and
+    /// its query started by one write. Returns the rows and the batch started, if any.
+    pub fn claim_starting(
+        &self,
+        ids: &[String],
+        start: impl FnOnce(&[MessageIn]) -> Option<CurrentBatch>,
+    ) -> Result<(Vec<MessageIn>, Option<CurrentBatch>), Error> {
         if ids.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), None));
         }
         let ids_json = serde_json::to_string(ids)?;
         self.write(|tx| {
-            let sql = format!(
-                "UPDATE messages_in AS m SET status = 'processing', tries = tries + 1, status_changed = ?2
-                 WHERE m.status = 'pending' AND m.id IN (SELECT value FROM json_each(?1))
-                 RETURNING {IN_COLUMNS}"
-            );
-            let mut stmt = tx.prepare_cached(&sql)?;
-            let read = stmt.query_map(params![ids_json, now_ts()], MessageIn::read)?;
-            let mut unusable = Vec::new();
-            let mut rows = split_rows(read, &mut unusable)?;
-            // A row changed by someone else since the poll read it: out of the queue too.
-            quarantine_tx(tx, &unusable)?;
-            rows.sort_by_key(|row| row.seq);
-            Ok(rows)
+            let rows = claim_tx(tx, &ids_json)?;
+            let batch = start(&rows);
+            if let Some(batch) = &batch {
+                start_batch_tx(tx, batch)?;
+            }
+            Ok((rows, batch))
         })
     }
 
@@ -219,6 +243,18 @@ impl SessionDb {
             .optional()?;
         Ok(first.and_then(DateTime::<Utc>::from_timestamp_millis))
     }
+}
+
+/// The claim of [`SessionDb::claim`] inside the caller's transaction.
+fn claim_tx(tx: &Transaction<'_>, ids_json: &str) -> Result<Vec<MessageIn>, Error> {
+    let mut stmt = tx.prepare_cached(&CLAIM_SQL)?;
+    let read = stmt.query_map(params![ids_json, now_ts()], MessageIn::read)?;
+    let mut unusable = Vec::new();
+    let mut rows = split_rows(read, &mut unusable)?;
+    // A row changed by someone else since the poll read it: out of the queue too.
+    quarantine_tx(tx, &unusable)?;
+    rows.sort_by_key(|row| row.seq);
+    Ok(rows)
 }
 
 /// [`split_rows`] for the runner's queue, where a row whose `process_after` is no readable time

@@ -585,6 +585,9 @@ pub struct RunnerState {
     pub heartbeat_at: String,
     /// Last status change.
     pub updated_at: String,
+    /// The running turn's last provider event, as stored: JSON of a [`LastEvent`] (read it with
+    /// [`RunnerState::last_event`]). Written with the heartbeat, so up to one heartbeat late.
+    pub last_event: Option<String>,
 }
 
 impl RunnerState {
@@ -592,6 +595,22 @@ impl RunnerState {
     pub fn waiting(&self) -> Option<WaitingOn> {
         serde_json::from_str(self.waiting_on.as_deref()?).ok()
     }
+
+    /// The last provider event, when the stored value can be read.
+    pub fn last_event(&self) -> Option<LastEvent> {
+        serde_json::from_str(self.last_event.as_deref()?).ok()
+    }
+}
+
+/// The last event a provider reported during a turn (model output, a tool call, a retry
+/// notice): what `status` shows and what `health` measures a turn's silence from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastEvent {
+    /// When it came, RFC 3339 UTC.
+    pub at: String,
+    /// What it was, in words (`model output`, `tool Bash`, a retry notice's text).
+    pub what: String,
 }
 
 /// What a turn that makes no progress waits on: written by the runner while the model gives no

@@ -1,8 +1,8 @@
 //! `runner_state`: the runner's status, heartbeat, current tool and what a turn waits on.
 
-use rusqlite::{params, OptionalExtension, Transaction};
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
-use crate::rows::{RunnerState, RunnerStatus, WaitingOn};
+use crate::rows::{LastEvent, RunnerState, RunnerStatus, WaitingOn};
 use crate::time::now_ts;
 use crate::{Error, SessionDb};
 
@@ -39,11 +39,19 @@ impl SessionDb {
 
     /// Refreshes `heartbeat_at`.
     pub fn heartbeat(&self) -> Result<(), Error> {
+        self.heartbeat_with(None)
+    }
+
+    /// Refreshes `heartbeat_at` and, when given, records the turn's last provider event in the
+    /// same write: the event's time reaches the DB without a write per event.
+    pub fn heartbeat_with(&self, last_event: Option<&LastEvent>) -> Result<(), Error> {
+        let json = last_event.map(serde_json::to_string).transpose()?;
         self.write(|tx| {
-            tx.execute(
-                "UPDATE runner_state SET heartbeat_at = ?1 WHERE id = 1",
-                [now_ts()],
-            )?;
+            tx.prepare_cached(
+                "UPDATE runner_state SET heartbeat_at = ?1, last_event = COALESCE(?2, last_event)
+                 WHERE id = 1",
+            )?
+            .execute(params![now_ts(), json])?;
             Ok(())
         })
     }
@@ -51,25 +59,28 @@ impl SessionDb {
     /// The runner_state row, if a runner ever started.
     pub fn runner_state(&self) -> Result<Option<RunnerState>, Error> {
         let conn = self.conn()?;
-        Ok(conn
-            .query_row(
-                "SELECT status, pid, provider, current_tool, heartbeat_at, updated_at, waiting_on
-                 FROM runner_state WHERE id = 1",
-                [],
-                |r| {
-                    Ok(RunnerState {
-                        status: r.get(0)?,
-                        pid: r.get(1)?,
-                        provider: r.get(2)?,
-                        current_tool: r.get(3)?,
-                        heartbeat_at: r.get(4)?,
-                        updated_at: r.get(5)?,
-                        waiting_on: r.get(6)?,
-                    })
-                },
-            )
-            .optional()?)
+        Ok(read_runner_state(&conn)?)
     }
+}
+
+/// The runner_state row through `conn` (also `health`'s read-only connection). Columns are read
+/// by name, and the ones later versions added are optional: a DB no runner of this version has
+/// migrated yet is still read.
+pub(crate) fn read_runner_state(conn: &Connection) -> rusqlite::Result<Option<RunnerState>> {
+    conn.query_row("SELECT * FROM runner_state WHERE id = 1", [], |r| {
+        let optional = |column: &str| r.get::<_, Option<String>>(column).ok().flatten();
+        Ok(RunnerState {
+            status: r.get("status")?,
+            pid: r.get("pid")?,
+            provider: r.get("provider")?,
+            current_tool: r.get("current_tool")?,
+            heartbeat_at: r.get("heartbeat_at")?,
+            updated_at: r.get("updated_at")?,
+            waiting_on: optional("waiting_on"),
+            last_event: optional("last_event"),
+        })
+    })
+    .optional()
 }
 
 /// Sets `runner_state.status` to `to` if it is `from`; true when it was switched.
@@ -78,10 +89,12 @@ pub(crate) fn swap_runner_status_tx(
     from: RunnerStatus,
     to: RunnerStatus,
 ) -> Result<bool, Error> {
-    Ok(tx.execute(
-        "UPDATE runner_state SET status = ?2, updated_at = ?3 WHERE id = 1 AND status = ?1",
-        params![from.as_str(), to.as_str(), now_ts()],
-    )? > 0)
+    Ok(tx
+        .prepare_cached(
+            "UPDATE runner_state SET status = ?2, updated_at = ?3 WHERE id = 1 AND status = ?1",
+        )?
+        .execute(params![from.as_str(), to.as_str(), now_ts()])?
+        > 0)
 }
 
 /// [`SessionDb::set_runner_state`] inside the caller's transaction.
@@ -91,22 +104,22 @@ pub(crate) fn set_runner_state_tx(
     pid: Option<u32>,
     provider: Option<&str>,
 ) -> Result<(), Error> {
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO runner_state (id, status, pid, provider, current_tool, heartbeat_at, updated_at)
          VALUES (1, ?1, ?2, ?3, NULL, ?4, ?4)
          ON CONFLICT(id) DO UPDATE SET status = ?1, pid = COALESCE(?2, pid),
-           provider = COALESCE(?3, provider), heartbeat_at = ?4, updated_at = ?4",
-        params![status.as_str(), pid, provider, now_ts()],
-    )?;
+           provider = COALESCE(?3, provider), heartbeat_at = ?4,
+           updated_at = CASE WHEN status = ?1 AND pid IS COALESCE(?2, pid) THEN updated_at
+                        ELSE ?4 END",
+    )?
+    .execute(params![status.as_str(), pid, provider, now_ts()])?;
     Ok(())
 }
 
 /// [`SessionDb::set_current_tool`] inside the caller's transaction.
 pub(crate) fn set_current_tool_tx(tx: &Transaction<'_>, tool: Option<&str>) -> Result<(), Error> {
-    tx.execute(
-        "UPDATE runner_state SET current_tool = ?1 WHERE id = 1",
-        [tool],
-    )?;
+    tx.prepare_cached("UPDATE runner_state SET current_tool = ?1 WHERE id = 1")?
+        .execute([tool])?;
     Ok(())
 }
 
@@ -116,9 +129,7 @@ pub(crate) fn set_waiting_on_tx(
     waiting_on: Option<&WaitingOn>,
 ) -> Result<(), Error> {
     let json = waiting_on.map(serde_json::to_string).transpose()?;
-    tx.execute(
-        "UPDATE runner_state SET waiting_on = ?1 WHERE id = 1",
-        [json],
-    )?;
+    tx.prepare_cached("UPDATE runner_state SET waiting_on = ?1 WHERE id = 1")?
+        .execute([json])?;
     Ok(())
 }

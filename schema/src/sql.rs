@@ -39,7 +39,7 @@ CREATE TABLE IF NOT EXISTS session_state (key TEXT PRIMARY KEY, value TEXT NOT N
 CREATE TABLE IF NOT EXISTS runner_state (id INTEGER PRIMARY KEY CHECK (id = 1),
   status TEXT NOT NULL,
   pid INTEGER, provider TEXT, current_tool TEXT, heartbeat_at TEXT NOT NULL, updated_at TEXT NOT NULL,
-  waiting_on TEXT);
+  waiting_on TEXT, last_event TEXT);
 "#;
 
 /// Indexes for the hot queries; created after migrations so their columns exist.
@@ -83,6 +83,7 @@ pub(crate) const COLUMNS: &[(&str, &str, &str)] = &[
     ("runner_state", "provider", "TEXT"),
     ("runner_state", "current_tool", "TEXT"),
     ("runner_state", "waiting_on", "TEXT"),
+    ("runner_state", "last_event", "TEXT"),
 ];
 
 /// Columns of `messages_in`, in the order `MessageIn::read` reads them; the rowid last, the one

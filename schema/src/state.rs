@@ -45,25 +45,25 @@ impl SessionDb {
 /// A session_state value, read on `conn` (inside the caller's transaction, when it is one).
 pub(crate) fn read_state(conn: &Connection, key: &str) -> Result<Option<String>, Error> {
     Ok(conn
-        .query_row(
-            "SELECT value FROM session_state WHERE key = ?1",
-            [key],
-            |r| r.get(0),
-        )
+        .prepare_cached("SELECT value FROM session_state WHERE key = ?1")?
+        .query_row([key], |r| r.get(0))
         .optional()?)
 }
 
 /// Sets a session_state value inside the caller's transaction.
 pub(crate) fn set_state_tx(tx: &Transaction<'_>, key: &str, value: &str) -> Result<(), Error> {
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO session_state (key, value, updated_at) VALUES (?1, ?2, ?3)
          ON CONFLICT(key) DO UPDATE SET value = ?2, updated_at = ?3",
-        params![key, value, now_ts()],
-    )?;
+    )?
+    .execute(params![key, value, now_ts()])?;
     Ok(())
 }
 
 /// Deletes a session_state key inside the caller's transaction; true when it existed.
 pub(crate) fn delete_state_tx(tx: &Transaction<'_>, key: &str) -> Result<bool, Error> {
-    Ok(tx.execute("DELETE FROM session_state WHERE key = ?1", [key])? > 0)
+    Ok(tx
+        .prepare_cached("DELETE FROM session_state WHERE key = ?1")?
+        .execute([key])?
+        > 0)
 }

@@ -1,51 +1,138 @@
-//! Change notification for the session DB: a file watch on the DB's folder filtered to the
-//! `-wal` file, confirmed with `PRAGMA data_version` on a dedicated connection.
+//! Change notification for the session DB: an inotify watch on the `-wal` file (read on the
+//! caller's own tokio reactor, no thread), confirmed with `PRAGMA data_version` on a dedicated
+//! connection. Without inotify (no instance or watch left for this user, or `NANOCLAW_WATCH=poll`)
+//! the same waits run on a `stat` of the `-wal` file every [`POLL_INTERVAL`].
 //!
-//! The folder is watched, not the file, because `-wal` is deleted and recreated. An event can
-//! arrive before the commit is visible (the `-shm` index is written through mmap, which raises
-//! no event), so an event without a visible change is re-checked a few milliseconds later.
+//! Every commit writes the `-wal` file, so its events are the commits' events (plus our own
+//! writes', which the `data_version` check filters out). An event can arrive before its commit is
+//! visible (the `-shm` index is written through mmap, which raises no event), so after events a
+//! few re-checks run on a ladder (1, 3, 10, 30, 100, 300 ms) — while new events and the deadline are still
+//! listened to, so a stale event (our own write) never delays the next real commit.
 //! Callers always pass a timeout: the watch speeds wake-ups up, the poll stays the fallback.
+
+mod inotify_source;
+mod shortage;
+mod wal_stat;
 
 use std::time::Duration;
 
-use notify::{RecursiveMode, Watcher};
-use tokio::sync::mpsc;
-use tokio::time::{sleep, sleep_until, Instant};
+use tokio::time::{sleep_until, Instant};
 
 use crate::{Error, SessionDb};
+use inotify_source::InotifySource;
+use wal_stat::WalStat;
 
-/// Re-check delays after an event that showed no change yet.
-const RECHECK_DELAYS_MS: [u64; 4] = [1, 3, 10, 30];
+/// Re-check delays after events that showed no change yet, each from the previous check. The
+/// long tail covers a writer descheduled between its `-wal` write and its index update on a
+/// loaded machine: without it such a commit waited for the caller's timeout (a second when idle).
+const RECHECK_DELAYS_MS: [u64; 6] = [1, 3, 10, 30, 100, 300];
+
+/// The environment variable that forces the fallback (`poll`), for tests and benchmarks.
+pub const WATCH_MODE_VAR: &str = "NANOCLAW_WATCH";
+
+/// How often the fallback looks at the `-wal` file (a `stat`, no SQL unless it changed).
+pub const POLL_INTERVAL: Duration = Duration::from_millis(5);
+
+/// How a [`DbWatcher`] learns of commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchMode {
+    /// inotify on the `-wal` file; falls back to [`WatchMode::Poll`] (said once per process)
+    /// when no inotify instance or watch can be had.
+    Notify,
+    /// A `stat` of the `-wal` file every [`POLL_INTERVAL`], confirmed with `PRAGMA
+    /// data_version` only when it changed.
+    Poll,
+}
+
+impl WatchMode {
+    /// The mode the environment asks for: `NANOCLAW_WATCH=poll` forces the fallback (a
+    /// diagnostic switch for tests and benchmarks); anything else is [`WatchMode::Notify`].
+    pub fn from_env() -> Self {
+        match std::env::var(WATCH_MODE_VAR) {
+            Ok(value) if value.trim().eq_ignore_ascii_case("poll") => Self::Poll,
+            _ => Self::Notify,
+        }
+    }
+}
+
+/// What wakes a waiting watcher.
+enum Source {
+    Notify(InotifySource),
+    Poll(WalStat),
+}
+
+/// The re-checks after events that showed no visible change: due times on a ladder from the
+/// last events, restarted by new ones.
+#[derive(Default)]
+struct Ladder {
+    /// When the next re-check is due and which step it is.
+    next: Option<(Instant, usize)>,
+}
+
+impl Ladder {
+    fn restart(&mut self, now: Instant) {
+        self.next = Some((now + Duration::from_millis(RECHECK_DELAYS_MS[0]), 0));
+    }
+
+    fn due(&self) -> Option<Instant> {
+        self.next.map(|(at, _)| at)
+    }
+
+    fn advance(&mut self, now: Instant) {
+        self.next = self.next.and_then(|(_, step)| {
+            RECHECK_DELAYS_MS
+                .get(step + 1)
+                .map(|delay| (now + Duration::from_millis(*delay), step + 1))
+        });
+    }
+}
 
 /// Wakes a task when another connection commits to the session DB.
 pub struct DbWatcher {
-    _watcher: Option<notify::RecommendedWatcher>,
-    events: mpsc::Receiver<()>,
+    source: Source,
+    ladder: Ladder,
     // A mutex makes the watcher Sync, so a task holding `&self` across an await stays Send.
     conn: std::sync::Mutex<rusqlite::Connection>,
     last_version: i64,
 }
 
 impl DbWatcher {
-    /// Starts watching `db`. If the file watch cannot be set up (no inotify), the watcher still
-    /// works as a pure timeout poll; that is logged once.
+    /// Starts watching `db` in the mode `NANOCLAW_WATCH` asks for (see [`WatchMode::from_env`]).
+    /// When no inotify instance or watch can be had, the watcher polls the `-wal` file instead;
+    /// that is logged once per process, with the limit and how to raise it.
     pub fn new(db: &SessionDb) -> Result<Self, Error> {
+        Self::with_mode(db, WatchMode::from_env())
+    }
+
+    /// Starts watching `db` in `mode`.
+    pub fn with_mode(db: &SessionDb, mode: WatchMode) -> Result<Self, Error> {
         let conn = db.dedicated_connection()?;
         let last_version = data_version(&conn)?;
-        let (sender, events) = mpsc::channel(1);
-        let watcher = match watch_folder(db, sender) {
-            Ok(watcher) => Some(watcher),
-            Err(err) => {
-                tracing::warn!(%err, "no file notifications for the session DB; falling back to polling");
-                None
-            }
+        let wal = wal_path(db.path());
+        let source = match mode {
+            WatchMode::Poll => Source::Poll(WalStat::new(wal)),
+            WatchMode::Notify => match InotifySource::new(&wal) {
+                Ok(source) => Source::Notify(source),
+                Err(shortage) => {
+                    shortage.warn_once();
+                    Source::Poll(WalStat::new(wal))
+                }
+            },
         };
         Ok(Self {
-            _watcher: watcher,
-            events,
+            source,
+            ladder: Ladder::default(),
             conn: std::sync::Mutex::new(conn),
             last_version,
         })
+    }
+
+    /// The mode this watcher runs in (after any fallback).
+    pub fn mode(&self) -> WatchMode {
+        match self.source {
+            Source::Notify(_) => WatchMode::Notify,
+            Source::Poll(_) => WatchMode::Poll,
+        }
     }
 
     /// True when another connection committed since the last call (or since creation).
@@ -69,67 +156,65 @@ impl DbWatcher {
     }
 
     /// Waits until another connection commits or `timeout` passes; true on a change.
+    /// Cancel-safe: dropping the future loses no event.
     pub async fn wait(&mut self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
+        // The first check covers every commit since the last call.
+        let mut check = true;
         loop {
-            if self.changed() {
-                return true;
-            }
-            tokio::select! {
-                event = self.events.recv() => {
-                    if event.is_none() {
-                        sleep_until(deadline).await;
-                        return self.changed();
-                    }
-                    for delay in RECHECK_DELAYS_MS {
-                        if self.changed() {
-                            return true;
-                        }
-                        if Instant::now() + Duration::from_millis(delay) >= deadline {
-                            break;
-                        }
-                        sleep(Duration::from_millis(delay)).await;
+            match &mut self.source {
+                Source::Notify(source) => {
+                    // Events already queued (our own writes' among them) are read before the
+                    // check, so they are explained by it, except a commit not yet visible:
+                    // that is what the ladder's re-checks are for.
+                    if source.drain() {
+                        self.ladder.restart(Instant::now());
+                        check = true;
                     }
                 }
+                Source::Poll(stat) => check |= stat.touched(),
+            }
+            if check && self.changed() {
+                return true;
+            }
+            check = false;
+            let recheck = self.ladder.due();
+            tokio::select! {
+                biased;
                 _ = sleep_until(deadline) => return self.changed(),
+                _ = sleep_until(recheck.unwrap_or(deadline)), if recheck.is_some() => {
+                    self.ladder.advance(Instant::now());
+                    check = true;
+                }
+                _ = self.source.next_sign() => {}
             }
         }
     }
 }
 
-fn data_version(conn: &rusqlite::Connection) -> rusqlite::Result<i64> {
-    conn.query_row("PRAGMA data_version", [], |r| r.get(0))
+impl Source {
+    /// Resolves when there may be something new to look at: readable events, or the next poll
+    /// tick. Cancel-safe.
+    async fn next_sign(&mut self) {
+        match self {
+            Source::Notify(source) => source.readable().await,
+            Source::Poll(_) => tokio::time::sleep(POLL_INTERVAL).await,
+        }
+    }
 }
 
-fn watch_folder(
-    db: &SessionDb,
-    sender: mpsc::Sender<()>,
-) -> Result<notify::RecommendedWatcher, Error> {
-    let path = db.path();
-    let folder = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let wal_name = format!("{file_name}-wal");
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let Ok(event) = event else { return };
-        if matches!(event.kind, notify::EventKind::Access(_)) {
-            return;
-        }
-        let relevant = event.paths.iter().any(|p| {
-            p.file_name().is_some_and(|n| {
-                n.to_string_lossy() == wal_name || n.to_string_lossy() == file_name
-            })
-        });
-        if relevant {
-            // A full channel already holds a wake-up; dropping this one loses nothing.
-            let _ = sender.try_send(());
-        }
-    })?;
-    watcher.watch(&folder, RecursiveMode::NonRecursive)?;
-    Ok(watcher)
+fn data_version(conn: &rusqlite::Connection) -> rusqlite::Result<i64> {
+    // Cached: this runs after every event and every re-check.
+    conn.prepare_cached("PRAGMA data_version")?
+        .query_row([], |r| r.get(0))
 }
+
+/// `<db>-wal`, beside the DB.
+fn wal_path(db: &std::path::Path) -> std::path::PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-wal");
+    std::path::PathBuf::from(name)
+}
+
+#[cfg(test)]
+mod tests;

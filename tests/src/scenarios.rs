@@ -840,3 +840,45 @@ pub fn archiving_after_a_restart_adds_only_the_new_entries(provider: &str) {
     }
     session.stop_runner();
 }
+
+/// Issue 13: the CLI gets no key (`OPENAI_API_KEY` empty) and the gateway refuses its request
+/// with a 401: the start warned naming the variable, and the `query_error` says what the CLI said
+/// followed by the same fix.
+pub fn without_a_key_the_gateways_401_names_the_variable(provider: &str) {
+    let model = ok(FakeModel::start(), "starting the fake model");
+    let mut session = Session::new();
+    session.start_runner(
+        provider,
+        &model,
+        &[("OPENAI_API_KEY", ""), ("NANOCLAW_QUERY_RETRIES", "0")],
+    );
+    let log = session.runner_log();
+    assert!(
+        log.lines().any(|l| l.contains("WARN")
+            && l.contains(&format!(
+                "no API key for the {provider} CLI (openaiApiKey is unset)"
+            ))
+            && l.contains("set OPENAI_API_KEY, or OPENAI_API_KEY_FILE")),
+        "{log}"
+    );
+    model.set_script(std::iter::repeat_n(
+        Step::error(401, "Missing bearer or basic authentication in header"),
+        10,
+    ));
+    session.send_chat("hello");
+    session.wait_until("a query_error row", WAIT, |s| {
+        !system_actions(s, "query_error").is_empty()
+    });
+    let row = system_actions(&session, "query_error").remove(0);
+    let error = &row["payload"];
+    assert_eq!(error["classification"], "Auth", "{row}");
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("Missing bearer or basic authentication in header")
+            && message.contains(&format!(
+                "no API key reached the {provider} CLI: set OPENAI_API_KEY"
+            )),
+        "{message}"
+    );
+    session.stop_runner();
+}

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use e2e::fake_model::{FakeModel, Step};
 use e2e::harness::claude_user_texts as user_texts;
-use e2e::harness::{chat_outs, start_cli_test, test_routing, text_of, Session};
+use e2e::harness::{chat_outs, start_cli_test, system_actions, test_routing, text_of, Session};
 use e2e::scenarios::WAIT;
 use schema::NewMessageIn;
 use serde_json::json;
@@ -185,3 +185,41 @@ fn image_attachment_reaches_the_model_natively() {
 // Issue 10: the fault scenarios every CLI runs alike (tests/src/stalls.rs, stops.rs,
 // leftovers.rs, credentials.rs, secrets.rs), declared in `e2e::fault_scenario_tests!`.
 e2e::fault_scenario_tests! { CLI; model_key_test = model_key_stays_with_the_runner_claude }
+
+/// Issue 13: Claude selected without its key warns at start naming the variable, and the
+/// message's `query_error` says the same instead of Claude's "Please run /login" (advice a
+/// runner's user cannot follow). Claude refuses before any request: the model is never called.
+#[test]
+fn without_a_key_the_start_warns_and_the_query_error_names_the_variable() {
+    if !start("without_a_key_the_start_warns_and_the_query_error_names_the_variable") {
+        return;
+    }
+    let model = FakeModel::start().unwrap();
+    let mut session = Session::new();
+    // An empty variable is unset (the harness sets a key).
+    session.start_runner(CLI, &model, &[("ANTHROPIC_API_KEY", "")]);
+    let log = session.runner_log();
+    assert!(
+        log.lines().any(|l| l.contains("WARN")
+            && l.contains("no API key for the claude CLI (anthropicApiKey is unset)")
+            && l.contains("set ANTHROPIC_API_KEY, or ANTHROPIC_API_KEY_FILE")),
+        "{log}"
+    );
+    let id = session.send_chat("hello").id;
+    session.wait_until("a query_error row", WAIT, |s| {
+        !system_actions(s, "query_error").is_empty()
+    });
+    let row = system_actions(&session, "query_error").remove(0);
+    let error = &row["payload"];
+    assert_eq!(error["classification"], "Auth", "{row}");
+    assert!(error["messageIds"].to_string().contains(&id), "{row}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message
+            .starts_with("Not logged in: no API key reached the claude CLI: set ANTHROPIC_API_KEY")
+            && !message.contains("/login"),
+        "{message}"
+    );
+    assert!(model.model_requests().is_empty());
+    session.stop_runner();
+}

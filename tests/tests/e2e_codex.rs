@@ -53,6 +53,10 @@ e2e::scenario_tests! { CLI;
     /// Scenario 9: A stored continuation naming a session that no longer exists → a fresh session,
     /// the message answered, the stored continuation replaced.
     stale_continuation_is_replaced_by_a_fresh_session();
+
+    /// Issue 13: no key and the gateway's 401: the start warns and the `query_error` names
+    /// OPENAI_API_KEY.
+    without_a_key_the_gateways_401_names_the_variable();
 }
 
 // Issue 10: the fault scenarios every CLI runs alike (tests/src/stalls.rs, stops.rs,

@@ -58,6 +58,10 @@ e2e::scenario_tests! { CLI;
     ask_user_question_answered_after_65s_with_nanoclaw_answer =
         ask_user_question_answered_with_nanoclaw_answer(Duration::from_secs(65));
 
+    /// Issue 13: no key and the gateway's 401: the start warns and the `query_error` names
+    /// OPENAI_API_KEY.
+    without_a_key_the_gateways_401_names_the_variable();
+
     /// Scenario 8: A marker secret in the runner's environment is absent from the environment of a
     /// shell command the agent runs; so is the model API key (OpenCode reads it from a file).
     shell_command_never_sees_secrets();

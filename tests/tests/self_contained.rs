@@ -3,9 +3,10 @@
 //! in `docs/contract/`; a citation points there.
 //!
 //! Every text file git knows (tracked, or new and not ignored) is scanned for the design
-//! documents' names below and for absolute paths of the machine the checkout lies on (the
-//! checkout's own path and every folder beside it, found at run time); a hit fails the test with
-//! `file:line`. Recorded CLI captures (`.json`/`.jsonl` under a `tests/fixtures/` folder) are
+//! documents' names below, for absolute paths of the machine the checkout lies on (the
+//! checkout's own path and every folder beside it, found at run time) and for a person's home
+//! folder on any machine (`/home/<name>`, `/Users/<name>`; the image's own user `agent` aside); a
+//! hit fails the test with `file:line`. Recorded CLI captures (`.json`/`.jsonl` under a `tests/fixtures/` folder) are
 //! exempt from the absolute paths only: they are output of the machine they were captured on,
 //! not references.
 
@@ -25,6 +26,12 @@ const OUTSIDE_REFERENCES: &[&str] = &[
 
 /// This file: its pattern list names every pattern.
 const THIS_FILE: &str = "tests/tests/self_contained.rs";
+
+/// Where people's home folders are, on Linux and macOS.
+const HOME_ROOTS: [&str; 2] = ["/home/", "/Users/"];
+
+/// Users of the project's own image (container/Dockerfile), whose home a file may name.
+const IMAGE_USERS: [&str; 1] = ["agent"];
 
 #[test]
 fn no_file_refers_outside_the_repository() {
@@ -57,6 +64,16 @@ fn no_file_refers_outside_the_repository() {
         );
         let patterns: Vec<&str> = patterns.collect();
         for (number, line) in text.lines().enumerate() {
+            if !capture {
+                if let Some(home) = names_home_folder(line) {
+                    hits.push(format!(
+                        "{}:{}: names a home folder of some machine ({home:?}): {}",
+                        file.display(),
+                        number + 1,
+                        line.trim()
+                    ));
+                }
+            }
             for pattern in &patterns {
                 if names_path(line, pattern) {
                     hits.push(format!(
@@ -101,6 +118,66 @@ fn names_path(line: &str, pattern: &str) -> bool {
         !line[at + pattern.len()..]
             .starts_with(|c: char| c.is_alphanumeric() || matches!(c, '-' | '_' | '.'))
     })
+}
+
+/// The first home folder of a person (`/home/alice`, `/Users/bob`) that `line` names as an
+/// absolute path (not as the tail of another path: `/tmp/x/home/sessions` is none), if any.
+fn names_home_folder(line: &str) -> Option<String> {
+    HOME_ROOTS.iter().find_map(|root| {
+        line.match_indices(root).find_map(|(at, _)| {
+            let starts_a_path = line[..at]
+                .chars()
+                .next_back()
+                .is_none_or(|c| !(c.is_alphanumeric() || matches!(c, '-' | '_' | '.' | '/' | '~')));
+            let name: String = line[at + root.len()..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.'))
+                .collect();
+            (starts_a_path && !name.is_empty() && !IMAGE_USERS.contains(&name.as_str()))
+                .then(|| format!("{root}{name}"))
+        })
+    })
+}
+
+#[test]
+fn paths_of_other_machines_are_caught() {
+    // What scripts/install-clis.sh once said, on the machine it was written on: the design
+    // documents lay beside the checkout.
+    let parent = match tempfile::tempdir() {
+        Ok(dir) => dir,
+        Err(err) => panic!("temp dir: {err}"),
+    };
+    let (checkout, shared) = (parent.path().join("main"), parent.path().join("shared"));
+    for dir in [&checkout, &shared] {
+        if let Err(err) = std::fs::create_dir(dir) {
+            panic!("{}: {err}", dir.display());
+        }
+    }
+    let line = format!(
+        "# Keep them in sync with {}/PROTOCOLS.md (which was measured with these).",
+        shared.display()
+    );
+    let paths = machine_paths(&checkout);
+    assert!(
+        paths.iter().any(|p| names_path(&line, p)),
+        "{line:?} is not caught by {paths:?}"
+    );
+    // A home folder of any machine; not the image's user, nor a path that merely has a `home`
+    // folder inside it.
+    assert_eq!(
+        names_home_folder("see /home/alice/nanoclaw/.cli"),
+        Some("/home/alice".to_owned())
+    );
+    assert_eq!(
+        names_home_folder("CLAUDE_PATH=/Users/bob/bin/claude"),
+        Some("/Users/bob".to_owned())
+    );
+    assert_eq!(names_home_folder("    HOME=/home/agent"), None);
+    assert_eq!(
+        names_home_folder("\"/tmp/x-1/home/sessions/a.jsonl\""),
+        None
+    );
+    assert_eq!(names_home_folder("~/home/notes"), None);
 }
 
 /// The workspace root: the parent of this crate's folder.

@@ -8,6 +8,7 @@ mod bad_input;
 mod concurrency;
 mod files;
 mod inspector;
+mod logs;
 mod messages;
 mod protocol;
 mod question;

@@ -93,10 +93,11 @@ impl Live {
         );
         tracing::info!(
             program = %command.program.display(),
-            args = ?command.args,
             resume = ?launch.resume,
             "starting claude"
         );
+        // Long (the system prompt's flags, every tool rule): for debugging, not the INFO log.
+        tracing::debug!(args = ?command.args, "claude arguments");
         let mut process = CliProcess::spawn(&command)?;
         let (Some(stdin), Some(stdout), Some(stderr)) = (
             process.stdin.take(),
@@ -488,7 +489,7 @@ impl Query {
             } = &event
             {
                 // The runner logs it too; this line ties it to the claude process in debug logs.
-                tracing::debug!(%message, ?classification, ends_turn, "claude reported an error");
+                tracing::debug!(error = %message, class = classification.name(), ends_turn, "claude reported an error");
             }
             if self.handle.events.send(event).await.is_err() {
                 return false;
@@ -510,7 +511,7 @@ impl Query {
             return Some(End::Stop);
         };
         self.restarted_fresh = true;
-        tracing::warn!(session = %resumed, %message, "stored claude session not found; starting a new one");
+        tracing::warn!(stored_session = %resumed, error = %message, "stored claude session not found; starting a new one");
         let notice = ProviderEvent::Progress {
             message: format!("stored session {resumed} not found; starting a new one"),
         };
@@ -627,7 +628,7 @@ impl Query {
             ends_turn: true,
         };
         if self.handle.events.send(event).await.is_err() {
-            tracing::debug!(%message, "query error not delivered: the runner dropped the query");
+            tracing::debug!(error = %message, "query error not delivered: the runner dropped the query");
         }
     }
 }

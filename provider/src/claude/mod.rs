@@ -114,7 +114,7 @@ impl AgentProvider for ClaudeProvider {
             input,
             handle,
         ));
-        Ok(query)
+        Ok(query.with_auth_hint(self.shared.settings.auth_hint.clone()))
     }
 
     fn native_commands(&self) -> &'static [&'static str] {

@@ -109,7 +109,7 @@ impl AgentProvider for CodexProvider {
         }
         let (query, handle) = AgentQuery::channel();
         tokio::spawn(driver::run_query(self.shared.clone(), input, handle));
-        Ok(query)
+        Ok(query.with_auth_hint(self.shared.settings.auth_hint.clone()))
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {

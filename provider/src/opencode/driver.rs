@@ -197,7 +197,8 @@ pub(super) async fn run_query(
     let server = match shared.ensure_server(&mut slot, &input).await {
         Ok(server) => server,
         Err(message) => {
-            tracing::error!(%message, "cannot start opencode serve");
+            // The runner logs the error it becomes, once, with its class.
+            tracing::debug!(error = %message, "cannot start opencode serve");
             let _ = handle
                 .events
                 .send(process_error(format!(
@@ -502,11 +503,12 @@ impl<'a> Driver<'a> {
             Output::Event(event) => {
                 match &event {
                     ProviderEvent::Result { covers, text } => {
-                        tracing::info!(covers, chars = text.len(), "OpenCode turn answered");
+                        tracing::debug!(covers, chars = text.len(), "OpenCode turn answered");
                     }
                     ProviderEvent::Error {
                         message, ends_turn, ..
-                    } => tracing::warn!(%message, ends_turn, "OpenCode error"),
+                    // The runner logs each error event once, with its class: not here too.
+                    } => tracing::debug!(error = %message, ends_turn, "OpenCode error"),
                     _ => {}
                 }
                 self.send(event).await;
@@ -687,7 +689,7 @@ impl<'a> Driver<'a> {
             let session = self.turn.session_id().to_owned();
             match self.server.prompt(&session, body).await {
                 Ok(()) => {
-                    tracing::debug!(prompts = ?ids, message = %message_id, "prompt posted to OpenCode");
+                    tracing::debug!(prompts = ?ids, message_id = %message_id, "prompt posted to OpenCode");
                     return;
                 }
                 Err(err) => {
@@ -772,7 +774,8 @@ impl<'a> Driver<'a> {
                     Some(status) => format!("opencode serve exited ({status})"),
                     None => reason,
                 };
-                tracing::error!(%message, "lost the OpenCode server");
+                // The runner logs the error it becomes, once, with its class.
+                tracing::debug!(error = %message, "lost the OpenCode server");
                 self.send(process_error(message)).await;
                 Outcome::KillServer
             }

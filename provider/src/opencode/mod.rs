@@ -120,7 +120,7 @@ impl AgentProvider for OpenCodeProvider {
         let (query, handle) = AgentQuery::channel();
         let stop = lock(&self.shared.stop).clone();
         tokio::spawn(driver::run_query(self.shared.clone(), input, handle, stop));
-        Ok(query)
+        Ok(query.with_auth_hint(self.shared.settings.auth_hint.clone()))
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {

@@ -329,7 +329,7 @@ impl Turn {
                 .max();
             let Some(covers) = covers else { continue };
             if self.covered.is_some_and(|covered| covered >= covers) {
-                tracing::debug!(covers, message = %info.id, "OpenCode answered prompts already covered");
+                tracing::debug!(covers, message_id = %info.id, "OpenCode answered prompts already covered");
                 continue;
             }
             self.covered = Some(covers);

@@ -4,10 +4,11 @@
 //! cargo run -p e2e --bin fake-model -- [--port N] [--script steps.json] [--default-text TEXT]
 //!                                      [--bodies]
 //! ```
-//! Prints `http://127.0.0.1:PORT` on the first stdout line, then one summary line per request
-//! (with `--bodies` also the JSON body). `steps.json` is a JSON array of steps tagged by `kind`,
-//! e.g. `[{"kind":"tool_call","name":"send_message","arguments":{"text":"hi"}},
-//! {"kind":"text","text":"done","chunks":2,"delay_ms":100}]`. Stop with Ctrl-C.
+//! Prints `http://127.0.0.1:PORT` on the first stdout line, then one summary line per request,
+//! each followed by the tool results the request carries (with `--bodies` also the JSON body).
+//! `steps.json` is a JSON array of steps tagged by `kind`, e.g.
+//! `[{"kind":"tool_call","name":"send_message","arguments":{"text":"hi"}},
+//! {"kind":"text","text":"done","chunks":2,"delay_ms":100}]`. Stop with Ctrl-C (or SIGTERM).
 
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -58,6 +59,15 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
+/// `text` on one line, cut to `max` characters.
+fn one_line(text: &str, max: usize) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &flat[..cut]),
+        None => flat,
+    }
+}
+
 fn main() -> ExitCode {
     if std::env::args().skip(1).any(|a| a == "-h" || a == "--help") {
         println!("{}", usage());
@@ -96,6 +106,10 @@ fn main() -> ExitCode {
         let log = server.requests();
         for r in log.iter().skip(printed) {
             let _ = writeln!(out, "{}", r.summary());
+            // What the tools returned to the model: the demo shows the agent's tool call by it.
+            for result in r.tool_results() {
+                let _ = writeln!(out, "    tool result: {}", one_line(&result, 200));
+            }
             if args.bodies {
                 let body = serde_json::to_string_pretty(&r.body).unwrap_or_default();
                 let _ = writeln!(out, "{body}");

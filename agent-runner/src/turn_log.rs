@@ -1,0 +1,136 @@
+//! The operator's line per turn (docs/logs.md): one `turn ended` line when a query attempt ends,
+//! and the `turn` span that gives every line logged during it the message seqs it concerns.
+
+use std::time::Duration;
+
+use provider::ErrorClass;
+use tokio::time::Instant;
+use tracing::{Level, Span};
+
+/// How a turn (one query attempt) ended.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Outcome<'a> {
+    /// Every prompt of the turn was answered.
+    Answered,
+    /// The runner is stopping; the rows go back to `pending` at the next start.
+    Stopped,
+    /// Failed; the runner runs the unanswered prompts again after `backoff`.
+    Retrying {
+        attempt: u32,
+        backoff: Duration,
+        class: ErrorClass,
+        error: &'a str,
+    },
+    /// Failed; the unanswered rows are left `processing` for the host's sweep (`query_error`).
+    Failed { class: ErrorClass, error: &'a str },
+}
+
+impl Outcome<'_> {
+    /// The `outcome` field.
+    fn name(&self) -> &'static str {
+        match self {
+            Outcome::Answered => "answered",
+            Outcome::Stopped => "stopped",
+            Outcome::Retrying { .. } => "retrying",
+            Outcome::Failed { .. } => "failed",
+        }
+    }
+}
+
+/// The running turn: its span, its seqs and what it answered so far.
+#[derive(Debug)]
+pub(crate) struct TurnLog {
+    span: Span,
+    started: Instant,
+    /// Seqs of every row the turn carries (first prompt and pushed follow-ups).
+    seqs: Vec<i64>,
+    /// Seqs of the rows a result covered.
+    answered: Vec<i64>,
+}
+
+impl Default for TurnLog {
+    fn default() -> Self {
+        Self {
+            span: Span::none(),
+            started: Instant::now(),
+            seqs: Vec::new(),
+            answered: Vec::new(),
+        }
+    }
+}
+
+impl TurnLog {
+    /// Starts a turn on the rows `seqs`; the returned span is to be entered around the query.
+    pub(crate) fn start(&mut self, seqs: &[i64]) -> Span {
+        // ERROR level only so that the span exists whatever RUST_LOG keeps: its fields must
+        // reach every line of the turn, warnings and errors included.
+        self.span = tracing::error_span!("turn", seqs = ?seqs);
+        self.started = Instant::now();
+        self.seqs = seqs.to_vec();
+        self.answered.clear();
+        self.span.clone()
+    }
+
+    /// Rows pushed into the running turn: the lines that follow carry their seqs too.
+    pub(crate) fn pushed(&mut self, seqs: &[i64]) {
+        self.seqs.extend_from_slice(seqs);
+        self.span.record("seqs", tracing::field::debug(&self.seqs));
+    }
+
+    /// Rows a result covered (their replies are written).
+    pub(crate) fn answered(&mut self, seqs: impl IntoIterator<Item = i64>) {
+        self.answered.extend(seqs);
+    }
+
+    /// The `turn ended` line: INFO when answered or stopped, WARN when retried, ERROR when the
+    /// rows go to the host's sweep, with the error's class and text (the one line of that error).
+    pub(crate) fn end(&mut self, provider: &str, outcome: Outcome<'_>) {
+        let duration_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let answered = std::mem::take(&mut self.answered);
+        let name = outcome.name();
+        // Fields of a failure only; `None` is left out of the line.
+        let (level, class, error, attempt, retry_in_ms) = match outcome {
+            Outcome::Answered | Outcome::Stopped => (Level::INFO, None, None, None, None),
+            Outcome::Retrying {
+                attempt,
+                backoff,
+                class,
+                error,
+            } => (
+                Level::WARN,
+                Some(class.name()),
+                Some(error),
+                Some(attempt),
+                Some(u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX)),
+            ),
+            Outcome::Failed { class, error } => {
+                (Level::ERROR, Some(class.name()), Some(error), None, None)
+            }
+        };
+        let _in_turn = self.span.enter();
+        // One field list for the three levels (a tracing level must be a constant).
+        // Issue 14 (token counts): once `ProviderEvent::Result` carries usage, add
+        // `input_tokens` and `output_tokens` here, summed over the turn's results.
+        macro_rules! turn_ended {
+            ($level:expr) => {
+                tracing::event!(
+                    $level,
+                    provider,
+                    outcome = name,
+                    answered = ?answered,
+                    duration_ms,
+                    class,
+                    error,
+                    attempt,
+                    retry_in_ms,
+                    "turn ended"
+                )
+            };
+        }
+        match level {
+            Level::ERROR => turn_ended!(Level::ERROR),
+            Level::WARN => turn_ended!(Level::WARN),
+            _ => turn_ended!(Level::INFO),
+        }
+    }
+}
