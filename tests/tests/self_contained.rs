@@ -96,16 +96,30 @@ fn no_file_refers_outside_the_repository() {
 
 /// Absolute paths of this machine a file could name: the checkout's own path and every entry
 /// of the folder that holds it (on the machine this was built on, the design documents lay
-/// beside the checkout).
+/// beside the checkout). Not the entries of a shared temp folder (a clone in `/tmp`): those
+/// belong to other programs, and an example like `/tmp/capture` in a doc would match whatever
+/// happens to exist there.
 fn machine_paths(root: &Path) -> Vec<String> {
     let mut paths = vec![root.display().to_string()];
     let Some(parent) = root.parent().filter(|p| p.parent().is_some()) else {
         return paths;
     };
+    if is_shared_temp(parent) {
+        return paths;
+    }
     if let Ok(entries) = std::fs::read_dir(parent) {
         paths.extend(entries.flatten().map(|e| e.path().display().to_string()));
     }
     paths
+}
+
+/// Whether `folder` is a temp folder every program shares.
+fn is_shared_temp(folder: &Path) -> bool {
+    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let folder = canonical(folder);
+    [std::env::temp_dir(), "/tmp".into(), "/var/tmp".into()]
+        .iter()
+        .any(|temp| canonical(temp) == folder)
 }
 
 /// Whether `line` holds `pattern` as a whole path (an absolute path must not go on with more
@@ -162,6 +176,9 @@ fn paths_of_other_machines_are_caught() {
         paths.iter().any(|p| names_path(&line, p)),
         "{line:?} is not caught by {paths:?}"
     );
+    // A clone directly in the shared temp folder: that folder's other entries are not ours.
+    let in_temp = std::env::temp_dir().join("a-clone");
+    assert_eq!(machine_paths(&in_temp), vec![in_temp.display().to_string()]);
     // A home folder of any machine; not the image's user, nor a path that merely has a `home`
     // folder inside it.
     assert_eq!(
