@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use schema::{NewMessageIn, SessionDb};
-use support::procfs;
+use support::{knob, percentile, procfs, XorShift};
 
 /// How often the host looks for a reply.
 const HOST_POLL: Duration = Duration::from_micros(100);
@@ -29,25 +29,6 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_GAP_MS: u64 = 20;
 /// What a runner logs when it falls back to the `-wal` file check (schema's watch shortage).
 const FALLBACK_LOG: &str = "no file notifications for the session DB";
-
-fn knob(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// xorshift64: a reproducible spread of sessions and gaps without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-}
 
 /// How the processes learn of commits.
 #[derive(Clone, Copy)]
@@ -172,11 +153,6 @@ struct Figures {
     fell_back: usize,
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted.get(index).copied().unwrap_or(f64::NAN)
-}
-
 /// Starts `count` sessions answered by `who`, warms each up, measures, and stops them.
 fn measure(
     root: &Path,
@@ -214,7 +190,7 @@ fn measure(
         })
         .sum();
 
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
     let mut latencies: Vec<f64> = (0..messages)
         .map(|i| {
             let session = &sessions[rng.below(count as u64) as usize];

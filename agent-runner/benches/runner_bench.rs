@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 
 use schema::{NewMessageIn, SessionDb};
 use serde_json::json;
-use support::{knob, procfs, XorShift};
+use support::{knob, percentile, procfs, XorShift};
 
 /// Messages each process answers before anything is counted.
 const WARM_UP: usize = 20;
@@ -243,14 +243,6 @@ impl Pause {
             Pause::Fixed(ms) => format!("pause {ms} ms"),
         }
     }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
 }
 
 fn median(values: &mut [f64]) -> f64 {

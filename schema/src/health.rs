@@ -284,12 +284,7 @@ fn read(path: &Path, lock_wait: Duration) -> Result<(Option<RunnerState>, i64), 
     .map_err(sqlite)?;
     conn.busy_timeout(lock_wait).map_err(sqlite)?;
     let state = crate::runner_state::read_runner_state(&conn).map_err(sqlite)?;
-    let processing = conn
-        .query_row(
-            "SELECT count(*) FROM messages_in WHERE status = 'processing'",
-            [],
-            |r| r.get(0),
-        )
+    let processing = crate::queue::count_with_status(&conn, "processing")
         .or_else(|err| match is_missing_table(&err) {
             true => Ok(0),
             false => Err(err),

@@ -185,13 +185,7 @@ impl SessionDb {
     /// Queue counts at `now`.
     pub fn counts(&self, now: DateTime<Utc>) -> Result<QueueCounts, Error> {
         let conn = self.conn()?;
-        let count = |status: &str| -> Result<i64, Error> {
-            Ok(conn.query_row(
-                "SELECT COUNT(*) FROM messages_in WHERE status = ?1",
-                [status],
-                |r| r.get(0),
-            )?)
-        };
+        let count = |status: &str| -> Result<i64, Error> { Ok(count_with_status(&conn, status)?) };
         // An unreadable process_after counts as due: the runner's next poll must see the row to
         // take it out of the queue (`eligible`).
         let due = conn.query_row(
@@ -338,4 +332,17 @@ pub(crate) fn quarantine_tx(tx: &Transaction<'_>, rows: &[UnusableRow]) -> Resul
         taken += 1;
     }
     Ok(taken)
+}
+
+/// The number of `messages_in` rows with `status`, through `conn` (also `health`'s read-only
+/// connection).
+pub(crate) fn count_with_status(
+    conn: &rusqlite::Connection,
+    status: &str,
+) -> rusqlite::Result<i64> {
+    conn.query_row(
+        "SELECT COUNT(*) FROM messages_in WHERE status = ?1",
+        [status],
+        |r| r.get(0),
+    )
 }

@@ -13,6 +13,15 @@ pub(crate) fn knob(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// The value at fraction `p` (0.5 = median) of `sorted` (ascending); NaN when it is empty.
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
 /// xorshift64: a reproducible sequence (gaps, choices) without a dependency, so the floor and
 /// the runner see the same one from the same seed.
 pub(crate) struct XorShift(pub(crate) u64);
