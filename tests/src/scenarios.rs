@@ -211,7 +211,8 @@ pub fn chat_message_gets_one_reply_with_the_routing(provider: &str) {
     let model = fake_model([Step::text("Hello Ann, nice to meet you.").chunks(4)]);
     let mut session = Session::new();
     session.start_runner(provider, &model, &[]);
-    let id = session.send_chat("hi there").id;
+    let sent = session.send_chat("hi there");
+    let id = sent.id;
     let reply = session.wait_reply(&id, WAIT);
     session.wait_completed(&id, WAIT);
     assert_eq!(text_of(&reply), "Hello Ann, nice to meet you.");
@@ -256,6 +257,22 @@ pub fn chat_message_gets_one_reply_with_the_routing(provider: &str) {
         _ => {}
     }
     session.stop_runner();
+    // The operator's view (issue 13): one INFO line for the turn, naming the CLI, the outcome
+    // and the seq it answered, whatever the CLI.
+    let log = session.runner_log();
+    let turns: Vec<&str> = log.lines().filter(|l| l.contains("turn ended")).collect();
+    assert_eq!(turns.len(), 1, "{log}");
+    let seq = sent.seq;
+    for part in [
+        " INFO ".to_owned(),
+        format!("turn{{seqs=[{seq}]}}"),
+        format!("provider=\"{provider}\""),
+        "outcome=\"answered\"".to_owned(),
+        format!("answered=[{seq}]"),
+        "duration_ms=".to_owned(),
+    ] {
+        assert!(turns[0].contains(&part), "{part} not in {}", turns[0]);
+    }
 }
 
 /// Scenario 2: The model calls send_message through mcp-tools → that row exists; the turn's
