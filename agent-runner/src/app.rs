@@ -450,6 +450,7 @@ fn provider_settings(settings: &Settings) -> ProviderSettings {
         runner_exe: std::env::current_exe().ok(),
         assistant_name: settings.assistant_name.clone(),
         auth_hint: settings.auth_hint(),
+        max_turns_per_query: None,
     }
 }
 

@@ -33,9 +33,12 @@ impl LastEventCell {
         let what = match event {
             ProviderEvent::Init { .. } => What::Init,
             ProviderEvent::Result { .. } => What::Result,
-            ProviderEvent::Output => What::Output,
-            ProviderEvent::Activity { tool: Some(tool) } => What::Tool(tool.clone()),
-            ProviderEvent::Activity { tool: None } => What::Activity,
+            ProviderEvent::Output | ProviderEvent::Text { .. } => What::Output,
+            ProviderEvent::Interrupted { .. } => What::Result,
+            ProviderEvent::Activity {
+                tool: Some(tool), ..
+            } => What::Tool(tool.clone()),
+            ProviderEvent::Activity { tool: None, .. } => What::Activity,
             ProviderEvent::ToolEnded { running } => What::ToolEnded(*running),
             ProviderEvent::Progress { message } => What::Notice(message.clone()),
             ProviderEvent::Error { message, .. } => What::Error(message.clone()),
@@ -98,6 +101,7 @@ mod tests {
         cell.note(
             &ProviderEvent::Activity {
                 tool: Some("Bash".into()),
+                summary: None,
             },
             at,
         );

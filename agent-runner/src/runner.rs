@@ -781,6 +781,7 @@ impl Runner {
             prompt: first.prompt.clone(),
             continuation,
             system_prompt,
+            model: None,
         };
         let mut query = match self.provider.query(input) {
             Ok(query) => query,
@@ -869,6 +870,8 @@ impl Runner {
                     }
                     match event {
                         ProviderEvent::Output | ProviderEvent::ToolEnded { .. } => {}
+                        // Issue 15 (stop, text as it is written): handled by the runner next.
+                        ProviderEvent::Text { .. } | ProviderEvent::Interrupted { .. } => {}
                         ProviderEvent::Init { session_id } => {
                             if stored.as_deref() != Some(session_id.as_str()) {
                                 let provider = self.provider.name();
@@ -876,7 +879,7 @@ impl Runner {
                                 self.call(move |db| db.set_continuation(provider, &session_id)).await?;
                             }
                         }
-                        ProviderEvent::Result { text, covers } => {
+                        ProviderEvent::Result { text, covers, .. } => {
                             let mut covered = Vec::new();
                             while in_flight.front().is_some_and(|f| f.id <= covers) {
                                 if let Some(done) = in_flight.pop_front() {
@@ -897,7 +900,7 @@ impl Runner {
                                 ended = true;
                             }
                         }
-                        ProviderEvent::Error { message, retryable, classification, ends_turn } => {
+                        ProviderEvent::Error { message, retryable, classification, ends_turn, .. } => {
                             if !ends_turn {
                                 tracing::warn!(error = %message, class = classification.name(), "provider reported an error; it keeps trying");
                                 continue;
@@ -914,7 +917,7 @@ impl Runner {
                             });
                         }
                         ProviderEvent::Progress { message } => tracing::info!(%message, "provider progress"),
-                        ProviderEvent::Activity { tool } => {
+                        ProviderEvent::Activity { tool, .. } => {
                             if tool.is_some() && tool != current_tool && !finished {
                                 current_tool = tool.clone();
                                 self.call(move |db| db.set_current_tool(tool.as_deref())).await?;
@@ -1375,7 +1378,7 @@ impl TurnProgress {
                 self.tools = 0;
                 true
             }
-            ProviderEvent::Activity { tool: Some(_) } => {
+            ProviderEvent::Activity { tool: Some(_), .. } => {
                 self.tools += 1;
                 true
             }

@@ -20,6 +20,7 @@ mod query;
 pub mod reaper;
 pub mod redact;
 pub mod settings;
+mod usage;
 
 use std::path::PathBuf;
 
@@ -30,6 +31,7 @@ pub use mock::MockSettings;
 pub use query::AgentQuery;
 pub(crate) use query::{Control, QueryHandle};
 pub use settings::{McpServer, ProviderSettings};
+pub use usage::Usage;
 
 /// A file the agent should see natively (images and PDFs for Claude), next to the text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +70,9 @@ pub struct QueryInput {
     pub continuation: Option<String>,
     /// The system prompt to apply (global + group CLAUDE.md + the runner addendum).
     pub system_prompt: Option<String>,
+    /// The model for this query (the session's `/model` choice), over the configured one;
+    /// each CLI applies it by its own means.
+    pub model: Option<String>,
 }
 
 /// Numbers the prompts of one query: 0 is the first prompt, pushes count up from 1.
@@ -153,6 +158,8 @@ pub enum ProviderEvent {
         text: String,
         /// Highest prompt id this and earlier results answered.
         covers: PromptId,
+        /// What the turn cost, summed over its steps; `None` when the CLI said nothing.
+        usage: Option<Usage>,
     },
     /// Something failed. `ends_turn: false` is informational (the CLI is retrying by itself).
     Error {
@@ -164,6 +171,28 @@ pub enum ProviderEvent {
         classification: ErrorClass,
         /// Whether the turn is over (no `Result` follows for it).
         ends_turn: bool,
+        /// What the turn cost until it failed (only with `ends_turn`), when the CLI said.
+        usage: Option<Usage>,
+    },
+    /// The turn ended because the runner asked ([`AgentQuery::interrupt`]) or a limit of the
+    /// turn (`maxTurnsPerQuery`) was reached. Prompts up to `covers` were seen by the model;
+    /// later pushes were not and were NOT consumed: the runner runs them again. The query's
+    /// event stream closes after this event; the CLI process and its session live on.
+    Interrupted {
+        /// Highest prompt id the model saw (the first prompt, 0, always).
+        covers: PromptId,
+        /// What the turn cost until it stopped, when the CLI said.
+        usage: Option<Usage>,
+        /// Why: `stopped` (the runner's interrupt) or `max_turns` (the turn's step limit).
+        reason: InterruptReason,
+    },
+    /// A piece of assistant text is complete (a Claude assistant message's text, a Codex
+    /// agent-message item, an OpenCode text part), possibly before a tool call: the runner
+    /// delivers its `<message to>` blocks at once. The turn's `Result.text` still carries the
+    /// final text as before.
+    Text {
+        /// The complete text of that piece.
+        text: String,
     },
     /// A notice for the log (compaction, retries, status); never a reply.
     Progress {
@@ -173,8 +202,12 @@ pub enum ProviderEvent {
     /// The agent is doing something (a tool call, streaming); refreshes liveness. A `tool`
     /// means a tool call started, which is also model output.
     Activity {
-        /// Tool name, when a tool started.
+        /// Tool name, when a tool started, in the canonical vocabulary (`Bash`, `Read`,
+        /// `Write`, `Edit`, `Glob`, `Grep`, `WebFetch`, `WebSearch`, `mcp__<server>__<tool>`;
+        /// another builtin keeps its CLI's name).
         tool: Option<String>,
+        /// What the tool call does, short: the command line (≤ 120 characters) or the path.
+        summary: Option<String>,
     },
     /// The model produced output (streamed text or thinking, a message): the turn makes
     /// progress. The runner's progress deadline counts from the last one (or a tool's end).
@@ -185,6 +218,15 @@ pub enum ProviderEvent {
         /// Tool calls still running in the turn.
         running: usize,
     },
+}
+
+/// Why a turn was interrupted ([`ProviderEvent::Interrupted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterruptReason {
+    /// The runner asked (`/stop`, `nanoclaw interrupt`, an approval stop).
+    Stopped,
+    /// The turn reached `maxTurnsPerQuery` model requests.
+    MaxTurns,
 }
 
 /// Errors starting a query.

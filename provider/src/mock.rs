@@ -216,7 +216,7 @@ async fn run_query(
             match handle.control.recv().await {
                 Some(Control::Push { id, prompt }) => queue.push_back((id, prompt)),
                 Some(Control::End) | None => return,
-                Some(Control::Abort) => {
+                Some(Control::Abort | Control::Interrupt) => {
                     let _ = handle.events.send(aborted()).await;
                     return;
                 }
@@ -240,6 +240,7 @@ async fn run_query(
                     retryable,
                     classification,
                     ends_turn: true,
+                    usage: None,
                 };
                 let _ = handle.events.send(event).await;
                 return;
@@ -247,7 +248,10 @@ async fn run_query(
         };
         let _ = handle
             .events
-            .send(ProviderEvent::Activity { tool: None })
+            .send(ProviderEvent::Activity {
+                tool: None,
+                summary: None,
+            })
             .await;
         // No timer for a zero delay: tokio rounds any sleep up to its next 1 ms tick, which was
         // most of the benchmark's insert → reply time. Controls sent meanwhile wait in the
@@ -260,7 +264,7 @@ async fn run_query(
                 control = handle.control.recv() => match control {
                     Some(Control::Push { id, prompt }) => queue.push_back((id, prompt)),
                     Some(Control::End) => ended = true,
-                    Some(Control::Abort) | None => {
+                    Some(Control::Abort | Control::Interrupt) | None => {
                         let _ = handle.events.send(aborted()).await;
                         return;
                     }
@@ -269,7 +273,11 @@ async fn run_query(
         }
         if handle
             .events
-            .send(ProviderEvent::Result { text, covers: id })
+            .send(ProviderEvent::Result {
+                text,
+                covers: id,
+                usage: None,
+            })
             .await
             .is_err()
         {
@@ -292,6 +300,7 @@ fn aborted() -> ProviderEvent {
         retryable: false,
         classification: ErrorClass::Aborted,
         ends_turn: true,
+        usage: None,
     }
 }
 
@@ -322,7 +331,7 @@ mod tests {
         let results: Vec<_> = events
             .iter()
             .filter_map(|e| match e {
-                ProviderEvent::Result { text, covers } => Some((text.as_str(), *covers)),
+                ProviderEvent::Result { text, covers, .. } => Some((text.as_str(), *covers)),
                 _ => None,
             })
             .collect();
@@ -412,7 +421,8 @@ mod tests {
         let events = collect(&mut second).await;
         assert!(events.contains(&ProviderEvent::Result {
             text: "fine".into(),
-            covers: 0
+            covers: 0,
+            usage: None
         }));
         assert_eq!(mock.prompts().len(), 2);
     }

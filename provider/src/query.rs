@@ -19,6 +19,9 @@ pub(crate) enum Control {
     End,
     /// Stop the current turn now.
     Abort,
+    /// End the current turn through the CLI's own interrupt, keeping the process and its
+    /// session; answer with [`ProviderEvent::Interrupted`] and close the stream.
+    Interrupt,
 }
 
 /// The runner's side of one query.
@@ -79,6 +82,13 @@ impl AgentQuery {
         let _ = self.control.send(Control::Abort);
     }
 
+    /// Ends the current turn through the CLI's own interrupt (Claude's `interrupt` control
+    /// request, Codex `turn/interrupt`, OpenCode's session abort); the CLI process and its
+    /// session survive. The query answers with [`ProviderEvent::Interrupted`] and ends.
+    pub fn interrupt(&self) {
+        let _ = self.control.send(Control::Interrupt);
+    }
+
     /// Says `hint` instead of the CLI's own advice in the query's authentication errors
     /// ([`crate::classify::explain_auth`]): every provider's errors pass here on their way to
     /// the runner.
@@ -98,12 +108,14 @@ impl AgentQuery {
                     retryable,
                     classification: ErrorClass::Auth,
                     ends_turn,
+                    usage,
                 },
             ) => ProviderEvent::Error {
                 message: crate::classify::explain_auth(&message, hint),
                 retryable,
                 classification: ErrorClass::Auth,
                 ends_turn,
+                usage,
             },
             (_, event) => event,
         })
@@ -120,6 +132,7 @@ mod tests {
             retryable: false,
             classification,
             ends_turn: true,
+            usage: None,
         }
     }
 

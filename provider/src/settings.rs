@@ -98,6 +98,10 @@ pub struct ProviderSettings {
     /// own advice ("Please run /login"): which of the runner's settings provides the key. Set
     /// by the runner, which knows its settings' names; the error is left as it is when `None`.
     pub auth_hint: Option<String>,
+    /// The most model requests (steps) one turn may make (config `maxTurnsPerQuery`): Claude's
+    /// `--max-turns`; Codex and OpenCode count step events and interrupt the turn when reached
+    /// ([`crate::InterruptReason::MaxTurns`]). `None`: no limit.
+    pub max_turns_per_query: Option<u32>,
 }
 
 impl ProviderSettings {
@@ -130,6 +134,7 @@ impl ProviderSettings {
             runner_exe: None,
             assistant_name: None,
             auth_hint: None,
+            max_turns_per_query: None,
             workspace,
         }
     }

@@ -50,6 +50,22 @@ impl SessionDb {
         self.write(|tx| finish_batch_tx(tx, report))
     }
 
+    /// [`SessionDb::finish_batch`] that also records the failed (or stopped) turn's `usage` in
+    /// the ledger, in the same transaction.
+    pub fn finish_batch_with_usage(
+        &self,
+        report: Option<&NewMessageOut>,
+        usage: Option<&crate::NewTurnUsage>,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Inserted>, Error> {
+        self.write(|tx| {
+            if let Some(usage) = usage {
+                crate::usage::insert_usage_tx(tx, usage, now)?;
+            }
+            finish_batch_tx(tx, report)
+        })
+    }
+
     /// Writes a query's LAST result and ends its batch in ONE transaction: the replies, the
     /// completion of `ids` (with next occurrences, as [`SessionDb::complete_at`]) and what
     /// [`SessionDb::finish_batch`] writes for a query that succeeded. A runner answering one
@@ -72,7 +88,7 @@ pub(crate) fn start_batch_tx(tx: &Transaction<'_>, batch: &CurrentBatch) -> Resu
 }
 
 /// [`SessionDb::finish_batch`] inside the caller's transaction.
-fn finish_batch_tx(
+pub(crate) fn finish_batch_tx(
     tx: &Transaction<'_>,
     report: Option<&NewMessageOut>,
 ) -> Result<Option<Inserted>, Error> {

@@ -47,6 +47,27 @@ impl SessionDb {
         self.complete_then(ids, replies, now, |_| Ok(()))
     }
 
+    /// [`SessionDb::complete_at`] that also records the turn's `usage` in the ledger, and with
+    /// `finish` ends the batch ([`SessionDb::complete_batch_at`]), all in ONE transaction.
+    pub fn complete_with_usage_at(
+        &self,
+        ids: &[String],
+        replies: &[NewMessageOut],
+        usage: Option<&crate::NewTurnUsage>,
+        now: DateTime<Utc>,
+        finish: bool,
+    ) -> Result<Vec<Inserted>, Error> {
+        self.complete_then(ids, replies, now, |tx| {
+            if let Some(usage) = usage {
+                crate::usage::insert_usage_tx(tx, usage, now)?;
+            }
+            if finish {
+                crate::batch::finish_batch_tx(tx, None)?;
+            }
+            Ok(())
+        })
+    }
+
     /// [`SessionDb::complete_at`], then `also` in the same transaction.
     pub(crate) fn complete_then(
         &self,

@@ -22,6 +22,7 @@ mod status;
 mod sweep;
 pub mod tasks;
 pub mod time;
+pub mod usage;
 pub mod watch;
 
 pub use content::{
@@ -34,6 +35,7 @@ pub use routing::{find_destination, DestinationRoute};
 pub use rows::*;
 pub use state::continuation_key;
 pub use sweep::{SweepPolicy, SweepReport};
+pub use usage::{NewTurnUsage, UsageOutcome};
 pub use watch::{DbWatcher, WatchMode};
 
 use std::path::PathBuf;

@@ -40,6 +40,11 @@ CREATE TABLE IF NOT EXISTS runner_state (id INTEGER PRIMARY KEY CHECK (id = 1),
   status TEXT NOT NULL,
   pid INTEGER, provider TEXT, current_tool TEXT, heartbeat_at TEXT NOT NULL, updated_at TEXT NOT NULL,
   waiting_on TEXT, last_event TEXT);
+CREATE TABLE IF NOT EXISTS turn_usage (id INTEGER PRIMARY KEY AUTOINCREMENT, created_at TEXT NOT NULL,
+  provider TEXT NOT NULL, model TEXT, input_tokens INTEGER, output_tokens INTEGER,
+  cache_read_tokens INTEGER, cache_write_tokens INTEGER, reasoning_tokens INTEGER, cost_usd REAL,
+  requests INTEGER, duration_ms INTEGER, outcome TEXT NOT NULL, message_ids TEXT NOT NULL,
+  series_id TEXT);
 "#;
 
 /// Indexes for the hot queries; created after migrations so their columns exist.
@@ -47,6 +52,7 @@ pub(crate) const INDEXES: &str = r#"
 CREATE INDEX IF NOT EXISTS idx_messages_in_pending ON messages_in(status, seq);
 CREATE INDEX IF NOT EXISTS idx_messages_in_series ON messages_in(series_id, status);
 CREATE INDEX IF NOT EXISTS idx_messages_out_reply ON messages_out(in_reply_to);
+CREATE INDEX IF NOT EXISTS idx_turn_usage_created ON turn_usage(created_at);
 "#;
 
 /// Every column of every table with its declaration, for adding missing columns to an older DB.

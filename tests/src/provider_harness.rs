@@ -251,6 +251,7 @@ pub fn input(text: &str, continuation: Option<&str>) -> QueryInput {
         prompt: Prompt::text(text),
         continuation: continuation.map(str::to_owned),
         system_prompt: Some(SYSTEM_PROMPT.into()),
+        model: None,
     }
 }
 
@@ -374,7 +375,7 @@ pub fn results(events: &[ProviderEvent]) -> Vec<(String, u64)> {
     events
         .iter()
         .filter_map(|e| match e {
-            ProviderEvent::Result { text, covers } => Some((text.clone(), *covers)),
+            ProviderEvent::Result { text, covers, .. } => Some((text.clone(), *covers)),
             _ => None,
         })
         .collect()
@@ -390,6 +391,7 @@ pub fn final_errors(events: &[ProviderEvent]) -> Vec<(ErrorClass, bool, String)>
                 retryable,
                 ends_turn: true,
                 message,
+                ..
             } => Some((*classification, *retryable, message.clone())),
             _ => None,
         })

@@ -271,7 +271,7 @@ pub fn assert_send_message_wrote_a_row(
     assert!(
         events
             .iter()
-            .any(|e| matches!(e, ProviderEvent::Activity { tool: Some(t) } if t == tool)),
+            .any(|e| matches!(e, ProviderEvent::Activity { tool: Some(t), .. } if t == tool)),
         "{events:#?}"
     );
     let rows = ok(s.db.all_messages_out(), "reading messages_out");

@@ -199,7 +199,7 @@ async fn push_during_a_tool_joins_the_running_turn() {
     let mut query = provider.query(input("first message", None)).unwrap();
     let mut events = until(
         &mut query,
-        |e| matches!(e, ProviderEvent::Activity { tool: Some(t) } if t == "Bash"),
+        |e| matches!(e, ProviderEvent::Activity { tool: Some(t), .. } if t == "Bash"),
     )
     .await;
     assert_eq!(query.push(Prompt::text("second message")).unwrap(), 1);
@@ -361,6 +361,7 @@ async fn media_reach_the_model_natively() {
             },
             continuation: None,
             system_prompt: None,
+            model: None,
         },
     )
     .await;
@@ -447,7 +448,7 @@ async fn question_round_trip_through_mcp_tools() {
     ]);
     let provider = s.provider::<Cli>();
     let mut query = provider.query(input("ask me", None)).unwrap();
-    until(&mut query, |e| matches!(e, ProviderEvent::Activity { tool: Some(t) } if t.ends_with("ask_user_question"))).await;
+    until(&mut query, |e| matches!(e, ProviderEvent::Activity { tool: Some(t), .. } if t.ends_with("ask_user_question"))).await;
     let question_id = question_id(&s.db, Duration::from_secs(20)).await;
     // The turn stays open while the question waits.
     let quiet = tokio::time::timeout(Duration::from_secs(3), query.next_event()).await;

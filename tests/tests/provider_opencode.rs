@@ -296,7 +296,7 @@ async fn push_while_a_tool_runs_is_queued_into_the_turn() {
     ]);
     let provider = s.provider::<Cli>();
     let mut query = provider.query(input("ask me", None)).unwrap();
-    until(&mut query, |e| matches!(e, ProviderEvent::Activity { tool: Some(t) } if t == "nanoclaw_ask_user_question")).await;
+    until(&mut query, |e| matches!(e, ProviderEvent::Activity { tool: Some(t), .. } if t == "nanoclaw_ask_user_question")).await;
     let question = question_id(&s.db).await;
     assert_eq!(query.push(Prompt::text("also: use staging")).unwrap(), 1);
     tokio::time::sleep(Duration::from_millis(500)).await;

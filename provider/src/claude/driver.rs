@@ -361,7 +361,7 @@ impl Query {
                             return End::Keep;
                         }
                     }
-                    Some(Control::Abort) => {
+                    Some(Control::Abort | Control::Interrupt) => {
                         let end = self.settle(slot).await;
                         self.fail("the turn was aborted", false, ErrorClass::Aborted).await;
                         return end;
@@ -470,7 +470,7 @@ impl Query {
     async fn forward(&mut self, translated: Translated) -> bool {
         for event in translated.events {
             let throttle = match event {
-                ProviderEvent::Activity { tool: None } => Some(&mut self.last_activity),
+                ProviderEvent::Activity { tool: None, .. } => Some(&mut self.last_activity),
                 ProviderEvent::Output => Some(&mut self.last_model_output),
                 _ => None,
             };
@@ -626,6 +626,7 @@ impl Query {
             retryable,
             classification,
             ends_turn: true,
+            usage: None,
         };
         if self.handle.events.send(event).await.is_err() {
             tracing::debug!(error = %message, "query error not delivered: the runner dropped the query");

@@ -42,7 +42,7 @@ fn check(name: &str, prompts: u64, expect: Expect) {
         let translated = translator.on_line(line);
         for event in translated.events {
             let folded = match event {
-                ProviderEvent::Activity { tool: None } => Some("Activity"),
+                ProviderEvent::Activity { tool: None, .. } => Some("Activity"),
                 ProviderEvent::Output => Some("Output"),
                 _ => None,
             };
@@ -85,18 +85,25 @@ fn check(name: &str, prompts: u64, expect: Expect) {
 fn render(event: &ProviderEvent) -> String {
     match event {
         ProviderEvent::Init { session_id } => format!("Init {session_id}"),
-        ProviderEvent::Result { text, covers } => format!("Result covers={covers} {text:?}"),
+        ProviderEvent::Result { text, covers, .. } => format!("Result covers={covers} {text:?}"),
         ProviderEvent::Error {
             message,
             retryable,
             classification,
             ends_turn,
+            ..
         } => format!(
             "Error {classification:?} retryable={retryable} ends_turn={ends_turn}: {message}"
         ),
         ProviderEvent::Progress { message } => format!("Progress: {message}"),
-        ProviderEvent::Activity { tool } => format!("Activity({})", tool.as_deref().unwrap_or("-")),
+        ProviderEvent::Activity { tool, .. } => {
+            format!("Activity({})", tool.as_deref().unwrap_or("-"))
+        }
         ProviderEvent::Output => "Output".to_owned(),
+        ProviderEvent::Text { text } => format!("Text {text:?}"),
+        ProviderEvent::Interrupted { covers, reason, .. } => {
+            format!("Interrupted covers={covers} {reason:?}")
+        }
         ProviderEvent::ToolEnded { running } => format!("ToolEnded running={running}"),
     }
 }

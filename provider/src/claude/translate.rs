@@ -69,7 +69,10 @@ impl Translated {
     }
 
     fn activity() -> Self {
-        Self::event(ProviderEvent::Activity { tool: None })
+        Self::event(ProviderEvent::Activity {
+            tool: None,
+            summary: None,
+        })
     }
 
     fn output() -> Self {
@@ -262,6 +265,7 @@ impl Translator {
                     retryable: true,
                     classification,
                     ends_turn: false,
+                    usage: None,
                 })
             }
             "api_error" => {
@@ -281,6 +285,7 @@ impl Translator {
                     retryable: true,
                     classification: classify(status, "", None).unwrap_or(ErrorClass::Api),
                     ends_turn: false,
+                    usage: None,
                 })
             }
             "status" => {
@@ -341,7 +346,10 @@ impl Translator {
                 if let Some(id) = block.id {
                     self.tools.insert(id, name.clone());
                 }
-                events.push(ProviderEvent::Activity { tool: Some(name) });
+                events.push(ProviderEvent::Activity {
+                    tool: Some(name),
+                    summary: None,
+                });
             }
         }
         if events.is_empty() {
@@ -389,6 +397,7 @@ impl Translator {
                 retryable: true,
                 classification: ErrorClass::Other,
                 ends_turn: true,
+                usage: None,
             });
         }
         Translated::activity()
@@ -450,6 +459,7 @@ impl Translator {
                 retryable: matches!(classification, ErrorClass::RateLimited { .. }),
                 classification,
                 ends_turn: true,
+                usage: None,
             });
             return translated;
         }
@@ -459,6 +469,7 @@ impl Translator {
                 translated.events.push(ProviderEvent::Result {
                     text: result.result.unwrap_or_default(),
                     covers,
+                    usage: None,
                 });
             }
             _ => {
@@ -466,9 +477,10 @@ impl Translator {
                     text = %truncate(result.result.as_deref().unwrap_or(""), 200),
                     "claude ended a turn that answered no new prompt"
                 );
-                translated
-                    .events
-                    .push(ProviderEvent::Activity { tool: None });
+                translated.events.push(ProviderEvent::Activity {
+                    tool: None,
+                    summary: None,
+                });
             }
         }
         translated

@@ -256,6 +256,7 @@ pub(super) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
                                 retryable: true,
                                 classification: ErrorClass::Watchdog,
                                 ends_turn: true,
+                                usage: None,
                             })
                             .await;
                         return;
@@ -316,6 +317,7 @@ fn control_record(control: Option<&crate::Control>) -> Value {
         }
         Some(crate::Control::End) => json!({ "control": "end" }),
         Some(crate::Control::Abort) => json!({ "control": "abort" }),
+        Some(crate::Control::Interrupt) => json!({ "control": "interrupt" }),
         None => json!({ "control": "dropped" }),
     }
 }
@@ -511,5 +513,6 @@ fn error_event(failure: Failure) -> ProviderEvent {
         retryable: failure.retryable,
         classification: failure.classification,
         ends_turn: true,
+        usage: None,
     }
 }

@@ -198,7 +198,7 @@ impl QueryState {
                     self.close(&mut actions);
                 }
             }
-            Some(Control::Abort) | None => self.on_abort(now, &mut actions),
+            Some(Control::Abort | Control::Interrupt) | None => self.on_abort(now, &mut actions),
         }
         actions
     }
@@ -232,6 +232,7 @@ impl QueryState {
             retryable: false,
             classification: ErrorClass::Aborted,
             ends_turn: true,
+            usage: None,
         }));
         match self.active.as_mut() {
             None => self.close(actions),
@@ -300,6 +301,7 @@ impl QueryState {
                     retryable,
                     classification,
                     ends_turn: true,
+                    usage: None,
                 }));
             }
             self.close(&mut actions);
@@ -447,7 +449,10 @@ impl QueryState {
         if let Some(tool) = item.tool_name() {
             if started {
                 turn.tools.insert(item.id.clone(), tool.clone());
-                actions.push(Action::Emit(ProviderEvent::Activity { tool: Some(tool) }));
+                actions.push(Action::Emit(ProviderEvent::Activity {
+                    tool: Some(tool),
+                    summary: None,
+                }));
                 self.last_activity = Some(now);
             } else {
                 let ended = turn.tools.remove(&item.id).is_some();
@@ -503,6 +508,7 @@ impl QueryState {
                 retryable: true,
                 classification: classify_error(&n.error),
                 ends_turn: false,
+                usage: None,
             }));
         } else {
             // turn/completed (failed) follows and carries the same error; report it once, there.
@@ -542,7 +548,11 @@ impl QueryState {
                 let covers = covered.into_iter().chain(self.covered).max().unwrap_or(0);
                 self.covered = Some(covers);
                 if !self.aborted {
-                    actions.push(Action::Emit(ProviderEvent::Result { text, covers }));
+                    actions.push(Action::Emit(ProviderEvent::Result {
+                        text,
+                        covers,
+                        usage: None,
+                    }));
                 }
                 self.after_turn(actions);
             }
@@ -565,6 +575,7 @@ impl QueryState {
                         retryable: true,
                         classification: ErrorClass::Other,
                         ends_turn: true,
+                        usage: None,
                     }));
                     self.close(actions);
                 }
@@ -582,6 +593,7 @@ impl QueryState {
                         retryable: matches!(classification, ErrorClass::RateLimited { .. }),
                         classification,
                         ends_turn: true,
+                        usage: None,
                     }));
                 }
                 self.close(actions);
@@ -635,7 +647,10 @@ impl QueryState {
             return;
         }
         self.last_activity = Some(now);
-        actions.push(Action::Emit(ProviderEvent::Activity { tool: None }));
+        actions.push(Action::Emit(ProviderEvent::Activity {
+            tool: None,
+            summary: None,
+        }));
     }
 }
 

@@ -168,6 +168,7 @@ fn aborted_error() -> ProviderEvent {
         retryable: false,
         classification: ErrorClass::Aborted,
         ends_turn: true,
+        usage: None,
     }
 }
 
@@ -177,6 +178,7 @@ fn process_error(message: impl Into<String>) -> ProviderEvent {
         retryable: true,
         classification: ErrorClass::Process,
         ends_turn: true,
+        usage: None,
     }
 }
 
@@ -407,7 +409,7 @@ impl<'a> Driver<'a> {
                         self.ended = true;
                     }
                     // A closed control channel means the runner dropped the query.
-                    Some(Control::Abort) | None => {
+                    Some(Control::Abort | Control::Interrupt) | None => {
                         self.shared.record(json!({ "abort": true }));
                         return Exit::Aborted;
                     }
@@ -502,7 +504,7 @@ impl<'a> Driver<'a> {
         match output {
             Output::Event(event) => {
                 match &event {
-                    ProviderEvent::Result { covers, text } => {
+                    ProviderEvent::Result { covers, text, .. } => {
                         tracing::debug!(covers, chars = text.len(), "OpenCode turn answered");
                     }
                     ProviderEvent::Error {
@@ -592,6 +594,7 @@ impl<'a> Driver<'a> {
                 retryable: true,
                 classification: ErrorClass::Other,
                 ends_turn: true,
+                usage: None,
             })
             .await;
         }
@@ -764,6 +767,7 @@ impl<'a> Driver<'a> {
                     retryable: true,
                     classification: ErrorClass::Watchdog,
                     ends_turn: true,
+                    usage: None,
                 })
                 .await;
                 Outcome::KillServer

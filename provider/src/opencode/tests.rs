@@ -92,7 +92,7 @@ fn replay(name: &str) -> String {
 
 fn show(output: &Output) -> String {
     match output {
-        Output::Event(ProviderEvent::Activity { tool }) => format!("activity {tool:?}"),
+        Output::Event(ProviderEvent::Activity { tool, .. }) => format!("activity {tool:?}"),
         Output::Event(event) => format!("{event:?}"),
         other => format!("{other:?}"),
     }

@@ -345,7 +345,11 @@ impl Turn {
                         .join("\n")
                 })
                 .unwrap_or_default();
-            out.push(Output::Event(ProviderEvent::Result { text, covers }));
+            out.push(Output::Event(ProviderEvent::Result {
+                text,
+                covers,
+                usage: None,
+            }));
         }
         out
     }
@@ -372,10 +376,14 @@ impl Turn {
         match part.kind.as_str() {
             "tool" if new => vec![Output::Event(ProviderEvent::Activity {
                 tool: part.tool.clone(),
+                summary: None,
             })],
             // Text and reasoning grow with every update: each one is model output.
             "text" | "reasoning" => vec![Output::Event(ProviderEvent::Output)],
-            "step-start" if new => vec![Output::Event(ProviderEvent::Activity { tool: None })],
+            "step-start" if new => vec![Output::Event(ProviderEvent::Activity {
+                tool: None,
+                summary: None,
+            })],
             _ => Vec::new(),
         }
     }
@@ -445,6 +453,7 @@ impl Turn {
                     retryable: matches!(classification, ErrorClass::RateLimited { .. }),
                     classification,
                     ends_turn: true,
+                    usage: None,
                 }),
             ];
         }
@@ -453,6 +462,7 @@ impl Turn {
             retryable: true,
             classification,
             ends_turn: false,
+            usage: None,
         })]
     }
 
@@ -475,6 +485,7 @@ impl Turn {
             retryable,
             classification,
             ends_turn: true,
+            usage: None,
         })]
     }
 }
