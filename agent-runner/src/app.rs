@@ -237,6 +237,11 @@ async fn run(config: Config) -> Result<()> {
         query_retries: settings.query_retries,
         progress: settings.progress,
         model_endpoint: model_endpoint(&settings),
+        turn_control: settings.turn_control.clone(),
+        budgets: crate::budget::BudgetOptions {
+            limits: settings.budgets.clone(),
+            reload: Some(config.budget_reload()),
+        },
         prompt_sources: Some(crate::system_prompt::PromptSources::from_settings(
             &settings,
         )),
@@ -450,7 +455,7 @@ fn provider_settings(settings: &Settings) -> ProviderSettings {
         runner_exe: std::env::current_exe().ok(),
         assistant_name: settings.assistant_name.clone(),
         auth_hint: settings.auth_hint(),
-        max_turns_per_query: None,
+        max_turns_per_query: settings.max_turns_per_query,
     }
 }
 

@@ -21,9 +21,12 @@ use provider::redact::{self, mask};
 use provider::{McpServer, MockSettings, ProviderKind};
 use serde_json::Value;
 
+use crate::budget::{BudgetLimits, BudgetReload};
 use crate::media::MediaLimits;
+use crate::progress::{ProgressMode, ProgressOptions};
 use crate::runner::ProgressLimits;
 use crate::script::ScriptLimits;
+use crate::turn_control::TurnControlOptions;
 
 /// What a field holds, for parsing env and flag strings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +34,8 @@ enum Kind {
     Text,
     Path,
     Number,
+    /// A non-negative decimal number (amounts of money).
+    Decimal,
     Bool,
     /// Comma-separated in env and flags, an array in the file.
     List,
@@ -441,11 +446,67 @@ const FIELDS: &[Field] = &[
         "Codex follow-ups via turn/steer",
     ),
     field(
+        "maxCostUsdPerSession",
+        "NANOCLAW_MAX_COST_USD_PER_SESSION",
+        Kind::Decimal,
+        "",
+        "budget: no new query once the session's turns cost this many US dollars (unset or 0 = no limit; a turn without a reported cost counts 0)",
+    ),
+    field(
+        "maxCostUsdPerDay",
+        "NANOCLAW_MAX_COST_USD_PER_DAY",
+        Kind::Decimal,
+        "",
+        "budget: the same per day in the timezone (unset or 0 = no limit)",
+    ),
+    field(
+        "maxTokensPerDay",
+        "NANOCLAW_MAX_TOKENS_PER_DAY",
+        Kind::Number,
+        "",
+        "budget: no new query once the day's turns used this many tokens (input, output, cache reads and writes; unset or 0 = no limit)",
+    ),
+    ranged(
+        "maxTurnsPerQuery",
+        "NANOCLAW_MAX_TURNS_PER_QUERY",
+        "0",
+        (0, 10_000),
+        "most model requests (steps) one turn may make; the turn is stopped there (0 = no limit)",
+    ),
+    field(
         "logFormat",
         logging::LOG_FORMAT_ENV,
         Kind::Text,
         "text",
         "log lines on stderr: text | json (one JSON object per line, docs/logs.md)",
+    ),
+    field(
+        "stopCommand",
+        "NANOCLAW_STOP_COMMAND",
+        Kind::Text,
+        "/stop",
+        "a chat message of exactly this text stops the running turn (empty: no chat command)",
+    ),
+    field(
+        "stoppedReply",
+        "NANOCLAW_STOPPED_REPLY",
+        Kind::Text,
+        "Stopped.",
+        "the reply to the rows of a stopped turn",
+    ),
+    field(
+        "progress",
+        "NANOCLAW_PROGRESS",
+        Kind::Text,
+        "off",
+        "progress rows for the host while a turn runs: off | tools | text",
+    ),
+    ranged(
+        "progressIntervalSecs",
+        "NANOCLAW_PROGRESS_INTERVAL_SECS",
+        "2",
+        (1, MAX_TIMER_SECS),
+        "at most one progress row per this many seconds",
     ),
     ranged(
         "mockDelayMs",
@@ -467,6 +528,13 @@ const FIELDS: &[Field] = &[
         Kind::Bool,
         "false",
         "mock provider: echo the system prompt, a --- line, then the prompt",
+    ),
+    field(
+        "mockUsage",
+        "NANOCLAW_MOCK_USAGE",
+        Kind::Json,
+        "",
+        "mock provider: the usage every turn reports {\"inputTokens\":..,\"costUsd\":..}",
     ),
 ];
 
@@ -521,6 +589,10 @@ pub struct Config {
     pub workspace: PathBuf,
     /// config.json used (if it existed).
     pub config_file: Option<PathBuf>,
+    /// The config.json path looked at (it may be absent) and what named it, for
+    /// [`Config::reread_file`].
+    file_path: PathBuf,
+    named_by: Option<&'static str>,
     values: BTreeMap<&'static str, (Value, Source)>,
 }
 
@@ -549,23 +621,10 @@ impl Config {
                         .with_context(|| format!("environment variable {}", field.env))?,
                     source,
                 ))
-            } else if let Some(value) = file_values.as_ref().and_then(|m| m.get(field.key)) {
-                check_file_value(field, value).with_context(|| {
-                    format!("{}: field \"{}\"", config_file.display(), field.key)
-                })?;
-                Some((value.clone(), Source::File))
-            } else if !field.default.is_empty() {
-                Some((parse_text(field, field.default)?, Source::Default))
             } else {
-                None
+                file_or_default(field, file_values.as_ref(), &config_file)?
             };
-            if let Some(value) = value.filter(|(v, _)| !v.is_null()) {
-                check_range(field, &value.0).with_context(|| match value.1 {
-                    Source::Flag => format!("flag --set {}", field.key),
-                    Source::Env | Source::EnvFile => format!("environment variable {}", field.env),
-                    Source::File => format!("{}: field \"{}\"", config_file.display(), field.key),
-                    Source::Default => format!("the default of {}", field.key),
-                })?;
+            if let Some(value) = checked(field, value, &config_file)? {
                 values.insert(field.key, value);
             }
         }
@@ -576,11 +635,70 @@ impl Config {
         }
         let config = Self {
             workspace: inputs.workspace.clone(),
-            config_file: file_values.is_some().then_some(config_file),
+            config_file: file_values.is_some().then(|| config_file.clone()),
+            file_path: config_file,
+            named_by,
             values,
         };
         config.validate()?;
         Ok(config)
+    }
+
+    /// This configuration with config.json read again as it is now: every value that came
+    /// from the file or a default is taken afresh (flags and the environment still win), with
+    /// the same checks as [`Config::load`]. Secret files are not read again (a runner that
+    /// dropped privileges may not read them): only config.json. For the settings that apply
+    /// while the runner runs (the budgets, docs/decisions.md).
+    pub fn reread_file(&self) -> Result<Config> {
+        let file_values = read_file(&self.file_path, self.named_by)?;
+        let mut values = self.values.clone();
+        for field in FIELDS {
+            let fixed = matches!(
+                values.get(field.key),
+                Some((_, Source::Flag | Source::Env | Source::EnvFile))
+            );
+            if fixed {
+                continue;
+            }
+            values.remove(field.key);
+            let value = file_or_default(field, file_values.as_ref(), &self.file_path)?;
+            if let Some(value) = checked(field, value, &self.file_path)? {
+                values.insert(field.key, value);
+            }
+        }
+        let config = Self {
+            config_file: file_values.is_some().then(|| self.file_path.clone()),
+            values,
+            ..self.clone()
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The spending limits (`maxCostUsdPerSession`, `maxCostUsdPerDay`, `maxTokensPerDay`);
+    /// unset or 0 is no limit.
+    pub fn budget_limits(&self) -> BudgetLimits {
+        let cost = |key: &str| {
+            self.values
+                .get(key)
+                .and_then(|(v, _)| v.as_f64())
+                .filter(|usd| *usd > 0.0)
+        };
+        BudgetLimits {
+            max_cost_usd_per_session: cost("maxCostUsdPerSession"),
+            max_cost_usd_per_day: cost("maxCostUsdPerDay"),
+            max_tokens_per_day: Some(self.number("maxTokensPerDay")).filter(|n| *n > 0),
+        }
+    }
+
+    /// How the runner reads the limits again while it runs: config.json (the path looked at,
+    /// even when absent at start) through [`Config::reread_file`].
+    pub fn budget_reload(&self) -> BudgetReload {
+        let config = self.clone();
+        BudgetReload {
+            file: self.file_path.clone(),
+            load: std::sync::Arc::new(move || Ok(config.reread_file()?.budget_limits())),
+        }
     }
 
     fn validate(&self) -> Result<()> {
@@ -594,6 +712,11 @@ impl Config {
         }
         schema::cron::parse_tz(&self.timezone_name())
             .with_context(|| format!("timezone ({})", self.source_of("timezone")))?;
+        if let Some(mode) = self.text("progress") {
+            if let Err(err) = mode.parse::<ProgressMode>() {
+                bail!("progress ({}): {err}", self.source_of("progress"));
+            }
+        }
         for key in ["anthropicBaseUrl", "openaiBaseUrl"] {
             let Some(url) = self.text(key) else { continue };
             let parsed = reqwest::Url::parse(&url);
@@ -872,6 +995,13 @@ pub struct Settings {
     pub mock: MockSettings,
     /// How log lines are written (`logFormat`).
     pub log_format: logging::LogFormat,
+    /// The spending limits (`maxCostUsdPerSession`, `maxCostUsdPerDay`, `maxTokensPerDay`).
+    pub budgets: BudgetLimits,
+    /// Most model requests per turn (`maxTurnsPerQuery`); `None`: no limit.
+    pub max_turns_per_query: Option<u32>,
+    /// Stopping a turn and its progress rows (`stopCommand`, `stoppedReply`, `progress`,
+    /// `progressIntervalSecs`).
+    pub turn_control: TurnControlOptions,
 }
 
 /// Variables for the CLI's environment (`cliEnv`); `Debug` masks the values of names that look
@@ -1113,6 +1243,12 @@ impl Config {
                 .context("cliEnv: expected an object of {\"NAME\": \"value\"} strings")?,
             None => BTreeMap::new(),
         };
+        let mock_usage = match self.object("mockUsage") {
+            Some(usage) => Some(serde_json::from_value(usage).context(
+                "mockUsage: expected {\"inputTokens\": n, \"costUsd\": x, ...} (camelCase figures)",
+            )?),
+            None => None,
+        };
         let mock_script = match self.object("mockScript") {
             Some(script) => {
                 serde_json::from_value(script).context("mockScript: expected [{\"step\": ...}]")?
@@ -1202,12 +1338,30 @@ impl Config {
                 delay: self.millis("mockDelayMs"),
                 script: mock_script,
                 echo_system_prompt: self.flag("mockEchoSystemPrompt"),
+                usage: mock_usage,
             },
+            budgets: self.budget_limits(),
+            max_turns_per_query: u32::try_from(self.number("maxTurnsPerQuery"))
+                .ok()
+                .filter(|n| *n > 0),
             log_format: self
                 .text("logFormat")
                 .unwrap_or_default()
                 .parse()
                 .with_context(|| format!("logFormat ({})", self.source_of("logFormat")))?,
+            turn_control: TurnControlOptions {
+                stop_word: self.text("stopCommand").unwrap_or_default(),
+                stopped_reply: self.text("stoppedReply").unwrap_or_default(),
+                progress: ProgressOptions {
+                    mode: self
+                        .text("progress")
+                        .unwrap_or_default()
+                        .parse()
+                        .map_err(anyhow::Error::msg)
+                        .with_context(|| format!("progress ({})", self.source_of("progress")))?,
+                    interval: self.secs("progressIntervalSecs"),
+                },
+            },
         })
     }
 
@@ -1284,6 +1438,43 @@ fn read_file(
     Ok(Some(map))
 }
 
+/// A field's value from config.json (checked against its kind) or its default; `None` when
+/// neither sets it.
+fn file_or_default(
+    field: &Field,
+    file_values: Option<&serde_json::Map<String, Value>>,
+    config_file: &Path,
+) -> Result<Option<(Value, Source)>> {
+    if let Some(value) = file_values.and_then(|m| m.get(field.key)) {
+        check_file_value(field, value)
+            .with_context(|| format!("{}: field \"{}\"", config_file.display(), field.key))?;
+        Ok(Some((value.clone(), Source::File)))
+    } else if !field.default.is_empty() {
+        Ok(Some((parse_text(field, field.default)?, Source::Default)))
+    } else {
+        Ok(None)
+    }
+}
+
+/// A resolved value without `null` (unset), refused when out of its field's range (naming
+/// where it came from).
+fn checked(
+    field: &Field,
+    value: Option<(Value, Source)>,
+    config_file: &Path,
+) -> Result<Option<(Value, Source)>> {
+    let Some(value) = value.filter(|(v, _)| !v.is_null()) else {
+        return Ok(None);
+    };
+    check_range(field, &value.0).with_context(|| match value.1 {
+        Source::Flag => format!("flag --set {}", field.key),
+        Source::Env | Source::EnvFile => format!("environment variable {}", field.env),
+        Source::File => format!("{}: field \"{}\"", config_file.display(), field.key),
+        Source::Default => format!("the default of {}", field.key),
+    })?;
+    Ok(Some(value))
+}
+
 /// A field's value from the environment: its variable, or for a secret the content of the file
 /// named by `<VAR>_FILE` (read through fsguard, surrounding whitespace trimmed: secret files
 /// usually end with a newline). Both set is an error: which one wins must never be a guess.
@@ -1325,6 +1516,15 @@ fn parse_text(field: &Field, text: &str) -> Result<Value> {
                 .parse::<u64>()
                 .with_context(|| format!("{}: expected a whole number, got {text:?}", field.key))?,
         ),
+        Kind::Decimal => {
+            let amount = text
+                .trim()
+                .parse::<f64>()
+                .with_context(|| format!("{}: expected a number, got {text:?}", field.key))?;
+            let value = Value::from(amount);
+            check_file_value(field, &value)?;
+            value
+        }
         Kind::Bool => Value::Bool(match text.trim() {
             "1" | "true" | "yes" | "on" => true,
             "0" | "false" | "no" | "off" => false,
@@ -1395,6 +1595,9 @@ fn check_file_value(field: &Field, value: &Value) -> Result<()> {
     let ok = match field.kind {
         Kind::Text | Kind::Path => value.is_string() || value.is_null(),
         Kind::Number => value.is_u64(),
+        Kind::Decimal => value
+            .as_f64()
+            .is_some_and(|amount| amount.is_finite() && amount >= 0.0),
         Kind::Bool => value.is_boolean(),
         Kind::List => value
             .as_array()
@@ -1412,6 +1615,7 @@ fn check_file_value(field: &Field, value: &Value) -> Result<()> {
         let expected = match field.kind {
             Kind::Text | Kind::Path => "a string",
             Kind::Number => "a whole number",
+            Kind::Decimal => "a number at least 0",
             Kind::Bool => "true or false",
             Kind::List => "an array of strings",
             Kind::Object if field.key == "mcpServers" => {
@@ -1461,6 +1665,10 @@ mod tests {
                             let p = ["codex", "opencode", "mock"][n as usize % 3];
                             (p.into(), Value::from(p))
                         }
+                        "progress" => {
+                            let mode = ["tools", "text", "off"][n as usize % 3];
+                            (mode.into(), Value::from(mode))
+                        }
                         "timezone" => {
                             let z =
                                 ["Europe/Paris", "Asia/Tokyo", "America/Denver"][n as usize % 3];
@@ -1475,6 +1683,10 @@ mod tests {
                     Kind::Number => {
                         let number = in_range(field, n + 1);
                         (number.to_string(), Value::from(number))
+                    }
+                    Kind::Decimal => {
+                        let amount = n as f64 + 0.25;
+                        (amount.to_string(), Value::from(amount))
                     }
                     Kind::Bool => (
                         n.is_multiple_of(2).to_string(),
@@ -1934,8 +2146,10 @@ mod tests {
             let sample = match (field.key, field.kind) {
                 ("provider", _) => "codex".to_owned(),
                 ("logFormat", _) => "json".to_owned(),
+                ("progress", _) => "tools".to_owned(),
                 ("timezone", _) => "Asia/Tokyo".to_owned(),
                 ("cliEnv", _) => r#"{"SAMPLE": "1"}"#.to_owned(),
+                ("mockUsage", _) => r#"{"inputTokens": 3}"#.to_owned(),
                 (key, _) if key.ends_with("BaseUrl") => "http://127.0.0.1:9/v1".to_owned(),
                 (_, Kind::Text) => "sample-text".to_owned(),
                 (_, Kind::Path) => "/sample/path".to_owned(),
@@ -1944,6 +2158,7 @@ mod tests {
                     .find(|n| n.to_string() != field.default)
                     .unwrap_or_default()
                     .to_string(),
+                (_, Kind::Decimal) => "0.5".to_owned(),
                 (_, Kind::Bool) => (field.default != "true").to_string(),
                 (_, Kind::List) => "SAMPLE_A,SAMPLE_B".to_owned(),
                 (_, Kind::Object) => r#"{"sample": {"command": "x"}}"#.to_owned(),
@@ -2004,6 +2219,56 @@ mod tests {
                 .unwrap_err();
             assert!(format!("{err:#}").contains(expected), "{err:#}");
         }
+    }
+
+    #[test]
+    fn budget_limits_are_read_again_from_the_file_and_flags_still_win() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.json");
+        std::fs::write(
+            &file,
+            r#"{"maxCostUsdPerDay": 0.5, "maxTokensPerDay": 100}"#,
+        )
+        .unwrap();
+        let config =
+            Config::load(&inputs(dir.path(), &[("maxCostUsdPerSession", "2.5")], &[])).unwrap();
+        assert_eq!(
+            config.budget_limits(),
+            BudgetLimits {
+                max_cost_usd_per_session: Some(2.5),
+                max_cost_usd_per_day: Some(0.5),
+                max_tokens_per_day: Some(100),
+            }
+        );
+        std::fs::write(
+            &file,
+            r#"{"maxCostUsdPerDay": 3, "maxCostUsdPerSession": 9, "maxTokensPerDay": 0}"#,
+        )
+        .unwrap();
+        let reload = config.budget_reload();
+        assert_eq!(reload.file, file);
+        assert_eq!(
+            (reload.load)().unwrap(),
+            BudgetLimits {
+                max_cost_usd_per_session: Some(2.5),
+                max_cost_usd_per_day: Some(3.0),
+                max_tokens_per_day: None,
+            },
+            "the flag wins over the file; 0 is no limit"
+        );
+        std::fs::write(&file, r#"{"maxCostUsdPerDay": -1}"#).unwrap();
+        let err = format!("{:#}", (reload.load)().unwrap_err());
+        assert!(
+            err.contains("maxCostUsdPerDay") && err.contains("a number at least 0"),
+            "{err}"
+        );
+        let err = Config::load(&inputs(
+            dir.path(),
+            &[("maxCostUsdPerSession", "lots")],
+            &[],
+        ))
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("expected a number"), "{err:#}");
     }
 
     #[test]

@@ -3,15 +3,19 @@
 
 pub mod app;
 pub mod archive_hook;
+pub mod budget;
 pub mod config;
 pub mod format;
 mod last_event;
+pub(crate) mod ledger;
 pub mod lock;
 pub mod media;
 pub mod model_proxy;
 pub mod privileges;
+pub mod progress;
 pub mod reply;
 pub mod runner;
 pub mod script;
 pub mod system_prompt;
+pub mod turn_control;
 mod turn_log;

@@ -1,5 +1,6 @@
 //! Reply dispatch (docs/contract/prompt.md#replies): what a turn's result text becomes in
-//! `messages_out`.
+//! `messages_out`, and which blocks a piece of text written during the turn delivers at once
+//! ([`parse_blocks`]).
 //!
 //! - `<internal>…</internal>` is the agent's private note and is never sent, wherever it is
 //!   (also inside a message block). An unclosed `<internal>` runs to the end of its scope (the
@@ -49,7 +50,15 @@ pub fn parse_reply(result_text: &str) -> Vec<Outgoing> {
             "result text outside <message to> blocks is not sent"
         );
     }
-    scan.blocks
+    parse_blocks(result_text)
+}
+
+/// The `<message to>` blocks of a piece of text the agent wrote during a turn (issue 15: each
+/// block is delivered when its closing tag is seen, before the turn's result). Text outside
+/// blocks is not returned: it is for the turn's final text only ([`parse_reply`]).
+pub fn parse_blocks(piece: &str) -> Vec<Outgoing> {
+    scan(piece)
+        .blocks
         .into_iter()
         .filter_map(|(to, inner)| {
             let text = strip_internal(inner);
@@ -283,6 +292,21 @@ mod tests {
                 -> y
                 z"#]],
         );
+    }
+
+    #[test]
+    fn blocks_of_a_piece_leave_the_outside_text() {
+        let piece =
+            "Let me check.\n<message to=\"ops\">Deploy <internal>x</internal>started</message>\n\
+                     <message to=\"ops\">unclosed";
+        assert_eq!(
+            parse_blocks(piece),
+            vec![Outgoing {
+                to: Some("ops".into()),
+                text: "Deploy started".into()
+            }]
+        );
+        assert_eq!(parse_blocks("just narration"), Vec::new());
     }
 
     #[test]

@@ -11,23 +11,29 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use chrono::Utc;
 use chrono_tz::Tz;
-use provider::{AgentProvider, ErrorClass, Prompt, PromptId, ProviderEvent, QueryInput};
+use provider::{
+    AgentProvider, ErrorClass, InterruptReason, Prompt, PromptId, ProviderEvent, QueryInput, Usage,
+};
 use schema::content::out;
 use schema::{
     CurrentBatch, DbWatcher, DestinationRoute, InKind, InboundContent, MessageIn, NewMessageOut,
-    OutKind, Routing, RunnerStatus, SessionDb, WaitingOn,
+    OutKind, Routing, RunnerStatus, SessionDb, UsageOutcome, WaitingOn,
 };
 use serde_json::json;
 use tokio::time::{sleep, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::budget::{Budget, BudgetOptions};
 use crate::format::{self, FormatContext, PromptRow};
 use crate::last_event::LastEventCell;
+use crate::ledger::TurnLedger;
 use crate::media::{resolve_attachments, MediaLimits};
+use crate::progress::ProgressRows;
 use crate::reply;
 use crate::script::{run_script, ScriptLimits, ScriptOutcome};
 use crate::system_prompt::{build_system_prompt, PromptSources};
+use crate::turn_control::{self as control, TurnCommand, TurnControlOptions};
 use crate::turn_log::{Outcome, TurnLog};
 
 /// The runner's notion of "now", injectable so timer tests can run on paused tokio time.
@@ -83,6 +89,10 @@ pub struct RunnerOptions {
     /// The model endpoint the CLI talks to (the configured base URL), named in `query_error`
     /// rows and in what a turn waits on.
     pub model_endpoint: String,
+    /// Stopping turns and progress rows (`stopCommand`, `stoppedReply`, `progress`).
+    pub turn_control: TurnControlOptions,
+    /// Spending limits (`maxCostUsdPerSession`, `maxCostUsdPerDay`, `maxTokensPerDay`).
+    pub budgets: BudgetOptions,
 }
 
 /// When a turn that makes no progress is ended (zero turns a limit off). Model output is
@@ -136,6 +146,8 @@ impl RunnerOptions {
             clock: system_clock(),
             progress: ProgressLimits::default(),
             model_endpoint: "the model API".to_owned(),
+            turn_control: TurnControlOptions::default(),
+            budgets: BudgetOptions::default(),
             workspace,
         }
     }
@@ -180,6 +192,11 @@ enum Work {
     Clear(MessageIn),
     /// A command the CLI handles natively, sent raw as its own query.
     Native(MessageIn, String),
+    /// The stop command or the host's interrupt row (`true`: answered, the chat command); it
+    /// stops a running turn at once (see `drive_query`), and is answered here when none runs.
+    Stop(MessageIn, bool),
+    /// `/model NAME` (`None`: `/model` alone).
+    Model(MessageIn, Option<String>),
 }
 
 /// The rows of a batch that passed script gating, to be rendered into a prompt.
@@ -199,6 +216,8 @@ struct Prepared {
     /// The rows' seqs, for the log (`turn_log`).
     seqs: Vec<i64>,
     target: Target,
+    /// The task series the rows run for (the first one's), for the ledger.
+    series_id: Option<String>,
 }
 
 /// A prompt sent in the active query and not yet covered by a result.
@@ -214,6 +233,9 @@ enum QueryEnd {
     Done,
     /// Shutdown requested.
     Shutdown,
+    /// The turn was stopped (the stop command, the host's interrupt row, or the turn's step
+    /// limit): the prompts the model saw are answered; the others (`uncovered`) run next.
+    Stopped { uncovered: Vec<Prepared> },
     /// Failed; the uncovered prompts are returned for a retry.
     Failed {
         message: String,
@@ -247,6 +269,13 @@ pub struct Runner {
     last_event: Arc<LastEventCell>,
     /// The running turn's log span and `turn ended` line.
     turn: TurnLog,
+    /// The running turn's ledger row in the making.
+    ledger: TurnLedger,
+    /// Spending limits and what was spent (issue 14).
+    budget: Budget,
+    /// Whether the running query is the first with a model chosen by `/model` (confirmed by
+    /// its success, reverted by its failure).
+    model_on_trial: bool,
 }
 
 impl Runner {
@@ -257,6 +286,7 @@ impl Runner {
         options: RunnerOptions,
     ) -> Result<Self> {
         let watcher = DbWatcher::new(&db).context("watching the session DB")?;
+        let budget = Budget::new(options.budgets.clone(), options.timezone);
         Ok(Self {
             db,
             provider,
@@ -270,6 +300,9 @@ impl Runner {
             batch_finished: false,
             last_event: Arc::default(),
             turn: TurnLog::default(),
+            ledger: TurnLedger::default(),
+            budget,
+            model_on_trial: false,
         })
     }
 
@@ -335,6 +368,14 @@ impl Runner {
             if stop.is_cancelled() {
                 return Ok(());
             }
+            // No query starts while a spending limit is reached (crate::budget).
+            if let Some(wait) = self.budget_hold().await? {
+                tokio::select! {
+                    _ = stop.cancelled() => return Ok(()),
+                    _ = self.watcher.wait(wait) => {}
+                }
+                continue;
+            }
             if let Some(work) = self.deferred.pop_front() {
                 let stopped = self.process(work, stop).await.or_else(stopped_while_full)?;
                 if stopped {
@@ -385,8 +426,19 @@ impl Runner {
         let native = self.provider.native_commands();
         let mut work = Vec::new();
         let mut current = Vec::new();
+        let stop_word = &self.options.turn_control.stop_word;
         for row in rows {
             let content = InboundContent::parse(&row.kind(), &row.content);
+            if let Some(command) = control::command_of(&content, stop_word) {
+                if !current.is_empty() {
+                    work.push(Work::Prompt(std::mem::take(&mut current)));
+                }
+                work.push(match command {
+                    TurnCommand::Stop { reply } => Work::Stop(row, reply),
+                    TurnCommand::Model(name) => Work::Model(row, name),
+                });
+                continue;
+            }
             match command_of(&content, native) {
                 None => current.push(row),
                 Some(native_text) => {
@@ -419,6 +471,7 @@ impl Runner {
                     row_ids: vec![row.id.clone()],
                     seqs: row.seq.into_iter().collect(),
                     target: target_of(std::slice::from_ref(&row)),
+                    series_id: row.series_id.clone(),
                 };
                 self.run_query(prepared, stop).await
             }
@@ -426,7 +479,40 @@ impl Runner {
                 Some(prepared) => self.run_query(prepared, stop).await,
                 None => Ok(false),
             },
+            Work::Stop(row, reply) => {
+                let text = reply.then_some(control::NOTHING_RUNNING_REPLY);
+                self.answer_command(row, text.map(str::to_owned)).await?;
+                Ok(false)
+            }
+            Work::Model(row, name) => {
+                let reply = self
+                    .call(move |db| match &name {
+                        Some(name) => control::switch_model(db, name),
+                        None => control::current_model(db),
+                    })
+                    .await?;
+                self.answer_command(row, Some(reply)).await?;
+                Ok(false)
+            }
         }
+    }
+
+    /// Completes a runner command's row with its reply (none: completed silently), in one
+    /// transaction.
+    async fn answer_command(&self, row: MessageIn, reply: Option<String>) -> Result<()> {
+        let replies: Vec<NewMessageOut> = reply
+            .into_iter()
+            .map(|text| {
+                NewMessageOut::new(OutKind::Chat, row.routing.clone(), &out::chat_text(&text))
+                    .replying_to(Some(row.id.clone()))
+            })
+            .collect();
+        let ids = vec![row.id.clone()];
+        let now = (self.options.clock)();
+        self.call(move |db| db.complete_at(&ids, &replies, now))
+            .await?;
+        tracing::info!(row = %row.id, seq = ?row.seq, "runner command answered");
+        Ok(())
     }
 
     async fn clear_session(&mut self, row: MessageIn) -> Result<()> {
@@ -608,6 +694,7 @@ impl Runner {
             row_ids: kept.iter().map(|r| r.id.clone()).collect(),
             seqs: kept.iter().filter_map(|r| r.seq).collect(),
             target: target_of(&kept),
+            series_id: kept.iter().find_map(|r| r.series_id.clone()),
         }
     }
 
@@ -652,16 +739,28 @@ impl Runner {
                 self.call(move |db| db.start_batch(&batch)).await?;
             }
             self.batch_finished = false;
+            self.ledger.start();
             let span = self.turn.start(&prepared.seqs);
             let provider = self.provider.name();
             let (report, next) = match self.drive_query(prepared, stop).instrument(span).await? {
                 QueryEnd::Done => {
+                    if std::mem::take(&mut self.model_on_trial) {
+                        self.call(control::confirm_model).await?;
+                    }
                     self.turn.end(provider, Outcome::Answered);
                     (None, Next::Return(false))
                 }
                 QueryEnd::Shutdown => {
                     self.turn.end(provider, Outcome::Stopped);
                     (None, Next::Return(true))
+                }
+                QueryEnd::Stopped { uncovered } => {
+                    self.turn.end(provider, Outcome::Interrupted);
+                    // Prompts pushed and never seen by the model start the next turn.
+                    match merge(uncovered) {
+                        Some(merged) => (None, Next::Retry(Box::new(merged), Duration::ZERO)),
+                        None => (None, Next::Return(false)),
+                    }
                 }
                 QueryEnd::Failed {
                     message,
@@ -673,6 +772,10 @@ impl Runner {
                         let provider = self.provider.name();
                         self.call(move |db| db.clear_continuation(provider)).await?;
                     }
+                    // A `/model` switch whose first turn failed: back to the previous model,
+                    // the error as the reply, and the turn again at once.
+                    let refused = self.model_on_trial
+                        && self.revert_model(&message, uncovered.last()).await?;
                     // A turn that made no progress already waited its deadline out (the CLI's
                     // own retries included): running it again would multiply that bound, so it
                     // goes to the host at once. A rate limit is waited out here only when its
@@ -681,10 +784,36 @@ impl Runner {
                     let runner_retries = retryable
                         && classification != ErrorClass::NoProgress
                         && retry_after.is_none_or(|after| after <= MAX_RATE_LIMIT_WAIT);
-                    match merge(uncovered) {
+                    let merged = merge(uncovered);
+                    if let Some(failed) = &merged {
+                        let row = self.ledger.row(
+                            provider,
+                            None,
+                            UsageOutcome::Error,
+                            failed.row_ids.clone(),
+                            failed.series_id.clone(),
+                        );
+                        self.turn.used(Some(&row));
+                        self.ledger.failed(row);
+                    }
+                    match merged {
                         None => {
                             self.turn.end(provider, Outcome::Answered);
                             (None, Next::Return(false))
+                        }
+                        Some(merged) if refused => {
+                            let backoff = Duration::ZERO;
+                            let class = classification;
+                            self.turn.end(
+                                provider,
+                                Outcome::Retrying {
+                                    attempt,
+                                    backoff,
+                                    class,
+                                    error: &message,
+                                },
+                            );
+                            (None, Next::Retry(Box::new(merged), backoff))
                         }
                         Some(merged) if runner_retries && attempt < self.options.query_retries => {
                             attempt += 1;
@@ -718,9 +847,19 @@ impl Runner {
             };
             // Runner state back to idle, with a failed query's report, in one transaction;
             // unless the last result already did (a query that answered everything).
-            if report.is_some() || !std::mem::take(&mut self.batch_finished) {
-                self.call(move |db| db.finish_batch(report.as_ref()))
-                    .await?;
+            let failed = self.ledger.take_failed();
+            if report.is_some() || failed.is_some() || !std::mem::take(&mut self.batch_finished) {
+                let now = (self.options.clock)();
+                let budget = self.budget.clone();
+                self.call(move |db| {
+                    let written =
+                        db.finish_batch_with_usage(report.as_ref(), failed.as_ref(), now)?;
+                    if let Some(failed) = &failed {
+                        budget.recorded(failed, now);
+                    }
+                    Ok(written)
+                })
+                .await?;
             }
             match next {
                 Next::Return(shutdown) => return Ok(shutdown),
@@ -728,6 +867,13 @@ impl Runner {
                     tokio::select! {
                         _ = stop.cancelled() => return Ok(true),
                         _ = sleep(backoff) => {}
+                    }
+                    // Running it again is a new query: not while a limit is reached; its rows
+                    // wait in the queue for the hold (crate::budget).
+                    if self.budget.reached((self.options.clock)()) {
+                        let ids = merged.row_ids.clone();
+                        self.call(move |db| db.release(&ids)).await?;
+                        return Ok(false);
                     }
                     prepared = *merged;
                 }
@@ -769,19 +915,28 @@ impl Runner {
         let sources = self.options.prompt_sources.clone();
         // What a query starts from, in one DB call (the system prompt's files are read there
         // too): one hand-off to a blocking thread instead of four.
-        let (continuation, start_seq, system_prompt) = self
+        let (continuation, start_seq, system_prompt, model) = self
             .call(move |db| {
                 let system_prompt = sources.as_ref().map(|sources| system_prompt(db, sources));
-                Ok((db.continuation(provider)?, db.max_seq()?, system_prompt))
+                let model = db.session_model()?;
+                let trial = control::model_unconfirmed(db)?;
+                Ok((
+                    db.continuation(provider)?,
+                    db.max_seq()?,
+                    system_prompt,
+                    (model, trial),
+                ))
             })
             .await?;
+        let (model, trial) = model;
+        self.model_on_trial = trial;
         // The stored continuation: an `Init` naming the same session writes nothing.
         let mut stored = continuation.clone();
         let input = QueryInput {
             prompt: first.prompt.clone(),
             continuation,
             system_prompt,
-            model: None,
+            model,
         };
         let mut query = match self.provider.query(input) {
             Ok(query) => query,
@@ -803,7 +958,35 @@ impl Runner {
         let mut next_poll = Instant::now() + self.options.active_poll;
         let limits = self.options.progress;
         let mut progress = TurnProgress::new(Instant::now(), (self.options.clock)());
+        let mut progress_rows =
+            ProgressRows::new(self.options.turn_control.progress, Instant::now());
+        // The stop rows being served and when the CLI's interrupt is given up on.
+        let mut stopping: Option<(Vec<MessageIn>, Instant)> = None;
         loop {
+            if !ended && !in_flight.is_empty() {
+                let stops = self.take_stops();
+                if !stops.is_empty() {
+                    match &mut stopping {
+                        Some((rows, _)) => rows.extend(stops),
+                        None => {
+                            tracing::info!(
+                                rows = stops.len(),
+                                "stop requested: interrupting the turn"
+                            );
+                            query.interrupt();
+                            stopping = Some((stops, Instant::now() + STOP_GRACE));
+                            // An `ask_user_question` of the turn is withdrawn with it.
+                            let withdrawn = self.call(|db| db.close_open_questions()).await?;
+                            if withdrawn > 0 {
+                                tracing::info!(
+                                    withdrawn,
+                                    "open questions withdrawn with the stopped turn"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
             let deadline = progress.deadline(&limits);
             // Once the batch is finished (idle), the CLI winding down shows nothing.
             let show_at = progress.show_at().filter(|_| !self.batch_finished);
@@ -834,6 +1017,22 @@ impl Runner {
                         uncovered: in_flight.into_iter().map(|f| f.prepared).collect(),
                     });
                 }
+                () = sleep_until_some(stopping.as_ref().map(|(_, at)| *at)) => {
+                    tracing::warn!(grace = ?STOP_GRACE, "the CLI did not end the turn on its interrupt; aborting the turn");
+                    query.abort();
+                    let _ = tokio::time::timeout(ABORT_WIND_DOWN, async {
+                        while query.next_event().await.is_some() {}
+                    })
+                    .await;
+                    let stops = stopping.take().map(|(rows, _)| rows).unwrap_or_default();
+                    let covers = in_flight.front().map(|f| f.id);
+                    return self.finish_stopped(in_flight, covers, stops, None, InterruptReason::Stopped).await;
+                }
+                () = sleep_until_some(progress_rows.flush_at().filter(|_| !self.batch_finished)) => {
+                    if let Some(payload) = progress_rows.flush(Instant::now()) {
+                        self.write_progress(payload, &in_flight).await?;
+                    }
+                }
                 () = sleep_until_some(show_at) => {
                     progress.shown = true;
                     let waiting = progress.waiting_on(&self.options.model_endpoint);
@@ -847,6 +1046,12 @@ impl Runner {
                 }
                 event = query.next_event() => {
                     let Some(event) = event else {
+                        if let Some((stops, _)) = stopping.take() {
+                            // The stream closed without `Interrupted` (a driver that aborts):
+                            // the model saw the first prompt at least.
+                            let covers = in_flight.front().map(|f| f.id);
+                            return self.finish_stopped(in_flight, covers, stops, None, InterruptReason::Stopped).await;
+                        }
                         if in_flight.is_empty() {
                             return Ok(QueryEnd::Done);
                         }
@@ -861,6 +1066,9 @@ impl Runner {
                     self.last_event.note(&event, (self.options.clock)());
                     let moved = progress.note(&event);
                     let finished = self.batch_finished;
+                    if let Some(payload) = progress_rows.note(&event, now).filter(|_| !finished) {
+                        self.write_progress(payload, &in_flight).await?;
+                    }
                     if let (ProviderEvent::Error { ends_turn: false, .. }, false) = (&event, finished) {
                         let waiting = progress.waiting_on(&self.options.model_endpoint);
                         self.call(move |db| db.set_waiting_on(Some(&waiting))).await?;
@@ -870,8 +1078,15 @@ impl Runner {
                     }
                     match event {
                         ProviderEvent::Output | ProviderEvent::ToolEnded { .. } => {}
-                        // Issue 15 (stop, text as it is written): handled by the runner next.
-                        ProviderEvent::Text { .. } | ProviderEvent::Interrupted { .. } => {}
+                        ProviderEvent::Text { text } => {
+                            if !finished {
+                                self.deliver_blocks(&text, &in_flight, start_seq).await?;
+                            }
+                        }
+                        ProviderEvent::Interrupted { covers, usage, reason } => {
+                            let stops = stopping.take().map(|(rows, _)| rows).unwrap_or_default();
+                            return self.finish_stopped(in_flight, Some(covers), stops, usage, reason).await;
+                        }
                         ProviderEvent::Init { session_id } => {
                             if stored.as_deref() != Some(session_id.as_str()) {
                                 let provider = self.provider.name();
@@ -879,7 +1094,7 @@ impl Runner {
                                 self.call(move |db| db.set_continuation(provider, &session_id)).await?;
                             }
                         }
-                        ProviderEvent::Result { text, covers, .. } => {
+                        ProviderEvent::Result { text, covers, usage } => {
                             let mut covered = Vec::new();
                             while in_flight.front().is_some_and(|f| f.id <= covers) {
                                 if let Some(done) = in_flight.pop_front() {
@@ -893,14 +1108,14 @@ impl Runner {
                                 // Every prompt answered: no follow-up is pushed after this
                                 // (`ended`), so the batch ends with this write.
                                 let last = in_flight.is_empty() && !ended;
-                                self.write_result(&text, covered, start_seq, last).await?;
+                                self.write_result(&text, covered, start_seq, last, usage).await?;
                             }
                             if in_flight.is_empty() && !ended {
                                 query.end();
                                 ended = true;
                             }
                         }
-                        ProviderEvent::Error { message, retryable, classification, ends_turn, .. } => {
+                        ProviderEvent::Error { message, retryable, classification, ends_turn, usage } => {
                             if !ends_turn {
                                 tracing::warn!(error = %message, class = classification.name(), "provider reported an error; it keeps trying");
                                 continue;
@@ -909,6 +1124,12 @@ impl Runner {
                                 tracing::warn!(error = %message, class = classification.name(), "error after every prompt was answered");
                                 return Ok(QueryEnd::Done);
                             }
+                            if let Some((stops, _)) = stopping.take() {
+                                tracing::debug!(error = %message, "the stopped turn ended with an error");
+                                let covers = in_flight.front().map(|f| f.id);
+                                return self.finish_stopped(in_flight, covers, stops, usage, InterruptReason::Stopped).await;
+                            }
+                            self.ledger.ended_with(usage);
                             return Ok(QueryEnd::Failed {
                                 message,
                                 retryable,
@@ -953,14 +1174,82 @@ impl Runner {
         }
     }
 
+    /// While a spending limit is reached (crate::budget): nothing is claimed, work claimed
+    /// before goes back to `pending`, one `budget_exceeded` row per window is addressed to the
+    /// rows held back, and `waiting_on` names the budget. `Some(wait)`: the queue is held; look
+    /// again after `wait` or a DB change (a raised limit in config.json is read then).
+    async fn budget_hold(&mut self) -> Result<Option<Duration>> {
+        if !self.budget.is_active() {
+            return Ok(None);
+        }
+        let now = (self.options.clock)();
+        self.budget.reload_if_changed();
+        let budget = self.budget.clone();
+        let exhausted = self
+            .call_inline(move |db| budget.exhausted(db, now))
+            .await?;
+        let Some(exhausted) = exhausted else {
+            if self.budget.release() {
+                tracing::info!("spending limit no longer reached: serving the queue again");
+                self.call(|db| db.set_waiting_on(None)).await?;
+            }
+            return Ok(None);
+        };
+        if self.budget.hold() {
+            tracing::warn!(
+                limit = exhausted.limit,
+                max = %exhausted.max,
+                spent = %exhausted.spent,
+                window = exhausted.window,
+                "spending limit reached: no new query until it resets or is raised"
+            );
+            let waiting = exhausted.waiting_on(now);
+            self.call(move |db| db.set_waiting_on(Some(&waiting)))
+                .await?;
+        }
+        // Work claimed before the limit was reached waits in the queue, not in memory.
+        let held: Vec<String> = self.deferred.drain(..).flat_map(work_rows).collect();
+        if !held.is_empty() {
+            self.call(move |db| db.release(&held)).await?;
+        }
+        let (first_poll, limit) = (self.first_poll, self.options.max_messages);
+        let budget = self.budget.clone();
+        let notice = exhausted.clone();
+        self.call_inline(move |db| {
+            let eligible = db.eligible(now, first_poll, limit)?;
+            if !eligible.wakes {
+                return Ok(());
+            }
+            let target = target_of(&eligible.rows);
+            let to = (target.routing, target.in_reply_to);
+            if let Some(row) = budget.notice(db, &notice, to)? {
+                db.insert_out(&row)?;
+            }
+            Ok(())
+        })
+        .await?;
+        Ok(Some(exhausted.wait(now, self.options.idle_poll)))
+    }
+
     /// Claims rows that arrived mid-turn, through the same gates, and prepares the part that can
-    /// go into the running query. Commands and what follows them wait for the query to end.
+    /// go into the running query. Commands and what follows them wait for the query to end;
+    /// with a stop among the rows nothing is pushed (the stop is taken by `take_stops`).
     async fn follow_up(&mut self) -> Result<Option<Prepared>> {
         let now = (self.options.clock)();
-        let mut work = self.claim_work(now, false, false).await?.work.into_iter();
+        let work = self.claim_work(now, false, false).await?.work;
+        if work.iter().any(|w| matches!(w, Work::Stop(..))) {
+            self.deferred.extend(work);
+            return Ok(None);
+        }
+        let mut work = work.into_iter();
         let first = work.next();
         self.deferred.extend(work);
         match first {
+            // A reached budget: the running turn takes no more; the rows wait (crate::budget).
+            Some(Work::Prompt(rows)) if self.budget.reached(now) => {
+                self.deferred.push_front(Work::Prompt(rows));
+                Ok(None)
+            }
             Some(Work::Prompt(rows)) => self.prepare(rows).await,
             Some(other) => {
                 self.deferred.push_front(other);
@@ -983,6 +1272,7 @@ impl Runner {
     ) -> Result<Polled> {
         let limit = self.options.max_messages;
         let native = self.provider.native_commands();
+        let stop_word = self.options.turn_control.stop_word.clone();
         let (claimed, started, next_due) = self
             .call_inline(move |db| {
                 let eligible = db.eligible(now, first_poll, limit)?;
@@ -995,7 +1285,9 @@ impl Runner {
                 }
                 let ids: Vec<String> = eligible.rows.into_iter().map(|r| r.id).collect();
                 let (claimed, started) = db.claim_starting(&ids, |rows| {
-                    start.then(|| batch_at_claim(rows, native)).flatten()
+                    start
+                        .then(|| batch_at_claim(rows, native, &stop_word))
+                        .flatten()
                 })?;
                 Ok((claimed, started, None))
             })
@@ -1007,6 +1299,177 @@ impl Runner {
         })
     }
 
+    /// After a failed turn with a model chosen by `/model`: the session goes back to the
+    /// previous model and the error is the reply (to `prepared`'s target); true when a switch
+    /// was reverted.
+    async fn revert_model(&mut self, error: &str, prepared: Option<&Prepared>) -> Result<bool> {
+        self.model_on_trial = false;
+        let target = prepared.map(|p| p.target.clone()).unwrap_or_default();
+        let error = error.to_owned();
+        let reverted = self
+            .call(move |db| {
+                let Some((refused, restored)) = control::revert_model(db)? else {
+                    return Ok(false);
+                };
+                let text = control::model_refused_reply(&refused, restored.as_deref(), &error);
+                let reply =
+                    NewMessageOut::new(OutKind::Chat, target.routing.clone(), &out::chat_text(&text))
+                        .replying_to(target.in_reply_to.clone());
+                db.insert_out(&reply)?;
+                tracing::warn!(model = %refused, error = %error, "the model chosen by /model failed; the session keeps its previous model");
+                Ok(true)
+            })
+            .await?;
+        Ok(reverted)
+    }
+
+    /// Takes the stop rows waiting among the deferred work (claimed by a follow-up poll, or with
+    /// the rows of the running query).
+    fn take_stops(&mut self) -> Vec<MessageIn> {
+        if !self.deferred.iter().any(|w| matches!(w, Work::Stop(..))) {
+            return Vec::new();
+        }
+        let mut stops = Vec::new();
+        self.deferred.retain_mut(|work| match work {
+            Work::Stop(row, _) => {
+                stops.push(row.clone());
+                false
+            }
+            _ => true,
+        });
+        stops
+    }
+
+    /// Ends a stopped turn: the prompts the model saw (ids up to `covers`) are completed with
+    /// one reply (`stoppedReply`, or for the step limit a note) to the batch's routing, with the
+    /// stop rows and the batch's end, in ONE transaction; the others are returned to run next.
+    async fn finish_stopped(
+        &mut self,
+        in_flight: VecDeque<InFlight>,
+        covers: Option<PromptId>,
+        stops: Vec<MessageIn>,
+        usage: Option<Usage>,
+        reason: InterruptReason,
+    ) -> Result<QueryEnd> {
+        let (covered, uncovered): (Vec<_>, Vec<_>) = in_flight
+            .into_iter()
+            .partition(|f| covers.is_some_and(|covers| f.id <= covers));
+        let covered: Vec<Prepared> = covered.into_iter().map(|f| f.prepared).collect();
+        let uncovered: Vec<Prepared> = uncovered.into_iter().map(|f| f.prepared).collect();
+        // The reply goes to the stopped batch; when the model had seen none of the running
+        // prompts (all run next), to the chat stop command itself (the host's row gets none).
+        let chat_stop = stops.iter().rev().find(|row| row.kind == "chat");
+        let target = match (covered.last(), chat_stop) {
+            (Some(prepared), _) => Some(prepared.target.clone()),
+            (None, Some(row)) => Some(target_of(std::slice::from_ref(row))),
+            (None, None) => None,
+        };
+        let text = match reason {
+            InterruptReason::Stopped => self.options.turn_control.stopped_reply.clone(),
+            InterruptReason::MaxTurns => control::MAX_TURNS_REPLY.to_owned(),
+        };
+        let replies: Vec<NewMessageOut> = target
+            .filter(|_| !text.trim().is_empty())
+            .map(|target| {
+                NewMessageOut::new(OutKind::Chat, target.routing, &out::chat_text(&text))
+                    .replying_to(target.in_reply_to)
+            })
+            .into_iter()
+            .collect();
+        let answered: Vec<String> = covered
+            .iter()
+            .flat_map(|p| p.row_ids.iter().cloned())
+            .collect();
+        let mut ids = answered.clone();
+        ids.extend(stops.iter().map(|row| row.id.clone()));
+        self.turn
+            .answered(covered.iter().flat_map(|p| p.seqs.iter().copied()));
+        // The ledger row of the stopped turn (its `message_ids`: the rows it answered).
+        let ledger = self.stopped_usage(usage, &answered);
+        let now = (self.options.clock)();
+        self.call(move |db| db.complete_with_usage_at(&ids, &replies, ledger.as_ref(), now, true))
+            .await?;
+        self.batch_finished = true;
+        tracing::info!(
+            ?reason,
+            answered = answered.len(),
+            run_next = uncovered.iter().map(|p| p.row_ids.len()).sum::<usize>(),
+            "turn stopped"
+        );
+        Ok(QueryEnd::Stopped { uncovered })
+    }
+
+    /// The ledger row of a stopped turn (outcome `aborted`), answering `answered`, built by the
+    /// one ledger helper (`crate::ledger`) and counted by the budget at once.
+    fn stopped_usage(
+        &mut self,
+        usage: Option<Usage>,
+        answered: &[String],
+    ) -> Option<schema::NewTurnUsage> {
+        let row = self.ledger.row(
+            self.provider.name(),
+            usage.as_ref(),
+            UsageOutcome::Aborted,
+            answered.to_vec(),
+            None,
+        );
+        self.turn.used(Some(&row));
+        // Counted now: the caller writes it in the turn's last transaction.
+        self.budget.recorded(&row, (self.options.clock)());
+        Some(row)
+    }
+
+    /// Delivers the `<message to>` blocks of a piece of text the agent just wrote, at once
+    /// (routed and checked for repeats like a result's replies); its rows stay in progress
+    /// until a result covers them.
+    async fn deliver_blocks(
+        &self,
+        piece: &str,
+        in_flight: &VecDeque<InFlight>,
+        start_seq: i64,
+    ) -> Result<()> {
+        let blocks = reply::parse_blocks(piece);
+        let Some(last) = in_flight.back().filter(|_| !blocks.is_empty()) else {
+            return Ok(());
+        };
+        let target = last.prepared.target.clone();
+        let ids: Vec<String> = in_flight
+            .iter()
+            .flat_map(|f| f.prepared.row_ids.iter().cloned())
+            .collect();
+        let now = (self.options.clock)();
+        let written = self
+            .call_inline(move |db| {
+                let replies = reply_rows(db, &blocks, &target, &ids, start_seq)?;
+                // Completing no row: the replies alone, in one transaction.
+                db.complete_at(&[], &replies, now)
+            })
+            .await?;
+        tracing::debug!(replies = written.len(), "message blocks delivered mid-turn");
+        Ok(())
+    }
+
+    /// Writes a progress row (`payload`: tool, summary, elapsedMs) routed like the running
+    /// batch's replies.
+    async fn write_progress(
+        &self,
+        payload: serde_json::Value,
+        in_flight: &VecDeque<InFlight>,
+    ) -> Result<()> {
+        let Some(last) = in_flight.back() else {
+            return Ok(());
+        };
+        let content = out::system_action("progress", payload);
+        let row = NewMessageOut::new(
+            OutKind::System,
+            last.prepared.target.routing.clone(),
+            &content,
+        )
+        .replying_to(last.prepared.target.in_reply_to.clone());
+        self.call_inline(move |db| db.insert_out(&row)).await?;
+        Ok(())
+    }
+
     /// Writes the reply of covered prompts and completes their rows in ONE transaction.
     async fn write_result(
         &mut self,
@@ -1014,23 +1477,33 @@ impl Runner {
         covered: Vec<Prepared>,
         start_seq: i64,
         last: bool,
+        usage: Option<Usage>,
     ) -> Result<()> {
         let target = covered.last().map(|p| p.target.clone()).unwrap_or_default();
         let ids: Vec<String> = covered
             .iter()
             .flat_map(|p| p.row_ids.iter().cloned())
             .collect();
+        let series_id = covered.iter().find_map(|p| p.series_id.clone());
+        let ledger = self.ledger.row(
+            self.provider.name(),
+            usage.as_ref(),
+            UsageOutcome::Result,
+            ids.clone(),
+            series_id,
+        );
+        self.turn.used(Some(&ledger));
         let outgoing = reply::parse_reply(text);
         let now = (self.options.clock)();
-        // Routing, the duplicate check and the write in one DB call; the query's last result
-        // also finishes its batch in the same transaction.
+        let budget = self.budget.clone();
+        // Routing, the duplicate check and the write in one DB call; the ledger row and, for
+        // the query's last result, the batch's finish go in the same transaction.
         let (count, written) = self
             .call_inline(move |db| {
                 let replies = reply_rows(db, &outgoing, &target, &ids, start_seq)?;
-                let written = match last {
-                    true => db.complete_batch_at(&ids, &replies, now)?,
-                    false => db.complete_at(&ids, &replies, now)?,
-                };
+                let written =
+                    db.complete_with_usage_at(&ids, &replies, Some(&ledger), now, last)?;
+                budget.recorded(&ledger, now);
                 Ok((replies.len(), written))
             })
             .await?;
@@ -1136,9 +1609,11 @@ fn reply_rows(
                 }
             },
         };
+        // A bare text (the batch's reply) equal to anything sent this turn, to whomever, is a
+        // repeat too: the final text that restates a block or a `send_message`.
         let duplicate = sent_this_turn.iter().any(|row| {
             row.kind == "chat"
-                && row.routing == routing
+                && (row.routing == routing || message.to.is_none())
                 && serde_json::from_str::<serde_json::Value>(&row.content)
                     .ok()
                     .and_then(|v| {
@@ -1197,13 +1672,16 @@ fn pre_agent_script(content: &InboundContent) -> Option<&str> {
 /// as one prompt exactly as they are (a triggering row among them, no command, no pre-agent
 /// script), the batch `run_query` will start is known at the claim. Otherwise `None`: the batch
 /// is started after gating, as before.
-fn batch_at_claim(rows: &[MessageIn], native: &[&str]) -> Option<CurrentBatch> {
+fn batch_at_claim(rows: &[MessageIn], native: &[&str], stop_word: &str) -> Option<CurrentBatch> {
     if !rows.iter().any(|row| row.trigger) {
         return None;
     }
     for row in rows {
         let content = InboundContent::parse(&row.kind(), &row.content);
-        if command_of(&content, native).is_some() || pre_agent_script(&content).is_some() {
+        if command_of(&content, native).is_some()
+            || control::command_of(&content, stop_word).is_some()
+            || pre_agent_script(&content).is_some()
+        {
             return None;
         }
     }
@@ -1309,6 +1787,9 @@ fn stopped_while_full(err: anyhow::Error) -> Result<bool> {
 /// A turn without model output is shown as waiting (`runner_state.waiting_on`) after this long,
 /// or at once when the CLI reports a retry.
 const WAITING_SHOWN_AFTER: Duration = Duration::from_secs(10);
+/// How long the CLI may take to end a turn on its interrupt (`/stop`) before the runner aborts
+/// the turn instead (the stop must take effect within seconds).
+const STOP_GRACE: Duration = Duration::from_secs(3);
 /// How long an aborted query may take to wind down before the runner goes on without it.
 const ABORT_WIND_DOWN: Duration = Duration::from_secs(15);
 /// The longest a rate limit's reset time is waited out by the runner's own retries; a later
@@ -1435,6 +1916,7 @@ impl TurnProgress {
             since: schema::time::format_ts(self.last_wall),
             notices: self.notices,
             last_notice: self.last_notice.clone(),
+            budget: None,
         }
     }
 
@@ -1477,6 +1959,16 @@ async fn sleep_until_some(at: Option<Instant>) {
     }
 }
 
+/// The ids of the rows a work item carries.
+fn work_rows(work: Work) -> Vec<String> {
+    match work {
+        Work::Prompt(rows) => rows.into_iter().map(|row| row.id).collect(),
+        Work::Clear(row) | Work::Native(row, _) | Work::Stop(row, _) | Work::Model(row, _) => {
+            vec![row.id]
+        }
+    }
+}
+
 /// Merges unanswered prompts into one, for a retry.
 fn merge(prepared: Vec<Prepared>) -> Option<Prepared> {
     let mut iter = prepared.into_iter();
@@ -1488,6 +1980,7 @@ fn merge(prepared: Vec<Prepared>) -> Option<Prepared> {
         merged.row_ids.extend(next.row_ids);
         merged.seqs.extend(next.seqs);
         merged.target = next.target;
+        merged.series_id = merged.series_id.or(next.series_id);
     }
     Some(merged)
 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use provider::ErrorClass;
+use schema::NewTurnUsage;
 use tokio::time::Instant;
 use tracing::{Level, Span};
 
@@ -14,6 +15,9 @@ pub(crate) enum Outcome<'a> {
     Answered,
     /// The runner is stopping; the rows go back to `pending` at the next start.
     Stopped,
+    /// The turn was interrupted (`/stop`, the host's interrupt, the step limit): what the model
+    /// saw is answered, the rest runs next.
+    Interrupted,
     /// Failed; the runner runs the unanswered prompts again after `backoff`.
     Retrying {
         attempt: u32,
@@ -31,6 +35,7 @@ impl Outcome<'_> {
         match self {
             Outcome::Answered => "answered",
             Outcome::Stopped => "stopped",
+            Outcome::Interrupted => "interrupted",
             Outcome::Retrying { .. } => "retrying",
             Outcome::Failed { .. } => "failed",
         }
@@ -46,6 +51,9 @@ pub(crate) struct TurnLog {
     seqs: Vec<i64>,
     /// Seqs of the rows a result covered.
     answered: Vec<i64>,
+    /// Input and output tokens of the turn's ledger rows, where reported.
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
 }
 
 impl Default for TurnLog {
@@ -55,6 +63,8 @@ impl Default for TurnLog {
             started: Instant::now(),
             seqs: Vec::new(),
             answered: Vec::new(),
+            input_tokens: None,
+            output_tokens: None,
         }
     }
 }
@@ -68,6 +78,7 @@ impl TurnLog {
         self.started = Instant::now();
         self.seqs = seqs.to_vec();
         self.answered.clear();
+        (self.input_tokens, self.output_tokens) = (None, None);
         self.span.clone()
     }
 
@@ -82,15 +93,30 @@ impl TurnLog {
         self.answered.extend(seqs);
     }
 
+    /// A ledger row of the turn: its tokens go on the `turn ended` line (summed over the
+    /// turn's results; absent when no row reported them).
+    pub(crate) fn used(&mut self, row: Option<&NewTurnUsage>) {
+        let Some(row) = row else { return };
+        let add = |total: Option<u64>, more: Option<u64>| match (total, more) {
+            (Some(a), Some(b)) => Some(a.saturating_add(b)),
+            (a, b) => a.or(b),
+        };
+        self.input_tokens = add(self.input_tokens, row.input_tokens);
+        self.output_tokens = add(self.output_tokens, row.output_tokens);
+    }
+
     /// The `turn ended` line: INFO when answered or stopped, WARN when retried, ERROR when the
     /// rows go to the host's sweep, with the error's class and text (the one line of that error).
     pub(crate) fn end(&mut self, provider: &str, outcome: Outcome<'_>) {
         let duration_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let answered = std::mem::take(&mut self.answered);
+        let (input_tokens, output_tokens) = (self.input_tokens.take(), self.output_tokens.take());
         let name = outcome.name();
         // Fields of a failure only; `None` is left out of the line.
         let (level, class, error, attempt, retry_in_ms) = match outcome {
-            Outcome::Answered | Outcome::Stopped => (Level::INFO, None, None, None, None),
+            Outcome::Answered | Outcome::Stopped | Outcome::Interrupted => {
+                (Level::INFO, None, None, None, None)
+            }
             Outcome::Retrying {
                 attempt,
                 backoff,
@@ -109,8 +135,6 @@ impl TurnLog {
         };
         let _in_turn = self.span.enter();
         // One field list for the three levels (a tracing level must be a constant).
-        // Issue 14 (token counts): once `ProviderEvent::Result` carries usage, add
-        // `input_tokens` and `output_tokens` here, summed over the turn's results.
         macro_rules! turn_ended {
             ($level:expr) => {
                 tracing::event!(
@@ -119,6 +143,8 @@ impl TurnLog {
                     outcome = name,
                     answered = ?answered,
                     duration_ms,
+                    input_tokens,
+                    output_tokens,
                     class,
                     error,
                     attempt,

@@ -633,3 +633,310 @@ async fn a_turn_without_output_ends_at_the_progress_deadline_and_is_not_retried(
     assert!(f.outs().iter().any(|o| text_of(o) == "on time"));
     f.stop().await;
 }
+
+// Issue 15: turn control (stop, text as it is written, progress rows, /model).
+
+/// A first turn that stalls for a minute unless stopped.
+fn stalled_turn() -> MockStep {
+    MockStep::Reply {
+        text: "never".into(),
+        delay: Duration::from_secs(60),
+    }
+}
+
+/// A running fixture whose first turn, on a chat `text`, stalls; returns the row's id once the
+/// mock has the prompt.
+async fn stalled_fixture(text: &str) -> (Fixture, String) {
+    let mut f = Fixture::new();
+    f.mock.script([stalled_turn()]);
+    f.start();
+    let id = f.chat(text);
+    f.wait_for("the prompt", |f| f.mock.prompts().len() == 1)
+        .await;
+    (f, id)
+}
+
+fn system_row(content: Value) -> NewMessageIn {
+    let mut row = NewMessageIn::new("system", content.to_string());
+    row.routing = routing();
+    row
+}
+
+fn ops_destination() -> Destination {
+    Destination {
+        name: "ops".into(),
+        display_name: None,
+        kind: "channel".into(),
+        channel_type: Some("discord".into()),
+        platform_id: Some("D7".into()),
+        agent_group_id: None,
+    }
+}
+
+fn chats(f: &Fixture) -> Vec<MessageOut> {
+    f.outs().into_iter().filter(|o| o.kind == "chat").collect()
+}
+
+#[tokio::test]
+async fn stop_mid_turn_answers_stopped_and_the_session_goes_on() {
+    let (mut f, slow) = stalled_fixture("take your time").await;
+    let asked = std::time::Instant::now();
+    let stop = f.chat("/stop");
+    f.wait_completed(&slow).await;
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
+    f.wait_completed(&stop).await;
+    let outs = chats(&f);
+    assert_eq!(outs.len(), 1, "{outs:?}");
+    assert_eq!(text_of(&outs[0]), "Stopped.");
+    assert_eq!(outs[0].routing, routing());
+    assert_eq!(outs[0].in_reply_to.as_deref(), Some(slow.as_str()));
+    assert_eq!(f.db.runner_state().unwrap().unwrap().status, "idle");
+    // The next message continues the same session.
+    let next = f.chat("and now?");
+    f.wait_completed(&next).await;
+    let inputs = f.mock.inputs();
+    assert_eq!(inputs.len(), 2);
+    assert_eq!(inputs[1].continuation.as_deref(), Some("mock-session-1"));
+    assert!(f.mock.prompts()[1].text.contains("and now?"));
+    assert!(
+        !f.mock.prompts()[1].text.contains("take your time"),
+        "replayed"
+    );
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_message_pushed_then_stopped_starts_the_next_turn() {
+    let (mut f, slow) = stalled_fixture("long job").await;
+    let pushed = f.chat("also this");
+    f.wait_for("the push", |f| f.row(&pushed).status == "processing")
+        .await;
+    let stop = f.chat("/stop");
+    f.wait_completed(&pushed).await;
+    assert_eq!(f.row(&slow).status, "completed");
+    assert_eq!(f.row(&stop).status, "completed");
+    let outs = chats(&f);
+    assert_eq!(text_of(&outs[0]), "Stopped.");
+    assert_eq!(outs[0].in_reply_to.as_deref(), Some(slow.as_str()));
+    assert_eq!(outs.len(), 2, "{outs:?}");
+    assert!(
+        text_of(&outs[1]).contains("also this"),
+        "{}",
+        text_of(&outs[1])
+    );
+    assert!(
+        !text_of(&outs[1]).contains("long job"),
+        "the stopped prompt was replayed"
+    );
+    assert_eq!(outs[1].in_reply_to.as_deref(), Some(pushed.as_str()));
+    assert_eq!(
+        f.mock.inputs().len(),
+        2,
+        "the pushed rows run as the next query"
+    );
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn stop_while_idle_says_nothing_runs_and_the_host_row_is_silent() {
+    let mut f = Fixture::new();
+    f.start();
+    let stop = f.chat(" /stop ");
+    f.wait_completed(&stop).await;
+    let interrupt = f.insert(system_row(json!({"action": "interrupt"})));
+    f.wait_completed(&interrupt).await;
+    let outs = f.outs();
+    assert_eq!(outs.len(), 1, "{outs:?}");
+    assert_eq!(text_of(&outs[0]), "Nothing is running.");
+    assert_eq!(outs[0].in_reply_to.as_deref(), Some(stop.as_str()));
+    assert!(f.mock.prompts().is_empty(), "a stop reached the agent");
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn the_host_interrupt_row_and_a_custom_stop_word_stop_a_turn() {
+    let mut f = Fixture::new();
+    f.mock.script([stalled_turn(), stalled_turn()]);
+    f.start_with(|options| {
+        options.turn_control.stop_word = "!halt".into();
+        options.turn_control.stopped_reply = "Halted.".into();
+    });
+    let first = f.chat("one");
+    f.wait_for("the prompt", |f| f.mock.prompts().len() == 1)
+        .await;
+    let interrupt = f.insert(system_row(json!({"action": "interrupt"})));
+    f.wait_completed(&first).await;
+    f.wait_completed(&interrupt).await;
+    let second = f.chat("two");
+    f.wait_for("the prompt", |f| f.mock.prompts().len() == 2)
+        .await;
+    let halt = f.chat("!halt");
+    f.wait_completed(&second).await;
+    f.wait_completed(&halt).await;
+    let texts: Vec<String> = chats(&f).iter().map(text_of).collect();
+    assert_eq!(texts, vec!["Halted.", "Halted."]);
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn message_blocks_are_delivered_as_written_and_never_twice() {
+    let mut f = Fixture::new();
+    f.db.upsert_destination(&ops_destination()).unwrap();
+    let block = "<message to=\"ops\">Deploy started</message>";
+    let turn = |final_text: &str| MockStep::Parts {
+        parts: vec![
+            provider::mock::MockPart::Text {
+                text: format!("Checking first.\n{block}"),
+            },
+            provider::mock::MockPart::Tool {
+                tool: "Bash".into(),
+                summary: Some("sleep 5".into()),
+            },
+        ],
+        text: final_text.into(),
+        delay: Duration::from_millis(700),
+    };
+    f.mock
+        .script([turn("All done."), turn(block), turn("Deploy  started")]);
+    f.start();
+    let first = f.chat("deploy");
+    f.wait_for("the ops row", |f| chats(f).len() == 1).await;
+    assert_eq!(
+        f.row(&first).status,
+        "processing",
+        "the block waited for the result"
+    );
+    let ops = &chats(&f)[0];
+    assert_eq!(text_of(ops), "Deploy started");
+    assert_eq!(ops.routing.platform_id.as_deref(), Some("D7"));
+    f.wait_completed(&first).await;
+    let texts: Vec<String> = chats(&f).iter().map(text_of).collect();
+    assert_eq!(texts, vec!["Deploy started", "All done."]);
+    // A final text repeating the block, or equal to its text: nothing twice.
+    for text in ["again", "and again"] {
+        let id = f.chat(text);
+        f.wait_completed(&id).await;
+    }
+    let texts: Vec<String> = chats(&f).iter().map(text_of).collect();
+    assert_eq!(
+        texts,
+        vec![
+            "Deploy started",
+            "All done.",
+            "Deploy started",
+            "Deploy started"
+        ],
+        "one block per turn, nothing else"
+    );
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn progress_rows_name_the_tool_at_most_one_per_interval() {
+    let mut f = Fixture::new();
+    let tool = |name: &str, summary: &str| provider::mock::MockPart::Tool {
+        tool: name.into(),
+        summary: Some(summary.into()),
+    };
+    f.mock.script([MockStep::Parts {
+        parts: vec![
+            tool("Bash", "ls -la"),
+            tool("Read", "a.txt"),
+            tool("Grep", "fn main"),
+        ],
+        text: "done".into(),
+        delay: Duration::from_millis(1500),
+    }]);
+    f.start_with(|options| {
+        options.turn_control.progress = agent_runner::progress::ProgressOptions {
+            mode: agent_runner::progress::ProgressMode::Tools,
+            interval: Duration::from_secs(1),
+        };
+    });
+    let id = f.chat("look around");
+    f.wait_completed(&id).await;
+    let outs = f.outs();
+    let progress: Vec<Value> = outs
+        .iter()
+        .filter(|o| o.kind == "system")
+        .map(|o| serde_json::from_str::<Value>(&o.content).unwrap())
+        .collect();
+    assert_eq!(progress.len(), 2, "{progress:?}");
+    assert_eq!(progress[0]["action"], "progress");
+    assert_eq!(progress[0]["payload"]["tool"], "Bash");
+    assert_eq!(progress[0]["payload"]["summary"], "ls -la");
+    assert_eq!(
+        progress[1]["payload"]["tool"], "Grep",
+        "the newest step waited"
+    );
+    let elapsed = |p: &Value| p["payload"]["elapsedMs"].as_u64().unwrap();
+    assert!(
+        elapsed(&progress[1]) - elapsed(&progress[0]) >= 1000,
+        "{progress:?}"
+    );
+    assert!(outs
+        .iter()
+        .filter(|o| o.kind == "system")
+        .all(|o| o.routing == routing()));
+    assert_eq!(outs.last().map(text_of).as_deref(), Some("done"));
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn model_command_is_kept_and_a_refused_model_is_reverted() {
+    let mut f = Fixture::new();
+    f.start();
+    let switch = f.chat("/model big-model");
+    f.wait_completed(&switch).await;
+    assert_eq!(f.db.state("model").unwrap().as_deref(), Some("big-model"));
+    let hi = f.chat("hi");
+    f.wait_completed(&hi).await;
+    assert_eq!(f.mock.inputs()[0].model.as_deref(), Some("big-model"));
+    // An unknown model: the CLI's error is the reply, the session keeps big-model.
+    f.mock.script([MockStep::Fail {
+        message: "model not found: typo-model".into(),
+        retryable: false,
+        classification: ErrorClass::Api,
+    }]);
+    let typo = f.chat("/model typo-model");
+    f.wait_completed(&typo).await;
+    let next = f.chat("next");
+    f.wait_completed(&next).await;
+    assert_eq!(f.db.state("model").unwrap().as_deref(), Some("big-model"));
+    let inputs = f.mock.inputs();
+    let models: Vec<_> = inputs.iter().map(|i| i.model.as_deref()).collect();
+    assert_eq!(
+        models,
+        vec![Some("big-model"), Some("typo-model"), Some("big-model")]
+    );
+    let texts: Vec<String> = chats(&f).iter().map(text_of).collect();
+    assert_eq!(texts[0], "Model set to big-model for the next turns.");
+    assert!(
+        texts[3].contains("model not found: typo-model"),
+        "{texts:?}"
+    );
+    assert!(texts[3].contains("keeps big-model"), "{texts:?}");
+    assert!(texts[4].contains("next"), "{texts:?}");
+    assert_eq!(texts.len(), 5, "{texts:?}");
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn stop_withdraws_the_open_question_of_the_turn() {
+    let (mut f, slow) = stalled_fixture("ask me something").await;
+    // What mcp-tools' ask_user_question records while it waits.
+    f.db.open_question("q-1", Utc::now() + chrono::Duration::minutes(5))
+        .unwrap();
+    let stop = f.chat("/stop");
+    f.wait_completed(&slow).await;
+    f.wait_completed(&stop).await;
+    assert!(
+        !f.db.question_open("q-1").unwrap(),
+        "the question still waits"
+    );
+    f.stop().await;
+}

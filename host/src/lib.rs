@@ -7,11 +7,14 @@
 
 pub mod answer;
 pub mod init;
+pub mod interrupt;
 pub mod location;
 pub mod send;
 pub mod status;
 pub mod sweep;
+pub mod system_rows;
 pub mod timefmt;
+pub mod usage;
 pub mod watch;
 
 use std::path::Path;
@@ -21,9 +24,11 @@ use schema::{OpenOptions, SessionDb};
 
 pub use answer::{answer, find_question, AnswerRequest, Answered, Question};
 pub use init::{init, parse_destination, parse_routing, InitOptions, InitReport};
+pub use interrupt::{interrupt, InterruptSent};
 pub use send::{send, Quote, SendKind, SendRequest, Sent};
 pub use status::{status, StatusReport};
 pub use sweep::{sweep, SweepOutcome};
+pub use usage::{usage, UsageReport, UsageRequest};
 pub use watch::{render_row, row_json, watch, WatchEnd, WatchOptions, WatchSummary};
 
 /// Opens an existing session DB (creating tables or columns an older DB lacks). A missing file

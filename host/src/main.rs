@@ -14,7 +14,8 @@ use serde_json::json;
 use host::{AnswerRequest, InitOptions, Quote, SendKind, SendRequest, WatchOptions};
 
 /// Host CLI for a NanoClaw agent session: create the workspace and session DB, post inbound
-/// messages, follow the agent's replies, answer its questions, sweep stale claims, show status.
+/// messages, follow the agent's replies, answer its questions, sweep stale claims, show status,
+/// usage and cost, stop a running turn.
 #[derive(Debug, Parser)]
 #[command(
     name = "nanoclaw",
@@ -62,12 +63,29 @@ enum Command {
     Answer(AnswerArgs),
     /// Reset stale processing rows with backoff; fail rows out of tries
     Sweep(SweepArgs),
-    /// Show the runner state and since when, the turn's last event, rows in flight, the last
-    /// query_error, health, and what to do
+    /// Show the runner state and since when, the turn's last event and progress, the session's
+    /// model, rows in flight, the last query_error, usage today and in all, a budget that holds
+    /// the queue, health, and what to do
     Status,
     /// Exit 0 when the runner is alive and making progress; else exit 1 with the reason and
     /// its fix (reads the DB once, read-only)
     Health(HealthArgs),
+    /// Show the tokens and cost the session's turns used, in total or broken down
+    Usage(UsageArgs),
+    /// Stop the agent's running turn (the CLI and its conversation live on); rows pushed into
+    /// the turn but not yet seen by the model are answered next
+    Interrupt,
+}
+
+#[derive(Debug, Args)]
+struct UsageArgs {
+    /// Break the totals down by day (in TZ), model, task series or provider
+    #[arg(long, value_name = "day|model|series|provider")]
+    by: Option<schema::UsageGroup>,
+    /// Only turns since WHEN: a duration back from now (7d, 12h, 1d12h), `today`, a date
+    /// YYYY-MM-DD (midnight in TZ), or a time (RFC 3339)
+    #[arg(long, value_name = "WHEN")]
+    since: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -296,6 +314,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Sweep(args) => cmd_sweep(db, cli.json, args),
         Command::Status => cmd_status(db, cli.json),
         Command::Health(args) => cmd_health(db, cli.json, &args),
+        Command::Usage(args) => cmd_usage(db, cli.json, &args),
+        Command::Interrupt => cmd_interrupt(db, cli.json),
     }
 }
 
@@ -492,6 +512,36 @@ fn cmd_status(db_path: &std::path::Path, as_json: bool) -> Result<ExitCode> {
         print_json(&report)?;
     } else {
         print(&report.render(now))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_usage(db_path: &std::path::Path, as_json: bool, args: &UsageArgs) -> Result<ExitCode> {
+    let db = host::open_existing(db_path)?;
+    let since = args
+        .since
+        .as_deref()
+        .map(|text| host::timefmt::parse_since(text, Utc::now(), db.timezone()))
+        .transpose()?;
+    let report = host::usage(&db, &host::UsageRequest { by: args.by, since })?;
+    if as_json {
+        print_json(&report)?;
+    } else {
+        print(&report.render())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_interrupt(db_path: &std::path::Path, as_json: bool) -> Result<ExitCode> {
+    let db = host::open_existing(db_path)?;
+    let sent = host::interrupt(&db)?;
+    if as_json {
+        print_json(&sent)?;
+    } else {
+        if let Some(note) = &sent.note {
+            logging::print_line(&format!("note: {note}"));
+        }
+        print(&format!("id={} seq={}\n", sent.id, sent.seq))?;
     }
     Ok(ExitCode::SUCCESS)
 }

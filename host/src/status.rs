@@ -9,7 +9,8 @@ use chrono::{DateTime, Utc};
 use schema::health::{self, HealthLimits};
 use schema::time::{format_ts, parse_ts};
 use schema::{
-    InStatus, InboundContent, LastEvent, MessageIn, QueueCounts, Routing, SessionDb, WaitingOn,
+    InStatus, InboundContent, LastEvent, MessageIn, QueueCounts, Routing, SessionDb, UsageTotals,
+    WaitingOn,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -17,7 +18,9 @@ use serde_json::Value;
 use crate::init::format_routing;
 use crate::send::excerpt;
 use crate::sweep::DEFAULT_STALE_AFTER_SECS;
+use crate::system_rows::{BudgetExceeded, Progress};
 use crate::timefmt::{ago, format_duration, until};
+use crate::usage::{cost, count, turn_notes};
 
 /// A heartbeat older than this (while the runner is not stopped) is flagged as stale: three
 /// heartbeats at the runner's longest interval (10 s).
@@ -177,6 +180,48 @@ pub struct StatusReport {
     pub health: HealthReport,
     /// What to do, one sentence each (empty when nothing is wrong).
     pub hints: Vec<String>,
+    /// The model `/model` chose for this session (`None`: the configured one).
+    pub model: Option<String>,
+    /// The newest `progress` row of the running turn.
+    pub progress: Option<ProgressNow>,
+    /// The newest `budget_exceeded` row while it holds the queue (rows pending, no turn since).
+    pub budget: Option<BudgetNow>,
+    /// Today's (in the session's TZ) and the whole session's usage, from the ledger.
+    pub usage: StatusUsage,
+}
+
+/// What the ledger adds up to, today and in all.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusUsage {
+    /// Turns recorded today, in the session's time zone.
+    pub today: UsageTotals,
+    /// Every turn of the session.
+    pub session: UsageTotals,
+}
+
+/// The running turn's newest `progress` row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProgressNow {
+    /// Its payload: the tool, its summary, how long it had run.
+    #[serde(flatten)]
+    pub progress: Progress,
+    /// When the row was written, as stored.
+    pub at: String,
+    /// Seconds ago.
+    pub age_secs: Option<i64>,
+}
+
+/// A `budget_exceeded` row that still holds the queue.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetNow {
+    /// Its payload: the limit, what was spent, the window and when it resets.
+    #[serde(flatten)]
+    pub budget: BudgetExceeded,
+    /// When the row was written, as stored.
+    pub at: String,
 }
 
 /// Gathers the report at `now`, judging health by `limits`.
@@ -275,6 +320,20 @@ pub fn status(db: &SessionDb, now: DateTime<Utc>, limits: &HealthLimits) -> Resu
         .into_iter()
         .map(|d| d.name)
         .collect();
+    let progress = runner
+        .as_ref()
+        .filter(|runner| matches!(runner.status.as_str(), "busy" | "waiting_user"))
+        .map(|runner| turn_progress(db, &runner.since, now))
+        .transpose()?
+        .flatten();
+    let budget = budget_holding(db, &counts, now)?;
+    let (today_start, today_end) = schema::day_window(now, db.timezone());
+    let usage = StatusUsage {
+        today: db
+            .usage_between(today_start, today_end)
+            .context("reading today's usage")?,
+        session: db.usage_total().context("reading the session's usage")?,
+    };
     let hints = hints(&verdict, &processing, last_error.as_ref(), &counts);
     Ok(StatusReport {
         db: db.path().display().to_string(),
@@ -299,7 +358,88 @@ pub fn status(db: &SessionDb, now: DateTime<Utc>, limits: &HealthLimits) -> Resu
             },
         },
         hints,
+        model: db.session_model().context("reading the session's model")?,
+        progress,
+        budget,
+        usage,
     })
+}
+
+/// The newest `progress` row naming a tool, when it was written in the turn running since
+/// `turn_since` (an older one is a finished turn's).
+fn turn_progress(
+    db: &SessionDb,
+    turn_since: &str,
+    now: DateTime<Utc>,
+) -> Result<Option<ProgressNow>> {
+    let Some(row) = db
+        .last_system_out("progress")
+        .context("reading the last progress row")?
+    else {
+        return Ok(None);
+    };
+    let written = parse_ts(&row.timestamp).ok();
+    if written
+        .zip(parse_ts(turn_since).ok())
+        .is_none_or(|(written, since)| written < since)
+    {
+        return Ok(None);
+    }
+    let Some(progress) = payload(&row.content).and_then(|p| Progress::from_payload(&p)) else {
+        return Ok(None);
+    };
+    Ok(Some(ProgressNow {
+        progress,
+        age_secs: written.map(|at| (now - at).num_seconds().max(0)),
+        at: row.timestamp,
+    }))
+}
+
+/// The newest `budget_exceeded` row while it holds the queue: rows are pending, no turn was
+/// recorded since it was written, and its window has not reset.
+fn budget_holding(
+    db: &SessionDb,
+    counts: &QueueCounts,
+    now: DateTime<Utc>,
+) -> Result<Option<BudgetNow>> {
+    if counts.pending == 0 {
+        return Ok(None);
+    }
+    let Some(row) = db
+        .last_system_out("budget_exceeded")
+        .context("reading the last budget_exceeded row")?
+    else {
+        return Ok(None);
+    };
+    let Some(budget) = payload(&row.content).and_then(|p| BudgetExceeded::from_payload(&p)) else {
+        return Ok(None);
+    };
+    let reset = budget
+        .resets_at
+        .as_deref()
+        .and_then(|at| parse_ts(at).ok())
+        .is_some_and(|at| at <= now);
+    let Ok(written) = parse_ts(&row.timestamp) else {
+        return Ok(None);
+    };
+    let served_since = db
+        .usage_between(written, DateTime::<Utc>::MAX_UTC)
+        .context("reading the usage ledger")?
+        .turns
+        > 0;
+    if reset || served_since {
+        return Ok(None);
+    }
+    Ok(Some(BudgetNow {
+        budget,
+        at: row.timestamp,
+    }))
+}
+
+/// The `payload` of a system row's content.
+fn payload(content: &str) -> Option<Value> {
+    let mut value: Value = serde_json::from_str(content).ok()?;
+    Some(value.get_mut("payload")?.take())
 }
 
 /// What to do: the health verdict's fix, and what the queue needs from the host's sweep.
@@ -374,6 +514,11 @@ fn hints(
 
 /// "the model at URL for 42 s (3 retry notices; last: …)".
 fn waiting_text(waiting: &WaitingOn, secs: Option<i64>) -> String {
+    // An idle runner held by a spending limit (the runner's budget hold).
+    if let Some(limit) = &waiting.budget {
+        let detail = waiting.last_notice.as_deref().unwrap_or_default();
+        return format!("the budget {limit} since {:?}: {detail}", waiting.since);
+    }
     let mut text = format!("the model at {}", waiting.endpoint);
     match secs {
         Some(secs) => text.push_str(&format!(" for {secs} s")),
@@ -410,6 +555,21 @@ fn task_series(row: &MessageIn) -> TaskSeries {
     }
 }
 
+/// `3 turns, 21220+? tokens, $0.0400+?` (`?`: not reported by the CLI), or `no turn`.
+fn usage_text(totals: &UsageTotals) -> String {
+    if totals.turns == 0 {
+        return "no turn".to_owned();
+    }
+    let notes = turn_notes(totals).map_or_else(String::new, |notes| format!(" ({notes})"));
+    format!(
+        "{} turn{}{notes}, {} tokens, {}",
+        totals.turns,
+        if totals.turns == 1 { "" } else { "s" },
+        count(&totals.tokens),
+        cost(&totals.cost_usd)
+    )
+}
+
 /// `11m 2s`, or `?` for an unreadable time.
 fn secs_text(secs: Option<i64>) -> String {
     secs.map_or_else(|| "?".to_owned(), format_duration)
@@ -426,6 +586,20 @@ impl StatusReport {
         match &self.runner {
             None => line("runner", "no runner has started".to_owned()),
             Some(runner) => self.render_runner(runner, &mut line),
+        }
+        if let Some(model) = &self.model {
+            line("model", format!("{model} (chosen with /model)"));
+        }
+        if let Some(progress) = &self.progress {
+            line(
+                "progress",
+                format!(
+                    "{}, {} into the turn, {} ago",
+                    progress.progress.text(),
+                    progress.progress.elapsed_text(),
+                    secs_text(progress.age_secs)
+                ),
+            );
         }
         let c = &self.counts;
         line(
@@ -512,6 +686,17 @@ impl StatusReport {
                 text.push_str(&format!("  {:?}", task.prompt));
                 line("", text);
             }
+        }
+        line(
+            "usage",
+            format!(
+                "today {}; session {}",
+                usage_text(&self.usage.today),
+                usage_text(&self.usage.session)
+            ),
+        );
+        if let Some(budget) = &self.budget {
+            line("budget", format!("exhausted: {}", budget.budget.text()));
         }
         line(
             "health",
@@ -651,6 +836,7 @@ mod tests {
             queue       0 pending (0 due), 0 processing, 0 paused, 0 failed
             next due    nothing pending
             tasks       none
+            usage       today no turn; session no turn
             health      ok
         "#]]);
     }
@@ -663,6 +849,7 @@ mod tests {
             queue       0 pending (0 due), 0 processing, 0 paused, 0 failed
             next due    nothing pending
             tasks       none
+            usage       today no turn; session no turn
             health      UNHEALTHY: no runner has started on /ws/session.db: start agent-runner with this DB
         "#]]);
     }
@@ -687,6 +874,7 @@ mod tests {
                             in-2 (seq 4, chat) for 5m 0s, try 2
                 next due    nothing pending
                 tasks       none
+                usage       today no turn; session no turn
                 health      ok
             "#]]);
     }
@@ -704,6 +892,7 @@ mod tests {
                             in-2 (seq 4, chat) for 5m 0s, try 2
                 next due    nothing pending
                 tasks       none
+                usage       today no turn; session no turn
                 health      UNHEALTHY: the turn has had no provider event for 1000 s (limit 900 s): the CLI or the runner is stuck; check the model gateway, then restart the runner (its rows return to the queue)
             "#]]);
     }
@@ -725,6 +914,7 @@ mod tests {
                             in-2 (seq 4, chat) for 5m 0s, try 2
                 next due    nothing pending
                 tasks       none
+                usage       today no turn; session no turn
                 health      ok
             "#]]);
     }
@@ -741,6 +931,7 @@ mod tests {
                             in-2 (seq 4, chat) for 5m 0s, try 2
                 next due    nothing pending
                 tasks       none
+                usage       today no turn; session no turn
                 health      UNHEALTHY: the runner stopped 120 s ago: start it again (it returns the 2 row(s) left processing to the queue; or run `nanoclaw sweep`)
                 hint        2 row(s) processing with no runner: start it (it returns them to the queue), or `nanoclaw sweep --stale-after 0` retries them now
             "#]]);
@@ -759,9 +950,100 @@ mod tests {
                             in-2 (seq 4, chat) for 5m 0s, try 2
                 next due    nothing pending
                 tasks       none
+                usage       today no turn; session no turn
                 health      UNHEALTHY: the runner's heartbeat is 95 s old (limit 30 s): the runner (pid 7) is hung or was killed; restart it (the container)
                 hint        restart the runner; meanwhile `nanoclaw sweep --stale-after 0` retries its 2 processing row(s) (a live runner's batch is never swept)
             "#]]);
+    }
+
+    fn turn(cost_usd: Option<f64>) -> schema::NewTurnUsage {
+        schema::NewTurnUsage {
+            provider: "codex".into(),
+            model: Some("gpt-5".into()),
+            input_tokens: Some(1200),
+            output_tokens: Some(300),
+            cache_read_tokens: None,
+            cache_write_tokens: None,
+            reasoning_tokens: None,
+            cost_usd,
+            requests: Some(2),
+            duration_ms: Some(3000),
+            outcome: schema::UsageOutcome::Result,
+            message_ids: vec!["in-0".into()],
+            series_id: None,
+        }
+    }
+
+    #[test]
+    fn busy_in_a_tool_with_a_chosen_model_and_usage() {
+        let scene = Scene::new(Some(("busy", 662, 1))).sql(PROCESSING).sql(
+            "UPDATE runner_state SET current_tool = 'Bash'; \
+                 INSERT INTO messages_out (id, seq, timestamp, kind, content) VALUES \
+                 ('p-old', 5, '{1000}', 'system', '{\"action\":\"progress\",\"payload\":\
+                 {\"tool\":\"Read\",\"summary\":\"old turn\",\"elapsedMs\":1}}'), \
+                 ('p-1', 7, '{40}', 'system', '{\"action\":\"progress\",\"payload\":\
+                 {\"tool\":\"Bash\",\"summary\":\"cargo test --workspace\",\
+                 \"elapsedMs\":12400}}');",
+        );
+        scene
+            .db
+            .set_state(schema::control::MODEL_KEY, "gpt-5-mini")
+            .unwrap();
+        let db = &scene.db;
+        db.record_usage(&turn(Some(0.0125)), now() - chrono::Duration::seconds(1000))
+            .unwrap();
+        db.record_usage(&turn(None), now() - chrono::Duration::seconds(300))
+            .unwrap();
+        db.record_usage(&turn(Some(0.5)), now() - chrono::Duration::days(1))
+            .unwrap();
+        scene.check(expect![[r#"
+            session DB  /ws/session.db
+            runner      busy for 11m 2s, pid 7, provider codex, in tool Bash, heartbeat 1s ago
+            last event  none yet in this turn (11m 2s)
+            model       gpt-5-mini (chosen with /model)
+            progress    Bash: cargo test --workspace, 12.4s into the turn, 40s ago
+            queue       0 pending (0 due), 2 processing, 0 paused, 0 failed
+            processing  in-1 (seq 2, chat) for 5m 3s, try 1
+                        in-2 (seq 4, chat) for 5m 0s, try 2
+            next due    nothing pending
+            tasks       none
+            usage       today 2 turns, 3000 tokens, $0.0125+?; session 3 turns, 4500 tokens, $0.5125+?
+            health      ok
+        "#]]);
+    }
+
+    #[test]
+    fn a_budget_holds_the_queue_until_a_turn_is_served() {
+        let scene = Scene::new(Some(("idle", 40, 2))).sql(
+            "INSERT INTO messages_in (id, seq, kind, timestamp, content) VALUES \
+             ('in-9', 8, 'chat', '{40}', '{\"text\":\"third\"}'); \
+             INSERT INTO messages_out (id, seq, timestamp, kind, content) VALUES \
+             ('b-1', 9, '{40}', 'system', '{\"action\":\"budget_exceeded\",\"payload\":\
+             {\"limit\":\"maxCostUsdPerSession\",\"spent\":0.0375,\"max\":0.03,\
+             \"window\":\"session\",\"resetsAt\":null}}');",
+        );
+        scene
+            .db
+            .record_usage(&turn(Some(0.0375)), now() - chrono::Duration::seconds(120))
+            .unwrap();
+        scene.check(expect![[r#"
+            session DB  /ws/session.db
+            runner      idle for 40s, pid 7, provider codex, heartbeat 2s ago
+            queue       1 pending (1 due), 0 processing, 0 paused, 0 failed
+            next due    2026-11-23T10:00:00.000Z (now)
+            tasks       none
+            usage       today 1 turn, 1500 tokens, $0.0375; session 1 turn, 1500 tokens, $0.0375
+            budget      exhausted: maxCostUsdPerSession: spent $0.0375 of $0.0300 in this session; service resumes when the limit is raised
+            health      ok
+        "#]]);
+        // A raised limit served the row: the old budget row no longer holds anything.
+        scene
+            .db
+            .record_usage(&turn(Some(0.01)), now() - chrono::Duration::seconds(2))
+            .unwrap();
+        let report = status(&scene.db, now(), &default_limits()).unwrap();
+        assert_eq!(report.budget, None);
+        assert_eq!(report.usage.session.turns, 2);
     }
 
     #[test]
@@ -787,6 +1069,7 @@ mod tests {
                 last error  2026-11-23T09:59:20.000Z (40s ago), seq 5: gateway_error for in-1, in-2: model API error (HTTP 502): upstream connect error
                 next due    nothing pending
                 tasks       none
+                usage       today no turn; session no turn
                 health      ok
                 hint        the last query failed and left in-1 processing: `nanoclaw sweep` retries them in 4m 57s (once unchanged for --stale-after, 600 s by default), `nanoclaw sweep --stale-after 0` at once
                 hint        1 row(s) failed for good (out of tries, or unusable): `nanoclaw watch --no-follow` shows the system rows that say why; send them again to retry

@@ -2,7 +2,8 @@
 //! human durations (`9m 58s`).
 
 use anyhow::{bail, Context, Result};
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Duration, NaiveDate, TimeZone, Utc};
+use chrono_tz::Tz;
 
 /// Parses an instant given on the command line: `now`, a relative `+30s` / `+10m` / `+2h` /
 /// `+1d` / `+1w` (units may be combined: `+1h30m`), or any absolute form the session DB accepts
@@ -24,6 +25,38 @@ pub fn parse_when(text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
         anyhow::anyhow!(
             "bad time {text:?}: expected RFC 3339 (2026-11-21T10:00:00Z or with an offset), \
              YYYY-MM-DD HH:MM:SS (UTC), `now`, or a relative +30s / +10m / +2h / +1d"
+        )
+    })
+}
+
+/// Parses the start of a period given on the command line (`--since`): a duration back from
+/// `now` (`7d`, `12h`, `1d12h`, `2w`), `today` (the local midnight in `tz`), a date
+/// `YYYY-MM-DD` (its local midnight in `tz`), or any instant [`parse_when`] reads.
+pub fn parse_since(text: &str, now: DateTime<Utc>, tz: Tz) -> Result<DateTime<Utc>> {
+    let trimmed = text.trim();
+    if trimmed.eq_ignore_ascii_case("today") {
+        return Ok(schema::day_window(now, tz).0);
+    }
+    if let Ok(date) = NaiveDate::parse_from_str(trimmed, "%Y-%m-%d") {
+        let noon = date.and_hms_opt(12, 0, 0).unwrap_or_default();
+        let noon = tz
+            .from_local_datetime(&noon)
+            .earliest()
+            .map_or_else(|| noon.and_utc(), |at| at.with_timezone(&Utc));
+        return Ok(schema::day_window(noon, tz).0);
+    }
+    if trimmed.starts_with(|c: char| c.is_ascii_digit()) && trimmed.ends_with(char::is_alphabetic) {
+        if let Ok(back) = parse_relative(trimmed) {
+            return now
+                .checked_sub_signed(back)
+                .with_context(|| format!("--since {text:?} is out of range"));
+        }
+    }
+    parse_when(trimmed, now).map_err(|_| {
+        anyhow::anyhow!(
+            "bad --since {text:?}: expected a duration back from now (7d, 12h, 1d12h, 2w), \
+             `today`, a date YYYY-MM-DD (midnight in TZ), or a time (RFC 3339, \
+             YYYY-MM-DD HH:MM:SS UTC)"
         )
     })
 }
@@ -132,6 +165,25 @@ mod tests {
     fn rejects_bad_times() {
         for bad in ["+", "+10", "+m", "+10x", "tomorrow", "+99999999999999999w"] {
             let err = parse_when(bad, now()).unwrap_err();
+            assert!(format!("{err:#}").contains(bad), "{bad}: {err:#}");
+        }
+    }
+
+    #[test]
+    fn since_a_duration_a_date_or_today() {
+        let ny: Tz = "America/New_York".parse().unwrap();
+        let since = |text| format_ts(parse_since(text, now(), ny).unwrap());
+        assert_eq!(since("7d"), "2026-11-14T10:00:00.000Z");
+        assert_eq!(since("1d12h"), "2026-11-19T22:00:00.000Z");
+        assert_eq!(since("today"), "2026-11-21T05:00:00.000Z");
+        assert_eq!(
+            since("2026-11-01"),
+            "2026-11-01T04:00:00.000Z",
+            "summer time"
+        );
+        assert_eq!(since("2026-11-21T08:00:00Z"), "2026-11-21T08:00:00.000Z");
+        for bad in ["7", "7x", "yesterday", "2026-13-01"] {
+            let err = parse_since(bad, now(), ny).unwrap_err();
             assert!(format!("{err:#}").contains(bad), "{bad}: {err:#}");
         }
     }

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::init::format_routing;
+use crate::system_rows::{BudgetExceeded, Progress};
 
 /// Rows read per query.
 const PAGE: usize = 200;
@@ -334,6 +335,13 @@ fn render_system(value: &Value) -> String {
             or_unknown(text("reason")),
             or_unknown(text("status"))
         ),
+        "progress" if let Some(progress) = Progress::from_payload(payload) => {
+            format!("(progress {}) {}", progress.elapsed_text(), progress.text())
+        }
+        "budget_exceeded" => match BudgetExceeded::from_payload(payload) {
+            Some(budget) => format!("(budget exceeded) {}", budget.text()),
+            None => format!("(budget exceeded) {}", fields(payload)),
+        },
         "progress" => {
             let message = ["message", "text", "status"]
                 .into_iter()
@@ -449,6 +457,20 @@ mod tests {
                 "reason": "not a time", "status": "failed"}}),
             json!({"action": "progress", "payload": {"message": "compacting the conversation"}}),
             json!({"action": "progress", "payload": {"step": 2, "of": 5}}),
+            json!({"action": "progress", "payload": {
+                "tool": "Bash", "summary": "cargo test --workspace", "elapsedMs": 1234}}),
+            json!({"action": "progress", "payload": {
+                "tool": "mcp__nanoclaw__send_message", "elapsedMs": 95000}}),
+            json!({"action": "progress", "payload": {"tool": "Read", "summary": "src/main.rs"}}),
+            json!({"action": "progress", "payload": {
+                "tool": null, "summary": "Let me look at the tests first.", "elapsedMs": 800}}),
+            json!({"action": "budget_exceeded", "payload": {
+                "limit": "maxCostUsdPerSession", "spent": 0.0123, "max": 0.01,
+                "window": "session", "resetsAt": null}}),
+            json!({"action": "budget_exceeded", "payload": {
+                "limit": "maxTokensPerDay", "spent": 120500, "max": 100000,
+                "window": "day", "resetsAt": "2026-11-24T05:00:00.000Z"}}),
+            json!({"action": "budget_exceeded", "payload": {"window": "day"}}),
             json!({"action": "register_agent_group", "payload": {
                 "name": "research", "folder": "research", "requestedBy": "U1"}}),
             json!({"action": "query_error"}),
@@ -465,6 +487,13 @@ mod tests {
             (row unusable in-9) process_after = soon: not a time; set failed
             (progress) compacting the conversation
             (progress) of=5 step=2
+            (progress 1.2s) Bash: cargo test --workspace
+            (progress 1m 35s) mcp__nanoclaw__send_message
+            (progress ?) Read: src/main.rs
+            (progress 0.8s) writing: Let me look at the tests first.
+            (budget exceeded) maxCostUsdPerSession: spent $0.0123 of $0.0100 in this session; service resumes when the limit is raised
+            (budget exceeded) maxTokensPerDay: spent 120500 tokens of 100000 tokens today; service resumes at 2026-11-24T05:00:00.000Z, or when the limit is raised
+            (budget exceeded) window=day
             (system register_agent_group) folder=research name=research requestedBy=U1
             (query error: ?) ?"#]]
         .assert_eq(&lines.join("\n"));

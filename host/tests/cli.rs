@@ -893,6 +893,119 @@ fn status_reports_runner_counts_next_due_and_tasks() {
     assert_eq!(report["destinations"], json!(["team"]));
 }
 
+/// A ledger row of `provider` recorded at `at`, as the runner writes it.
+fn record_turn(db: &SessionDb, provider: &str, cost_usd: Option<f64>, at: &str) {
+    let usage = schema::NewTurnUsage {
+        provider: provider.into(),
+        model: Some(format!("{provider}-model")),
+        input_tokens: Some(1000),
+        output_tokens: Some(250),
+        cache_read_tokens: Some(4000),
+        cache_write_tokens: None,
+        reasoning_tokens: None,
+        cost_usd,
+        requests: Some(1),
+        duration_ms: Some(2500),
+        outcome: schema::UsageOutcome::Result,
+        message_ids: vec!["in-1".into()],
+        series_id: None,
+    };
+    db.record_usage(&usage, parse_ts(at).unwrap()).unwrap();
+}
+
+#[test]
+fn usage_prints_totals_breakdowns_and_json() {
+    let (_dir, db_path) = workspace();
+    expect_test::expect![[r#"
+        usage of the whole session (days in UTC)
+        no turn recorded
+    "#]]
+    .assert_eq(&ok(nanoclaw(Some(&db_path), &["usage"])));
+    let db = SessionDb::open(&db_path).unwrap();
+    record_turn(&db, "claude", Some(0.0421), "2026-11-19T23:00:00Z");
+    record_turn(&db, "claude", Some(0.0133), "2026-11-20T09:00:00Z");
+    record_turn(&db, "codex", None, "2026-11-20T10:00:00Z");
+    expect_test::expect![[r#"
+        usage of the whole session (days in UTC)
+        turns       3
+        tokens      15750 (input 3000, output 750, cache read 12000, cache write ?, reasoning ?)
+        cost        $0.0554+?
+        requests    3
+        time        7s
+        (? = not reported by the CLI; N+? = N from the turns that reported it)
+    "#]]
+    .assert_eq(&ok(nanoclaw(Some(&db_path), &["usage"])));
+    expect_test::expect![[r#"
+        usage since 2026-11-20T00:00:00.000Z (days in UTC)
+        provider  turns  input  output  cache read  cache write  reasoning       cost
+        claude        1   1000     250        4000            ?          ?    $0.0133
+        codex         1   1000     250        4000            ?          ?          ?
+        total         2   2000     500        8000            ?          ?  $0.0133+?
+        (? = not reported by the CLI; N+? = N from the turns that reported it)
+    "#]]
+    .assert_eq(&ok(nanoclaw(
+        Some(&db_path),
+        &["usage", "--by", "provider", "--since", "2026-11-20"],
+    )));
+    let report: Value = serde_json::from_str(&ok(nanoclaw(
+        Some(&db_path),
+        &["--json", "usage", "--by", "day"],
+    )))
+    .unwrap();
+    assert_eq!(
+        keys(&report),
+        ["by", "db", "groups", "since", "timeZone", "totals"]
+    );
+    let days: Vec<&Value> = report["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|group| &group["key"])
+        .collect();
+    assert_eq!(days, [&json!("2026-11-19"), &json!("2026-11-20")]);
+    assert_eq!(
+        report["totals"]["costUsd"],
+        json!({"sum": 0.0554, "unreported": 1}),
+        "the turn without a cost is counted apart, never as 0"
+    );
+    assert_eq!(
+        report["groups"][0]["totals"]["cacheWriteTokens"],
+        json!({"sum": null, "unreported": 1})
+    );
+    let err = fails(nanoclaw(Some(&db_path), &["usage", "--by", "week"]));
+    assert!(
+        err.contains("expected day, model, series or provider"),
+        "{err}"
+    );
+    let err = fails(nanoclaw(Some(&db_path), &["usage", "--since", "last week"]));
+    assert!(err.contains("bad --since \"last week\""), "{err}");
+}
+
+#[test]
+fn interrupt_writes_the_row_the_runner_recognises() {
+    let (_dir, db_path) = workspace();
+    let db = SessionDb::open(&db_path).unwrap();
+    let output = nanoclaw(Some(&db_path), &["interrupt"]);
+    let note = stderr(&output);
+    let row = sent_row(&db, &ok(output));
+    assert!(note.contains("no runner has started"), "{note}");
+    assert_eq!((row.kind.as_str(), row.trigger), ("system", true));
+    assert_eq!(content(&row), json!({"action": "interrupt"}));
+    assert!(schema::control::is_interrupt(&row.kind, &row.content));
+
+    set_runner(&db, "busy", 5, 1);
+    let output = nanoclaw(Some(&db_path), &["--json", "interrupt"]);
+    assert_eq!(stderr(&output), "", "a running turn: nothing to note");
+    let sent: Value = serde_json::from_str(&ok(output)).unwrap();
+    assert_eq!(keys(&sent), ["id", "runnerStatus", "seq"]);
+    assert_eq!(sent["runnerStatus"], "busy");
+    let row = db
+        .message_in(sent["id"].as_str().unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.seq, sent["seq"].as_i64());
+}
+
 /// The write end of a pipe whose read end is already closed: every write fails with EPIPE.
 fn dead_pipe() -> Stdio {
     let (reader, writer) = std::io::pipe().unwrap();
@@ -1206,21 +1319,49 @@ fn every_json_output_is_camel_case_with_the_documented_keys() {
     assert_eq!(
         keys(&status),
         [
+            "budget",
             "counts",
             "db",
             "destinations",
             "health",
             "hints",
             "lastError",
+            "model",
             "nextDue",
             "nextDueInSecs",
             "now",
             "processing",
+            "progress",
             "routing",
             "runner",
-            "tasks"
+            "tasks",
+            "usage"
         ]
     );
+    assert_eq!(keys(&status["usage"]), ["session", "today"]);
+    assert_eq!(
+        keys(&status["usage"]["today"]),
+        [
+            "aborted",
+            "cacheReadTokens",
+            "cacheWriteTokens",
+            "costUsd",
+            "durationMs",
+            "errors",
+            "inputTokens",
+            "outputTokens",
+            "reasoningTokens",
+            "requests",
+            "tokens",
+            "turns"
+        ]
+    );
+    let usage = json(&["usage", "--by", "model"]);
+    assert_eq!(
+        keys(&usage),
+        ["by", "db", "groups", "since", "timeZone", "totals"]
+    );
+    let interrupted = json(&["interrupt"]);
     assert_eq!(
         keys(&status["runner"]),
         [
@@ -1244,7 +1385,17 @@ fn every_json_output_is_camel_case_with_the_documented_keys() {
     assert_eq!(keys(&health), ["healthy", "reason"]);
     // No snake_case key anywhere in any output.
     let mut found = Vec::new();
-    for value in [&init, &sent, &watched, &answered, &swept, &status, &health] {
+    for value in [
+        &init,
+        &sent,
+        &watched,
+        &answered,
+        &swept,
+        &status,
+        &health,
+        &usage,
+        &interrupted,
+    ] {
         all_keys(value, &mut found);
     }
     let snake: Vec<&String> = found.iter().filter(|key| key.contains('_')).collect();

@@ -6,6 +6,7 @@
 //! [`AgentProvider::query`], pushes follow-ups with [`AgentQuery::push`], reads
 //! [`ProviderEvent`]s, and calls [`AgentQuery::end`] once every prompt it sent is answered.
 
+mod activity;
 pub mod archive;
 mod classify;
 pub mod claude;

@@ -1,6 +1,7 @@
 //! A provider for demos and unit tests: its result text is exactly the prompt it received, so a
 //! person or a test sees what an agent would see. It answers one result per prompt (the first
-//! and each push), honours `end` and `abort`, and can be told to delay or fail.
+//! and each push), honours `end`, `abort` and `interrupt`, and can be told to delay or fail and
+//! what usage each turn reports.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -10,8 +11,8 @@ use futures::future::BoxFuture;
 use tokio::time::sleep;
 
 use crate::{
-    AgentProvider, AgentQuery, Control, ErrorClass, Prompt, PromptId, ProviderError, ProviderEvent,
-    QueryHandle, QueryInput,
+    AgentProvider, AgentQuery, Control, ErrorClass, InterruptReason, Prompt, PromptId,
+    ProviderError, ProviderEvent, QueryHandle, QueryInput, Usage,
 };
 
 /// What the mock does with one prompt. In JSON (`NANOCLAW_MOCK_SCRIPT`):
@@ -45,6 +46,38 @@ pub enum MockStep {
         #[serde(default = "other_class")]
         classification: ErrorClass,
     },
+    /// Write pieces of text and start tools (`Text` and `Activity` events, at once), then
+    /// reply with `text` after `delay` (`{"step":"parts","parts":[{"text":".."},
+    /// {"tool":"Bash","summary":"ls"}],"text":"done","delayMs":100}`).
+    Parts {
+        /// The pieces, in order.
+        parts: Vec<MockPart>,
+        /// The result text.
+        text: String,
+        /// Time to "think" after the pieces.
+        #[serde(rename = "delayMs", default, deserialize_with = "millis")]
+        delay: Duration,
+    },
+}
+
+/// A piece of a [`MockStep::Parts`] turn: a text piece, or a tool call (canonical name and
+/// summary).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(untagged)]
+pub enum MockPart {
+    /// A `Text` event.
+    Text {
+        /// The complete piece.
+        text: String,
+    },
+    /// An `Activity` event of a tool call.
+    Tool {
+        /// The tool's name.
+        tool: String,
+        /// What it does.
+        #[serde(default)]
+        summary: Option<String>,
+    },
 }
 
 fn millis<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
@@ -57,7 +90,7 @@ fn other_class() -> ErrorClass {
 }
 
 /// What only the mock reads from the configuration (`mockDelayMs`, `mockScript`,
-/// `mockEchoSystemPrompt`).
+/// `mockEchoSystemPrompt`, `mockUsage`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MockSettings {
     /// Think time of echo replies that no script step covers.
@@ -67,6 +100,10 @@ pub struct MockSettings {
     /// Echo replies start with the query's system prompt and a `---` line, so a test of the
     /// binary can see the system prompt the runner built.
     pub echo_system_prompt: bool,
+    /// The usage every answered (or failed, or stopped) prompt reports when no queued figure
+    /// ([`MockProvider::script_usage`]) applies; `None`: the mock reports none, like a CLI
+    /// that says nothing.
+    pub usage: Option<Usage>,
 }
 
 /// How many of the latest prompts and query inputs the mock keeps for inspection. A bound, so
@@ -90,6 +127,10 @@ pub struct MockState {
     /// prompt is XML-escaped (`& < >`) in the echo: its `<message to="…">` and `<internal>`
     /// examples would otherwise be taken for reply blocks by the runner's reply parser.
     pub echo_system_prompt: bool,
+    /// Usage reported by the next prompts' results, one per prompt, before `default_usage`.
+    pub usage: VecDeque<Option<Usage>>,
+    /// Usage reported when `usage` is empty.
+    pub default_usage: Option<Usage>,
     /// Session counter for `Init` ids.
     sessions: u64,
 }
@@ -110,7 +151,10 @@ impl MockProvider {
     pub fn from_settings(settings: MockSettings) -> Self {
         let mock = Self::with_delay(settings.delay);
         mock.script(settings.script);
-        mock.with_state(|state| state.echo_system_prompt = settings.echo_system_prompt);
+        mock.with_state(|state| {
+            state.echo_system_prompt = settings.echo_system_prompt;
+            state.default_usage = settings.usage;
+        });
         mock
     }
 
@@ -124,6 +168,12 @@ impl MockProvider {
     /// Queues steps for the next prompts.
     pub fn script(&self, steps: impl IntoIterator<Item = MockStep>) {
         self.with_state(|state| state.script.extend(steps));
+    }
+
+    /// Queues the usage the next prompts report (on their result, failure or interruption),
+    /// one per prompt; the settings' `usage` applies after them.
+    pub fn script_usage(&self, usage: impl IntoIterator<Item = Option<Usage>>) {
+        self.with_state(|state| state.usage.extend(usage));
     }
 
     /// The prompts received so far, oldest first (the latest [`MOCK_KEPT`]).
@@ -144,12 +194,18 @@ impl MockProvider {
         f(&mut guard)
     }
 
-    fn next_step(&self, prompt: &Prompt) -> MockStep {
+    /// The step for `prompt` and the usage it reports.
+    fn next_step(&self, prompt: &Prompt) -> (MockStep, Option<Usage>) {
         self.with_state(|state| {
             keep_latest(&mut state.prompts, prompt.clone());
-            state.script.pop_front().unwrap_or(MockStep::Echo {
+            let step = state.script.pop_front().unwrap_or(MockStep::Echo {
                 delay: state.default_delay,
-            })
+            });
+            let usage = state
+                .usage
+                .pop_front()
+                .unwrap_or_else(|| state.default_usage.clone());
+            (step, usage)
         })
     }
 }
@@ -208,6 +264,8 @@ async fn run_query(
     }
     let mut queue: VecDeque<(PromptId, Prompt)> = VecDeque::from([(0, first)]);
     let mut ended = false;
+    // The last prompt answered: what an interruption between prompts covers.
+    let mut answered: PromptId = 0;
     loop {
         let Some((id, prompt)) = queue.pop_front() else {
             if ended {
@@ -216,20 +274,37 @@ async fn run_query(
             match handle.control.recv().await {
                 Some(Control::Push { id, prompt }) => queue.push_back((id, prompt)),
                 Some(Control::End) | None => return,
-                Some(Control::Abort | Control::Interrupt) => {
-                    let _ = handle.events.send(aborted()).await;
+                Some(Control::Abort) => {
+                    let _ = handle.events.send(aborted(None)).await;
+                    return;
+                }
+                Some(Control::Interrupt) => {
+                    let _ = handle.events.send(interrupted(answered, None)).await;
                     return;
                 }
             }
             continue;
         };
-        let step = mock.next_step(&prompt);
+        let (step, usage) = mock.next_step(&prompt);
         let (text, delay) = match step {
             MockStep::Echo { delay } => match &echo_prefix {
                 Some(prefix) => (format!("{prefix}{}", prompt.text), delay),
                 None => (prompt.text.clone(), delay),
             },
             MockStep::Reply { text, delay } => (text, delay),
+            MockStep::Parts { parts, text, delay } => {
+                for part in parts {
+                    let event = match part {
+                        MockPart::Text { text } => ProviderEvent::Text { text },
+                        MockPart::Tool { tool, summary } => ProviderEvent::Activity {
+                            tool: Some(tool),
+                            summary,
+                        },
+                    };
+                    let _ = handle.events.send(event).await;
+                }
+                (text, delay)
+            }
             MockStep::Fail {
                 message,
                 retryable,
@@ -240,7 +315,7 @@ async fn run_query(
                     retryable,
                     classification,
                     ends_turn: true,
-                    usage: None,
+                    usage,
                 };
                 let _ = handle.events.send(event).await;
                 return;
@@ -264,8 +339,14 @@ async fn run_query(
                 control = handle.control.recv() => match control {
                     Some(Control::Push { id, prompt }) => queue.push_back((id, prompt)),
                     Some(Control::End) => ended = true,
-                    Some(Control::Abort | Control::Interrupt) | None => {
-                        let _ = handle.events.send(aborted()).await;
+                    // The model saw this prompt (and what it answered before); queued pushes
+                    // were not consumed.
+                    Some(Control::Interrupt) => {
+                        let _ = handle.events.send(interrupted(id, usage)).await;
+                        return;
+                    }
+                    Some(Control::Abort) | None => {
+                        let _ = handle.events.send(aborted(usage)).await;
                         return;
                     }
                 },
@@ -276,13 +357,14 @@ async fn run_query(
             .send(ProviderEvent::Result {
                 text,
                 covers: id,
-                usage: None,
+                usage,
             })
             .await
             .is_err()
         {
             return;
         }
+        answered = id;
     }
 }
 
@@ -294,13 +376,22 @@ fn keep_latest<T>(kept: &mut VecDeque<T>, item: T) {
     kept.push_back(item);
 }
 
-fn aborted() -> ProviderEvent {
+fn aborted(usage: Option<Usage>) -> ProviderEvent {
     ProviderEvent::Error {
         message: "aborted".into(),
         retryable: false,
         classification: ErrorClass::Aborted,
         ends_turn: true,
-        usage: None,
+        usage,
+    }
+}
+
+/// The runner's interrupt: the turn ends having seen prompts up to `covers`.
+fn interrupted(covers: PromptId, usage: Option<Usage>) -> ProviderEvent {
+    ProviderEvent::Interrupted {
+        covers,
+        usage,
+        reason: InterruptReason::Stopped,
     }
 }
 
@@ -425,6 +516,87 @@ mod tests {
             usage: None
         }));
         assert_eq!(mock.prompts().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn scripted_usage_comes_with_each_result_then_the_default() {
+        let every = Usage {
+            input_tokens: Some(1),
+            ..Usage::default()
+        };
+        let mock = MockProvider::from_settings(MockSettings {
+            usage: Some(every.clone()),
+            ..MockSettings::default()
+        });
+        let first = Usage {
+            input_tokens: Some(100),
+            output_tokens: Some(20),
+            cost_usd: Some(0.25),
+            requests: Some(2),
+            model: Some("mock-model".into()),
+            ..Usage::default()
+        };
+        mock.script_usage([Some(first.clone()), None]);
+        let mut query = mock
+            .query(QueryInput {
+                prompt: Prompt::text("a"),
+                ..Default::default()
+            })
+            .unwrap();
+        query.push(Prompt::text("b")).unwrap();
+        query.push(Prompt::text("c")).unwrap();
+        query.end();
+        let usages: Vec<_> = collect(&mut query)
+            .await
+            .into_iter()
+            .filter_map(|e| match e {
+                ProviderEvent::Result { usage, .. } => Some(usage),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(usages, vec![Some(first), None, Some(every)]);
+    }
+
+    #[tokio::test]
+    async fn interrupt_ends_the_turn_covering_what_the_model_saw() {
+        let mock = MockProvider::with_delay(Duration::from_secs(60));
+        mock.script_usage([Some(Usage {
+            output_tokens: Some(5),
+            ..Usage::default()
+        })]);
+        let mut query = mock
+            .query(QueryInput {
+                prompt: Prompt::text("slow"),
+                ..Default::default()
+            })
+            .unwrap();
+        query.push(Prompt::text("pushed")).unwrap();
+        query.interrupt();
+        let events = tokio::time::timeout(Duration::from_secs(2), collect(&mut query))
+            .await
+            .unwrap();
+        assert_eq!(
+            events.last(),
+            Some(&ProviderEvent::Interrupted {
+                covers: 0,
+                usage: Some(Usage {
+                    output_tokens: Some(5),
+                    ..Usage::default()
+                }),
+                reason: InterruptReason::Stopped,
+            }),
+            "{events:?}"
+        );
+        assert_eq!(mock.prompts().len(), 1, "the push was not consumed");
+    }
+
+    #[test]
+    fn the_usage_of_a_script_reads_camel_case_json() {
+        let usage: Usage =
+            serde_json::from_str(r#"{"inputTokens": 7, "costUsd": 0.5, "model": "m"}"#).unwrap();
+        assert_eq!(usage.input_tokens, Some(7));
+        assert_eq!(usage.cost_usd, Some(0.5));
+        assert_eq!(usage.output_tokens, None);
     }
 
     #[tokio::test]

@@ -1,11 +1,11 @@
 //! What a turn cost, as the CLI reported it (docs/contract/providers.md#usage).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Token and cost figures of one turn (or one step of it). A figure the CLI did not report is
 /// `None`, never 0: the ledger keeps "unknown" apart from "nothing".
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct Usage {
     /// Input (prompt) tokens, cache reads and writes not included.
     pub input_tokens: Option<u64>,
@@ -29,9 +29,10 @@ impl Usage {
     /// Adds `step` to this total: a figure known on either side is known in the sum; the
     /// model becomes `step`'s when it names one.
     pub fn add(&mut self, step: &Usage) {
-        fn sum<T: Copy + std::ops::Add<Output = T>>(a: Option<T>, b: Option<T>) -> Option<T> {
+        // A CLI's figures are input: a huge one saturates instead of overflowing.
+        fn sum(a: Option<u64>, b: Option<u64>) -> Option<u64> {
             match (a, b) {
-                (Some(a), Some(b)) => Some(a + b),
+                (Some(a), Some(b)) => Some(a.saturating_add(b)),
                 (a, b) => a.or(b),
             }
         }
@@ -40,7 +41,10 @@ impl Usage {
         self.cache_read_tokens = sum(self.cache_read_tokens, step.cache_read_tokens);
         self.cache_write_tokens = sum(self.cache_write_tokens, step.cache_write_tokens);
         self.reasoning_tokens = sum(self.reasoning_tokens, step.reasoning_tokens);
-        self.cost_usd = sum(self.cost_usd, step.cost_usd);
+        self.cost_usd = match (self.cost_usd, step.cost_usd) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
         self.requests = sum(self.requests, step.requests);
         if step.model.is_some() {
             self.model.clone_from(&step.model);
@@ -96,5 +100,14 @@ mod tests {
         assert_eq!(total.total_tokens(), Some(24));
         assert!(Usage::default().total_tokens().is_none());
         assert!(Usage::default().is_empty() && !total.is_empty());
+        total.add(&Usage {
+            input_tokens: Some(u64::MAX),
+            ..Usage::default()
+        });
+        assert_eq!(
+            total.input_tokens,
+            Some(u64::MAX),
+            "saturates, never overflows"
+        );
     }
 }

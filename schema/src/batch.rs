@@ -179,6 +179,7 @@ mod tests {
             since: "2026-01-01T00:00:00.000Z".into(),
             notices: 1,
             last_notice: None,
+            budget: None,
         };
         db.set_waiting_on(Some(&waiting)).unwrap();
         let inserted = db.finish_batch(Some(&report())).unwrap().unwrap();

@@ -5,6 +5,7 @@
 mod batch;
 mod completion;
 pub mod content;
+pub mod control;
 pub mod cron;
 pub mod db;
 mod delivered;
@@ -35,7 +36,9 @@ pub use routing::{find_destination, DestinationRoute};
 pub use rows::*;
 pub use state::continuation_key;
 pub use sweep::{SweepPolicy, SweepReport};
-pub use usage::{NewTurnUsage, UsageOutcome};
+pub use usage::{
+    day_window, Figure, NewTurnUsage, UsageGroup, UsageGroupRow, UsageOutcome, UsageTotals,
+};
 pub use watch::{DbWatcher, WatchMode};
 
 use std::path::PathBuf;

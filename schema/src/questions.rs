@@ -50,6 +50,25 @@ impl SessionDb {
         self.delete_state(&format!("{QUESTION_KEY_PREFIX}{question_id}"))
     }
 
+    /// Withdraws every open question (the turn that asked was stopped); returns how many. The
+    /// `ask_user_question` call waiting on one sees it closed ([`SessionDb::question_open`])
+    /// and returns; a later answer is an ordinary message.
+    pub fn close_open_questions(&self) -> Result<usize, Error> {
+        self.write(|tx| {
+            Ok(tx
+                .prepare_cached("DELETE FROM session_state WHERE substr(key, 1, length(?1)) = ?1")?
+                .execute([QUESTION_KEY_PREFIX])?)
+        })
+    }
+
+    /// Whether `question_id` is still open (asked, and neither answered, timed out nor
+    /// withdrawn).
+    pub fn question_open(&self, question_id: &str) -> Result<bool, Error> {
+        Ok(self
+            .state(&format!("{QUESTION_KEY_PREFIX}{question_id}"))?
+            .is_some())
+    }
+
     /// Finds a pending answer to `question_id` and completes it, atomically. Returns the answer.
     pub fn take_answer(
         &self,

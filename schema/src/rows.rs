@@ -614,7 +614,8 @@ pub struct LastEvent {
 }
 
 /// What a turn that makes no progress waits on: written by the runner while the model gives no
-/// output (retry notices, silence), cleared when output resumes or the turn ends.
+/// output (retry notices, silence), cleared when output resumes or the turn ends. Also what an
+/// idle runner waits on while a spending limit holds the queue (`budget` set).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WaitingOn {
@@ -627,6 +628,10 @@ pub struct WaitingOn {
     /// The last of those notices.
     #[serde(default)]
     pub last_notice: Option<String>,
+    /// The spending limit (its config key, `maxCostUsdPerDay`) that holds the queue, when the
+    /// runner waits on a budget rather than on the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<String>,
 }
 
 /// Routing and reply target of the batch the runner is working on, stored as `current_batch` so

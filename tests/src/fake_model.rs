@@ -34,6 +34,29 @@
 //! [`Step::RawToolCall`] sends the name as is (builtin tools: Claude `Bash`, Codex
 //! `exec_command`, OpenCode `bash`), with an optional Responses `namespace`.
 //!
+//! # Usage
+//! Every reply reports token usage in its API's own shape, from the step's [`StepUsage`]
+//! ([`Step::usage`]) or else the default ([`DEFAULT_USAGE`], [`FakeModel::set_default_usage`]).
+//! A [`StepUsage`] counts like Anthropic: `input` excludes cache reads and writes, `output`
+//! includes `reasoning`. Anthropic: `message_start.message.usage` {`input_tokens`,
+//! `cache_creation_input_tokens`, `cache_read_input_tokens`, `output_tokens` (at most 1 there)},
+//! then `message_delta.usage` {`output_tokens`} (cumulative, as Anthropic documents); no
+//! reasoning figure (Anthropic reports none apart). Responses: `response.completed.response.usage`
+//! with `input_tokens` = input + cache reads (OpenAI counts cached tokens inside input),
+//! `input_tokens_details.cached_tokens`, `output_tokens`, `output_tokens_details.reasoning_tokens`,
+//! `total_tokens`; no cache-write figure (OpenAI reports none). Chat Completions: the same
+//! figures as `prompt_tokens`, `completion_tokens`, `total_tokens`,
+//! `prompt_tokens_details.cached_tokens`, `completion_tokens_details.reasoning_tokens`, in a final
+//! chunk with empty `choices` when the request asks for it with
+//! `stream_options.include_usage` (as OpenAI does; OpenCode asks), and always in a
+//! non-streaming body.
+//!
+//! # Models
+//! [`FakeModel::set_known_models`] restricts the accepted `model` names (default: any). A
+//! request naming another model consumes no step and gets a 404 in its API's error shape
+//! (Anthropic `not_found_error` "model: X"; OpenAI `invalid_request_error` / `model_not_found`
+//! "The model `X` does not exist"), logged as [`ReplyKind::UnknownModel`].
+//!
 //! # Log
 //! Every request is logged ([`LoggedRequest`]: path, query, lowercased headers, parsed JSON body,
 //! time, and what was replied) before the reply starts. [`LoggedRequest`] has helpers that read
@@ -66,6 +89,24 @@ pub const MCP_SERVER: &str = "nanoclaw";
 pub const DEFAULT_TEXT: &str = "ok";
 /// Reply to title-generation requests (no tools, "title generator" system prompt).
 pub const TITLE_TEXT: &str = "Title";
+/// Usage reported by a reply whose step scripts none (and by default-text and title replies):
+/// the figures the fake model always sent before usage was scriptable.
+pub const DEFAULT_USAGE: StepUsage = StepUsage {
+    input: 10,
+    output: 5,
+    cache_read: 0,
+    cache_write: 0,
+    reasoning: 0,
+};
+/// Usage for tests that check figures end to end: every figure different, so a swapped or
+/// dropped one shows.
+pub const SAMPLE_USAGE: StepUsage = StepUsage {
+    input: 1200,
+    output: 80,
+    cache_read: 300,
+    cache_write: 50,
+    reasoning: 20,
+};
 /// Default time a [`Step::Hang`] waits for [`FakeModel::release_hangs`].
 pub const DEFAULT_HANG_TIMEOUT_MS: u64 = 60_000;
 
@@ -130,8 +171,62 @@ impl fmt::Display for Api {
 // Script steps
 // ---------------------------------------------------------------------------------------------
 
+/// Token figures one reply reports (module docs, "Usage"). Counted like Anthropic: `input`
+/// excludes cache reads and writes; `output` includes `reasoning`. Missing JSON fields are 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StepUsage {
+    /// Input tokens neither read from nor written to the cache.
+    pub input: u64,
+    /// Output tokens, reasoning included.
+    pub output: u64,
+    /// Input tokens read from the prompt cache.
+    pub cache_read: u64,
+    /// Input tokens written to the prompt cache (Anthropic only: OpenAI reports none).
+    pub cache_write: u64,
+    /// Reasoning tokens, part of `output` (OpenAI APIs only: Anthropic reports none apart).
+    pub reasoning: u64,
+}
+
+impl StepUsage {
+    /// All input tokens, as OpenAI counts them (cached ones included).
+    fn openai_input(&self) -> u64 {
+        self.input.saturating_add(self.cache_read)
+    }
+
+    /// Anthropic's `usage` object with `output_tokens` as given (`message_start` carries at
+    /// most 1; the final count comes in `message_delta`).
+    fn anthropic(&self, output_tokens: u64) -> Value {
+        json!({"input_tokens": self.input,
+               "cache_creation_input_tokens": self.cache_write,
+               "cache_read_input_tokens": self.cache_read,
+               "output_tokens": output_tokens})
+    }
+
+    /// The Responses API's `response.usage`.
+    fn responses(&self) -> Value {
+        let input = self.openai_input();
+        json!({"input_tokens": input,
+               "input_tokens_details": {"cached_tokens": self.cache_read},
+               "output_tokens": self.output,
+               "output_tokens_details": {"reasoning_tokens": self.reasoning},
+               "total_tokens": input.saturating_add(self.output)})
+    }
+
+    /// Chat Completions' `usage`.
+    fn chat(&self) -> Value {
+        let input = self.openai_input();
+        json!({"prompt_tokens": input,
+               "completion_tokens": self.output,
+               "total_tokens": input.saturating_add(self.output),
+               "prompt_tokens_details": {"cached_tokens": self.cache_read},
+               "completion_tokens_details": {"reasoning_tokens": self.reasoning}})
+    }
+}
+
 /// One scripted model reply. Build with the constructors ([`Step::text`], [`Step::tool_call`],
-/// …) and the modifiers ([`Step::chunks`], [`Step::delay_ms`], [`Step::retry_after_ms`], …).
+/// …) and the modifiers ([`Step::chunks`], [`Step::delay_ms`], [`Step::usage`],
+/// [`Step::retry_after_ms`], …).
 /// Steps also (de)serialize as JSON objects tagged by `"kind"` (used by the `fake-model` binary),
 /// e.g. `{"kind":"text","text":"hi","chunks":3}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -147,6 +242,9 @@ pub enum Step {
         /// Pause between deltas.
         #[serde(default)]
         delay_ms: u64,
+        /// The usage the reply reports (`None`: the server's default).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<StepUsage>,
     },
     /// Call the `nanoclaw` MCP tool `name` (bare name, mapped per API, see the module docs).
     ToolCall {
@@ -154,6 +252,9 @@ pub enum Step {
         name: String,
         /// The call's arguments.
         arguments: Value,
+        /// The usage the reply reports (`None`: the server's default).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<StepUsage>,
     },
     /// Call a tool by its raw name (a CLI builtin: Claude `Bash`, Codex `exec_command`, OpenCode
     /// `bash`). `namespace` is only sent on the Responses API.
@@ -165,13 +266,19 @@ pub enum Step {
         /// The Responses API's tool namespace, if any.
         #[serde(default)]
         namespace: Option<String>,
+        /// The usage the reply reports (`None`: the server's default).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<StepUsage>,
     },
     /// One reply made of several content blocks, in order: each entry must be a `Text`,
     /// `ToolCall` or `RawToolCall` (others are ignored). E.g. some text and then a tool call, or
-    /// two parallel tool calls.
+    /// two parallel tool calls. The reply reports its own `usage`; the entries' are ignored.
     Reply {
         /// The blocks, in order.
         steps: Vec<Step>,
+        /// The usage the reply reports (`None`: the server's default).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<StepUsage>,
     },
     /// Answer with HTTP `status` and the API's JSON error shape carrying `message` (or `body`
     /// verbatim), plus `retry-after` / `retry-after-ms` headers when set.
@@ -243,6 +350,7 @@ impl Step {
             text: text.into(),
             chunks: 1,
             delay_ms: 0,
+            usage: None,
         }
     }
 
@@ -251,6 +359,7 @@ impl Step {
         Step::ToolCall {
             name: name.into(),
             arguments,
+            usage: None,
         }
     }
 
@@ -260,6 +369,7 @@ impl Step {
             name: name.into(),
             arguments,
             namespace: None,
+            usage: None,
         }
     }
 
@@ -267,6 +377,7 @@ impl Step {
     pub fn reply(steps: impl IntoIterator<Item = Step>) -> Step {
         Step::Reply {
             steps: steps.into_iter().collect(),
+            usage: None,
         }
     }
 
@@ -344,6 +455,40 @@ impl Step {
         self
     }
 
+    /// Content (text, tool call, reply; through a [`Step::Stall`]): the usage this reply
+    /// reports instead of the server's default.
+    #[must_use]
+    pub fn usage(mut self, figures: StepUsage) -> Step {
+        if let Some(slot) = self.usage_slot() {
+            *slot = Some(figures);
+        }
+        self
+    }
+
+    /// Where a content step keeps its usage (a stall's is its content's).
+    fn usage_slot(&mut self) -> Option<&mut Option<StepUsage>> {
+        match self {
+            Step::Text { usage, .. }
+            | Step::ToolCall { usage, .. }
+            | Step::RawToolCall { usage, .. }
+            | Step::Reply { usage, .. } => Some(usage),
+            Step::Stall { then, .. } => then.usage_slot(),
+            _ => None,
+        }
+    }
+
+    /// The usage a content step scripts, if any.
+    fn scripted_usage(&self) -> Option<StepUsage> {
+        match self {
+            Step::Text { usage, .. }
+            | Step::ToolCall { usage, .. }
+            | Step::RawToolCall { usage, .. }
+            | Step::Reply { usage, .. } => *usage,
+            Step::Stall { then, .. } => then.scripted_usage(),
+            _ => None,
+        }
+    }
+
     /// Raw tool call: the Responses `namespace`.
     #[must_use]
     pub fn namespace(mut self, ns: impl Into<String>) -> Step {
@@ -403,7 +548,7 @@ impl Step {
             Step::Text { text, .. } => format!("text {text:?}"),
             Step::ToolCall { name, .. } => format!("tool_call {name}"),
             Step::RawToolCall { name, .. } => format!("raw_tool_call {name}"),
-            Step::Reply { steps } => {
+            Step::Reply { steps, .. } => {
                 let parts: Vec<String> = steps.iter().map(Step::describe).collect();
                 format!("reply [{}]", parts.join(", "))
             }
@@ -435,6 +580,8 @@ pub enum ReplyKind {
     Title,
     /// Unknown path or method: 404.
     NotFound,
+    /// A model not in [`FakeModel::set_known_models`]: 404 in the API's shape, no step consumed.
+    UnknownModel,
 }
 
 /// One logged HTTP request.
@@ -464,6 +611,10 @@ pub struct LoggedRequest {
     pub reply: ReplyKind,
     /// Human-readable description of the reply (e.g. `text "ok"`).
     pub reply_description: String,
+    /// Whether the reply's whole content was handed to the connection: a stream up to its last
+    /// event, or a JSON body; never an error, a drop, or a reply still streaming or hanging. A
+    /// test that must act once the model has answered waits for it.
+    pub sent_whole: bool,
 }
 
 impl LoggedRequest {
@@ -474,7 +625,7 @@ impl LoggedRequest {
             .map(String::as_str)
     }
 
-    /// The `model` field.
+    /// The `model` the request body names (what a `/model` switch must change).
     pub fn model(&self) -> Option<&str> {
         self.body.get("model").and_then(Value::as_str)
     }
@@ -664,12 +815,13 @@ impl LoggedRequest {
             .map(|q| format!("?{q}"))
             .unwrap_or_default();
         format!(
-            "#{} +{:.3}s {} {}{} tools={} last_user={:?} -> {}",
+            "#{} +{:.3}s {} {}{} model={:?} tools={} last_user={:?} -> {}",
             self.seq,
             self.since_start.as_secs_f64(),
             self.method,
             self.path,
             q,
+            self.model().unwrap_or_default(),
             self.tool_names().len(),
             self.last_user_text().map(|t| {
                 // The end of the text: Claude puts reminders before the prompt.
@@ -786,6 +938,9 @@ struct Inner {
     script: VecDeque<Step>,
     consumed: usize,
     default_text: String,
+    default_usage: StepUsage,
+    /// `None`: every model name is accepted.
+    known_models: Option<Vec<String>>,
     log: Vec<LoggedRequest>,
     next_seq: usize,
 }
@@ -805,6 +960,13 @@ impl Shared {
 
     fn next_id(&self) -> u64 {
         self.ids.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Marks the request `seq` as answered whole ([`LoggedRequest::sent_whole`]).
+    fn sent_whole(&self, seq: usize) {
+        if let Some(entry) = self.lock().log.iter_mut().find(|r| r.seq == seq) {
+            entry.sent_whole = true;
+        }
     }
 }
 
@@ -848,6 +1010,8 @@ impl FakeModel {
                 script: VecDeque::new(),
                 consumed: 0,
                 default_text: DEFAULT_TEXT.to_string(),
+                default_usage: DEFAULT_USAGE,
+                known_models: None,
                 log: Vec::new(),
                 next_seq: 0,
             }),
@@ -916,9 +1080,25 @@ impl FakeModel {
         self.shared.lock().default_text = text.into();
     }
 
+    /// Usage reported by replies whose step scripts none (default [`DEFAULT_USAGE`]).
+    pub fn set_default_usage(&self, usage: StepUsage) {
+        self.shared.lock().default_usage = usage;
+    }
+
+    /// Accept only requests naming one of `models` (`None`, the default: accept any). Others
+    /// get a 404 in the API's error shape and consume no step (module docs, "Models").
+    pub fn set_known_models<S: Into<String>>(&self, models: Option<impl IntoIterator<Item = S>>) {
+        self.shared.lock().known_models = models.map(|m| m.into_iter().map(Into::into).collect());
+    }
+
     /// Release every [`Step::Hang`] whose request has already arrived.
     pub fn release_hangs(&self) {
         self.shared.release.send_modify(|g| *g += 1);
+    }
+
+    /// How many replies were sent whole ([`LoggedRequest::sent_whole`]).
+    pub fn completed_replies(&self) -> usize {
+        self.filtered(|r| r.sent_whole).len()
     }
 
     /// All logged requests, in arrival order.
@@ -1099,6 +1279,8 @@ fn run_server(runtime: tokio::runtime::Runtime, listener: StdTcpListener, shared
 /// What to do with one request, decided under the lock.
 enum Action {
     NotFound,
+    /// The model the request named.
+    UnknownModel(String),
     Title,
     Step(Step),
 }
@@ -1141,13 +1323,23 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         since_start: shared.started.elapsed(),
         reply: ReplyKind::NotFound,
         reply_description: "404".to_string(),
+        sent_whole: false,
     };
 
     let release_gen = *shared.release.borrow();
     let (action, ctx, default_text) = {
         let mut inner = shared.lock();
+        let unknown_model = inner
+            .known_models
+            .as_ref()
+            .is_some_and(|known| !known.iter().any(|m| Some(m.as_str()) == entry.model()));
         let action = if api.is_none() {
             Action::NotFound
+        } else if unknown_model {
+            let named = entry.model().unwrap_or_default().to_string();
+            entry.reply = ReplyKind::UnknownModel;
+            entry.reply_description = format!("404 unknown model {named:?}");
+            Action::UnknownModel(named)
         } else if entry.is_title_request() {
             entry.reply = ReplyKind::Title;
             entry.reply_description = format!("title {TITLE_TEXT:?}");
@@ -1172,12 +1364,15 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             .pointer("/stream_options/include_usage")
             .and_then(Value::as_bool)
             == Some(true);
+        let seq = entry.seq;
         inner.log.push(entry);
         let ctx = api.map(|api| Ctx {
+            seq,
             api,
             model,
             stream: is_stream,
             include_usage,
+            default_usage: inner.default_usage,
             shared: shared.clone(),
             release_gen,
         });
@@ -1186,8 +1381,15 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
 
     match (action, ctx) {
         (Action::NotFound, _) | (_, None) => not_found(),
+        (Action::UnknownModel(named), Some(ctx)) => {
+            let message = match ctx.api {
+                Api::Anthropic => format!("model: {named}"),
+                Api::Responses | Api::Chat => format!("The model `{named}` does not exist"),
+            };
+            ctx.error_response(404, &message, None, None, None)
+        }
         (Action::Title, Some(ctx)) => {
-            let plan = Plan::blocks(vec![Block::text(TITLE_TEXT, 1, 0)]);
+            let plan = ctx.plan(vec![Block::text(TITLE_TEXT, 1, 0)], None);
             ctx.respond(plan).await
         }
         (Action::Step(step), Some(ctx)) => ctx.respond_step(step, &default_text).await,
@@ -1209,10 +1411,14 @@ fn not_found() -> Response {
 
 /// Per-request reply context.
 struct Ctx {
+    /// The request's [`LoggedRequest::seq`].
+    seq: usize,
     api: Api,
     model: String,
     stream: bool,
     include_usage: bool,
+    /// Reported when the step scripts no usage.
+    default_usage: StepUsage,
     shared: Arc<Shared>,
     release_gen: u64,
 }
@@ -1255,20 +1461,13 @@ enum Pause {
 #[derive(Clone, Debug, Default)]
 struct Plan {
     blocks: Vec<Block>,
+    /// What the reply reports.
+    usage: StepUsage,
     pause: Option<Pause>,
     /// Close the connection after the first event(s) instead of sending content.
     abort_after_start: bool,
     /// Close the connection right after the headers.
     abort_at_once: bool,
-}
-
-impl Plan {
-    fn blocks(blocks: Vec<Block>) -> Plan {
-        Plan {
-            blocks,
-            ..Plan::default()
-        }
-    }
 }
 
 /// One unit of the SSE body.
@@ -1280,6 +1479,15 @@ enum Frame {
 }
 
 impl Ctx {
+    /// A reply of `blocks` reporting `usage`, or the server's default.
+    fn plan(&self, blocks: Vec<Block>, usage: Option<StepUsage>) -> Plan {
+        Plan {
+            blocks,
+            usage: usage.unwrap_or(self.default_usage),
+            ..Plan::default()
+        }
+    }
+
     async fn respond_step(self, step: Step, default_text: &str) -> Response {
         let default_block = || vec![Block::text(default_text, 1, 0)];
         match step {
@@ -1295,30 +1503,32 @@ impl Ctx {
                 timeout_ms,
             } => {
                 self.wait_pause(Pause::Release { timeout_ms }).await;
-                self.respond(Plan::blocks(default_block())).await
+                let plan = self.plan(default_block(), None);
+                self.respond(plan).await
             }
             Step::Hang {
                 after_first_event: true,
                 timeout_ms,
             } => {
-                let mut plan = Plan::blocks(default_block());
+                let mut plan = self.plan(default_block(), None);
                 plan.pause = Some(Pause::Release { timeout_ms });
                 self.respond(plan).await
             }
             Step::HangAfterHeaders { timeout_ms } => {
                 if !self.stream {
                     self.wait_pause(Pause::Release { timeout_ms }).await;
-                    return self.respond(Plan::blocks(default_block())).await;
+                    let plan = self.plan(default_block(), None);
+                    return self.respond(plan).await;
                 }
                 let mut frames = vec![Frame::Pause(Pause::Release { timeout_ms })];
-                frames.extend(self.sse_frames(&Plan::blocks(default_block())));
+                frames.extend(self.sse_frames(&self.plan(default_block(), None)));
                 self.stream_response(frames)
             }
             Step::Drop { after_first_event } => {
                 let plan = Plan {
                     abort_after_start: after_first_event,
                     abort_at_once: !after_first_event,
-                    ..Plan::default()
+                    ..self.plan(Vec::new(), None)
                 };
                 self.respond(plan).await
             }
@@ -1327,7 +1537,7 @@ impl Ctx {
                 | Step::ToolCall { .. }
                 | Step::RawToolCall { .. }
                 | Step::Reply { .. } => {
-                    let mut plan = Plan::blocks(self.blocks_of(&then));
+                    let mut plan = self.plan(self.blocks_of(&then), then.scripted_usage());
                     plan.pause = Some(Pause::Sleep(ms));
                     self.respond(plan).await
                 }
@@ -1337,7 +1547,7 @@ impl Ctx {
                 }
             },
             content => {
-                let plan = Plan::blocks(self.blocks_of(&content));
+                let plan = self.plan(self.blocks_of(&content), content.scripted_usage());
                 self.respond(plan).await
             }
         }
@@ -1349,8 +1559,11 @@ impl Ctx {
                 text,
                 chunks,
                 delay_ms,
+                ..
             } => vec![Block::text(text.clone(), *chunks, *delay_ms)],
-            Step::ToolCall { name, arguments } => {
+            Step::ToolCall {
+                name, arguments, ..
+            } => {
                 let (name, namespace) = self.api.mcp_tool_name(name);
                 vec![Block::Call {
                     name,
@@ -1362,12 +1575,13 @@ impl Ctx {
                 name,
                 arguments,
                 namespace,
+                ..
             } => vec![Block::Call {
                 name: name.clone(),
                 namespace: namespace.clone().filter(|_| self.api == Api::Responses),
                 arguments: arguments.to_string(),
             }],
-            Step::Reply { steps } => steps.iter().flat_map(|s| self.blocks_of(s)).collect(),
+            Step::Reply { steps, .. } => steps.iter().flat_map(|s| self.blocks_of(s)).collect(),
             _ => Vec::new(),
         }
     }
@@ -1430,7 +1644,8 @@ impl Ctx {
             if plan.abort_after_start || plan.abort_at_once {
                 return self.stream_response(vec![Frame::Abort]);
             }
-            let body = self.json_body(&plan.blocks);
+            let body = self.json_body(&plan.blocks, &plan.usage);
+            self.shared.sent_whole(self.seq);
             let mut resp = Response::new(Body::from(body.to_string()));
             resp.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -1477,6 +1692,7 @@ impl Ctx {
                     }
                 }
             }
+            producer.shared.sent_whole(producer.seq);
         });
         let mut resp = Response::new(Body::from_stream(stream));
         let h = resp.headers_mut();
@@ -1523,7 +1739,7 @@ impl Ctx {
             json!({"type":"message_start","message":{
                 "id": self.id("msg"), "type":"message", "role":"assistant", "model": self.model,
                 "content":[], "stop_reason":null, "stop_sequence":null,
-                "usage":{"input_tokens":10,"output_tokens":1}}}),
+                "usage": plan.usage.anthropic(plan.usage.output.min(1))}}),
         ));
         if !Self::after_start(plan, frames) {
             return;
@@ -1578,7 +1794,7 @@ impl Ctx {
         frames.push(ev(
             "message_delta",
             json!({"type":"message_delta","delta":{"stop_reason":stop,"stop_sequence":null},
-                   "usage":{"output_tokens":5}}),
+                   "usage":{"output_tokens": plan.usage.output}}),
         ));
         frames.push(ev("message_stop", json!({"type":"message_stop"})));
     }
@@ -1696,7 +1912,7 @@ impl Ctx {
         }
         frames.push(ev(
             "response.completed",
-            json!({"response": response("completed", Value::Array(output), responses_usage())}),
+            json!({"response": response("completed", Value::Array(output), plan.usage.responses())}),
         ));
     }
 
@@ -1749,8 +1965,7 @@ impl Ctx {
         frames.push(chunk(json!({}), Value::from(finish)));
         if self.include_usage {
             let data = json!({"id":id,"object":"chat.completion.chunk","created":created,
-                "model":self.model,"choices":[],
-                "usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}});
+                "model":self.model,"choices":[],"usage": plan.usage.chat()});
             frames.push(Frame::Data(format!("data: {data}\n\n")));
         }
         frames.push(Frame::Data("data: [DONE]\n\n".to_string()));
@@ -1758,7 +1973,7 @@ impl Ctx {
 
     // ---- non-streaming JSON ------------------------------------------------------------------
 
-    fn json_body(&self, blocks: &[Block]) -> Value {
+    fn json_body(&self, blocks: &[Block], usage: &StepUsage) -> Value {
         let has_call = blocks.iter().any(|b| matches!(b, Block::Call { .. }));
         match self.api {
             Api::Anthropic => {
@@ -1776,7 +1991,7 @@ impl Ctx {
                 json!({"id":self.id("msg"),"type":"message","role":"assistant",
                        "model":self.model,"content":content,
                        "stop_reason": if has_call {"tool_use"} else {"end_turn"},
-                       "stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":5}})
+                       "stop_sequence":null,"usage": usage.anthropic(usage.output)})
             }
             Api::Responses => {
                 let output: Vec<Value> = blocks
@@ -1802,7 +2017,7 @@ impl Ctx {
                     .collect();
                 json!({"id":self.id("resp"),"object":"response","created_at":unix_now(),
                        "status":"completed","model":self.model,"output":output,
-                       "usage":responses_usage()})
+                       "usage": usage.responses()})
             }
             Api::Chat => {
                 let text: String = blocks
@@ -1833,7 +2048,7 @@ impl Ctx {
                        "model":self.model,
                        "choices":[{"index":0,"message":message,
                                    "finish_reason": if has_call {"tool_calls"} else {"stop"}}],
-                       "usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}})
+                       "usage": usage.chat()})
             }
         }
     }
@@ -1867,11 +2082,6 @@ fn error_body(api: Api, status: StatusCode, message: &str) -> Value {
             json!({"error":{"message":message,"type":ty,"param":null,"code":code}})
         }
     }
-}
-
-fn responses_usage() -> Value {
-    json!({"input_tokens":10,"input_tokens_details":{"cached_tokens":0},"output_tokens":5,
-           "output_tokens_details":{"reasoning_tokens":0},"total_tokens":15})
 }
 
 fn unix_now() -> u64 {
@@ -1942,6 +2152,11 @@ mod tests {
             .collect()
     }
 
+    /// A streamed request with tools to `api`, its SSE events parsed.
+    async fn sse_of(server: &FakeModel, api: Api, body: Value) -> Vec<(Option<String>, Value)> {
+        parse_sse(&post(server, api.path(), body).await.text().await.unwrap())
+    }
+
     fn names(events: &[(Option<String>, Value)]) -> Vec<&str> {
         events
             .iter()
@@ -1993,12 +2208,203 @@ mod tests {
             Step::text("late").stalled(100),
             Step::drop_connection(),
             Step::reply([Step::text("a"), Step::tool_call("t", json!({}))]),
+            Step::text("counted").usage(SAMPLE_USAGE).stalled(5),
+            Step::tool_call("t", json!({})).usage(StepUsage::default()),
         ];
         let s = serde_json::to_string(&steps).unwrap();
         let back: Vec<Step> = serde_json::from_str(&s).unwrap();
         assert_eq!(back, steps);
         let parsed: Step = serde_json::from_str(r#"{"kind":"text","text":"x"}"#).unwrap();
         assert_eq!(parsed, Step::text("x"));
+        // Usage figures left out are 0; a step without usage serializes without the key.
+        let parsed: Step = serde_json::from_str(
+            r#"{"kind":"raw_tool_call","name":"Bash","arguments":{},"usage":{"input":7,"reasoning":2}}"#,
+        )
+        .unwrap();
+        let want = StepUsage {
+            input: 7,
+            reasoning: 2,
+            ..StepUsage::default()
+        };
+        assert_eq!(parsed, Step::raw_tool_call("Bash", json!({})).usage(want));
+        assert!(!serde_json::to_string(&Step::text("x"))
+            .unwrap()
+            .contains("usage"));
+        // Usage only sticks to content steps.
+        assert_eq!(
+            Step::error(500, "x").usage(SAMPLE_USAGE),
+            Step::error(500, "x")
+        );
+    }
+
+    #[tokio::test]
+    async fn scripted_usage_in_each_api_streaming_shape() {
+        let server = FakeModel::start().unwrap();
+        server.push(Step::text("hi").usage(SAMPLE_USAGE));
+        let ev = sse_of(
+            &server,
+            Api::Anthropic,
+            with_tools(Api::Anthropic, user_body(Api::Anthropic, "x")),
+        )
+        .await;
+        assert_eq!(
+            ev[0].1["message"]["usage"],
+            json!({"input_tokens":1200,"cache_creation_input_tokens":50,
+                   "cache_read_input_tokens":300,"output_tokens":1})
+        );
+        let delta = ev
+            .iter()
+            .find(|(n, _)| n.as_deref() == Some("message_delta"))
+            .unwrap();
+        assert_eq!(delta.1["usage"], json!({"output_tokens":80}));
+
+        // A stalled tool call reports its scripted usage too.
+        server.push(
+            Step::tool_call("send_message", json!({}))
+                .usage(SAMPLE_USAGE)
+                .stalled(1),
+        );
+        let ev = sse_of(
+            &server,
+            Api::Responses,
+            with_tools(Api::Responses, user_body(Api::Responses, "x")),
+        )
+        .await;
+        let completed = ev.last().unwrap();
+        assert_eq!(completed.0.as_deref(), Some("response.completed"));
+        assert_eq!(
+            completed.1["response"]["usage"],
+            json!({"input_tokens":1500,"input_tokens_details":{"cached_tokens":300},
+                   "output_tokens":80,"output_tokens_details":{"reasoning_tokens":20},
+                   "total_tokens":1580})
+        );
+
+        server.push(Step::reply([Step::text("a"), Step::text("b")]).usage(SAMPLE_USAGE));
+        let mut body = with_tools(Api::Chat, user_body(Api::Chat, "x"));
+        body["stream_options"] = json!({"include_usage": true});
+        let ev = sse_of(&server, Api::Chat, body).await;
+        let usage_chunk = &ev[ev.len() - 2].1;
+        assert_eq!(usage_chunk["choices"], json!([]));
+        assert_eq!(
+            usage_chunk["usage"],
+            json!({"prompt_tokens":1500,"completion_tokens":80,"total_tokens":1580,
+                   "prompt_tokens_details":{"cached_tokens":300},
+                   "completion_tokens_details":{"reasoning_tokens":20}})
+        );
+        assert_eq!(ev[ev.len() - 1].1, "[DONE]");
+    }
+
+    #[tokio::test]
+    async fn default_usage_is_settable_and_reaches_non_streaming_bodies() {
+        let server = FakeModel::start().unwrap();
+        // Unscripted: the historical defaults.
+        let ev = sse_of(
+            &server,
+            Api::Responses,
+            with_tools(Api::Responses, user_body(Api::Responses, "x")),
+        )
+        .await;
+        assert_eq!(
+            ev.last().unwrap().1["response"]["usage"]["input_tokens"],
+            10
+        );
+        assert_eq!(
+            ev.last().unwrap().1["response"]["usage"]["output_tokens"],
+            5
+        );
+
+        server.set_default_usage(SAMPLE_USAGE);
+        let mut bodies = Vec::new();
+        for api in Api::ALL {
+            let mut body = with_tools(api, user_body(api, "x"));
+            body["stream"] = json!(false);
+            let text = post(&server, api.path(), body).await.text().await.unwrap();
+            bodies.push(serde_json::from_str::<Value>(&text).unwrap());
+        }
+        assert_eq!(
+            bodies[0]["usage"],
+            json!({"input_tokens":1200,"cache_creation_input_tokens":50,
+                   "cache_read_input_tokens":300,"output_tokens":80})
+        );
+        assert_eq!(
+            bodies[1]["usage"]["input_tokens_details"]["cached_tokens"],
+            300
+        );
+        assert_eq!(
+            bodies[1]["usage"]["output_tokens_details"]["reasoning_tokens"],
+            20
+        );
+        assert_eq!(bodies[2]["usage"]["prompt_tokens"], 1500);
+        assert_eq!(
+            bodies[2]["usage"]["completion_tokens_details"]["reasoning_tokens"],
+            20
+        );
+        // A scripted step still wins over the default.
+        server.push(Step::text("x").usage(StepUsage::default()));
+        let ev = sse_of(
+            &server,
+            Api::Anthropic,
+            with_tools(Api::Anthropic, user_body(Api::Anthropic, "x")),
+        )
+        .await;
+        assert_eq!(ev[0].1["message"]["usage"]["input_tokens"], 0);
+        assert_eq!(ev[0].1["message"]["usage"]["output_tokens"], 0);
+    }
+
+    #[tokio::test]
+    async fn unknown_models_get_a_404_in_the_api_shape_and_consume_no_step() {
+        let server = FakeModel::start_with_script([Step::text("served")]).unwrap();
+        server.set_known_models(Some(["m", "other-known"]));
+        let mut statuses = Vec::new();
+        for api in Api::ALL {
+            let mut body = with_tools(api, user_body(api, "x"));
+            body["model"] = json!("nope-1");
+            let resp = post(&server, api.path(), body).await;
+            statuses.push(resp.status().as_u16());
+            let body: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+            match api {
+                Api::Anthropic => assert_eq!(
+                    body,
+                    json!({"type":"error","error":{"type":"not_found_error",
+                           "message":"model: nope-1"}})
+                ),
+                _ => assert_eq!(
+                    body,
+                    json!({"error":{"message":"The model `nope-1` does not exist",
+                           "type":"invalid_request_error","param":null,
+                           "code":"model_not_found"}})
+                ),
+            }
+        }
+        assert_eq!(statuses, [404, 404, 404]);
+        assert_eq!(server.remaining_steps(), 1);
+        let log = server.requests();
+        assert!(log.iter().all(|r| r.reply == ReplyKind::UnknownModel));
+        assert_eq!(log[0].model(), Some("nope-1"));
+        assert!(server.model_requests().is_empty());
+
+        // A known model is served; None accepts any again.
+        let text = post(
+            &server,
+            "/v1/messages",
+            with_tools(Api::Anthropic, user_body(Api::Anthropic, "x")),
+        )
+        .await
+        .text()
+        .await
+        .unwrap();
+        assert!(text.contains(r#""text":"served""#), "{text}");
+        server.set_known_models(None::<[&str; 0]>);
+        let mut body = with_tools(Api::Chat, user_body(Api::Chat, "x"));
+        body["model"] = json!("anything");
+        assert_eq!(
+            post(&server, "/v1/chat/completions", body).await.status(),
+            200
+        );
+        assert_eq!(
+            server.model_requests().last().unwrap().model(),
+            Some("anything")
+        );
     }
 
     #[tokio::test]
@@ -2015,7 +2421,7 @@ mod tests {
         let body = resp.text().await.unwrap();
         let expected = concat!(
             "event: message_start\n",
-            r#"data: {"message":{"content":[],"id":"msg_fake1","model":"m","role":"assistant","stop_reason":null,"stop_sequence":null,"type":"message","usage":{"input_tokens":10,"output_tokens":1}},"type":"message_start"}"#,
+            r#"data: {"message":{"content":[],"id":"msg_fake1","model":"m","role":"assistant","stop_reason":null,"stop_sequence":null,"type":"message","usage":{"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"input_tokens":10,"output_tokens":1}},"type":"message_start"}"#,
             "\n\n",
             "event: content_block_start\n",
             r#"data: {"content_block":{"text":"","type":"text"},"index":0,"type":"content_block_start"}"#,
@@ -2328,6 +2734,7 @@ mod tests {
         .await;
         assert_eq!(resp.status(), 400);
         assert_eq!(resp.text().await.unwrap(), r#"{"custom":true}"#);
+        assert_eq!(server.completed_replies(), 0, "errors are not replies");
     }
 
     #[tokio::test]
@@ -2345,6 +2752,11 @@ mod tests {
         assert!(first.starts_with("event: message_start\n"), "{first}");
         let more = tokio::time::timeout(Duration::from_millis(300), resp.chunk()).await;
         assert!(more.is_err(), "stream must hang after the first event");
+        assert_eq!(
+            server.completed_replies(),
+            0,
+            "a hanging reply is not complete"
+        );
         let t = Instant::now();
         server.release_hangs();
         let mut rest = String::new();
@@ -2354,6 +2766,7 @@ mod tests {
         assert!(t.elapsed() < Duration::from_secs(2));
         assert!(rest.contains(r#""text":"after release""#), "{rest}");
         assert!(rest.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+        assert_eq!(server.completed_replies(), 1);
     }
 
     #[tokio::test]
@@ -2458,6 +2871,9 @@ mod tests {
             .await
             .unwrap();
         assert!(text.contains(r#""text":"after""#));
+        let whole: Vec<bool> = server.requests().iter().map(|r| r.sent_whole).collect();
+        assert_eq!(whole, [false, false, true], "drops are not whole replies");
+        assert_eq!(server.completed_replies(), 1);
     }
 
     #[tokio::test]

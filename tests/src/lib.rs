@@ -15,6 +15,10 @@
 //!   (a gateway that is down or stalls, signals mid-turn, processes that outlive a run, the
 //!   credential proxy, secrets the agent could read), re-exported by [`scenarios`] so that
 //!   `scenario_tests!` finds them.
+//! * [`usage_scenarios`]: usage and budgets (issue 14): the ledger's figures, a budget that
+//!   holds the queue, a crash before the ledger write; re-exported by [`scenarios`] too.
+//! * [`turn_scenarios`]: turn control (issue 15): `/stop`, message blocks delivered as they are
+//!   written, progress rows, `/model`; re-exported by [`scenarios`] too.
 
 pub mod credentials;
 pub mod fake_model;
@@ -26,3 +30,5 @@ pub mod scenarios;
 pub mod secrets;
 pub mod stalls;
 pub mod stops;
+pub mod turn_scenarios;
+pub mod usage_scenarios;

@@ -18,6 +18,8 @@ pub use crate::leftovers::*;
 pub use crate::secrets::*;
 pub use crate::stalls::*;
 pub use crate::stops::*;
+pub use crate::turn_scenarios::*;
+pub use crate::usage_scenarios::*;
 
 use crate::fake_model::{FakeModel, LoggedRequest, Step};
 use crate::harness::{

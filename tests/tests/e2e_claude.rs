@@ -186,6 +186,13 @@ fn image_attachment_reaches_the_model_natively() {
 // leftovers.rs, credentials.rs, secrets.rs), declared in `e2e::fault_scenario_tests!`.
 e2e::fault_scenario_tests! { CLI; model_key_test = model_key_stays_with_the_runner_claude }
 
+// Issue 14: usage and budgets (tests/src/usage_scenarios.rs), declared in
+// `e2e::usage_scenario_tests!`.
+e2e::usage_scenario_tests! { CLI }
+
+// Issue 15: turn control (tests/src/turn_scenarios.rs), declared in `e2e::turn_scenario_tests!`.
+e2e::turn_scenario_tests! { CLI }
+
 /// Issue 13: Claude selected without its key warns at start naming the variable, and the
 /// message's `query_error` says the same instead of Claude's "Please run /login" (advice a
 /// runner's user cannot follow). Claude refuses before any request: the model is never called.

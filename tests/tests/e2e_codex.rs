@@ -62,3 +62,10 @@ e2e::scenario_tests! { CLI;
 // Issue 10: the fault scenarios every CLI runs alike (tests/src/stalls.rs, stops.rs,
 // leftovers.rs, credentials.rs, secrets.rs), declared in `e2e::fault_scenario_tests!`.
 e2e::fault_scenario_tests! { CLI; model_key_test = model_key_stays_with_the_runner_codex }
+
+// Issue 14: usage and budgets (tests/src/usage_scenarios.rs), declared in
+// `e2e::usage_scenario_tests!`.
+e2e::usage_scenario_tests! { CLI }
+
+// Issue 15: turn control (tests/src/turn_scenarios.rs), declared in `e2e::turn_scenario_tests!`.
+e2e::turn_scenario_tests! { CLI }

@@ -100,3 +100,10 @@ fn stop_leaves_no_opencode_process() {
 // Issue 10: the fault scenarios every CLI runs alike (tests/src/stalls.rs, stops.rs,
 // leftovers.rs, credentials.rs, secrets.rs), declared in `e2e::fault_scenario_tests!`.
 e2e::fault_scenario_tests! { CLI; model_key_test = model_key_stays_with_the_runner_opencode }
+
+// Issue 14: usage and budgets (tests/src/usage_scenarios.rs), declared in
+// `e2e::usage_scenario_tests!`.
+e2e::usage_scenario_tests! { CLI }
+
+// Issue 15: turn control (tests/src/turn_scenarios.rs), declared in `e2e::turn_scenario_tests!`.
+e2e::turn_scenario_tests! { CLI }

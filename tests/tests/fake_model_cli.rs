@@ -19,7 +19,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use e2e::fake_model::{Api, FakeModel, ReplyKind, Step};
+use e2e::fake_model::{Api, FakeModel, ReplyKind, Step, SAMPLE_USAGE};
 use e2e::harness::print_requests as print_log;
 use e2e::harness::{cli, run_in_loopback_netns, FAKE_KEY};
 use serde_json::{json, Value};
@@ -200,7 +200,8 @@ fn claude_one_shot_against_fake_model() {
         let sandbox = Sandbox::new();
         let server = FakeModel::start_with_script([Step::text("hello from the fake model")
             .chunks(3)
-            .delay_ms(10)])
+            .delay_ms(10)
+            .usage(SAMPLE_USAGE)])
         .unwrap();
         let mut cmd = claude_cmd(&sandbox, &bin, &server, "say hi");
         cmd.args(["--tools", ""]);
@@ -210,6 +211,13 @@ fn claude_one_shot_against_fake_model() {
         assert!(run.status.success(), "{}", run.dump());
         assert_eq!(result["is_error"], false, "{}", run.dump());
         assert_eq!(result["result"], "hello from the fake model");
+        // The scripted usage, read from Anthropic's message_start and message_delta.
+        let usage = &result["usage"];
+        assert_eq!(usage["input_tokens"], 1200, "{usage}");
+        assert_eq!(usage["cache_creation_input_tokens"], 50, "{usage}");
+        assert_eq!(usage["cache_read_input_tokens"], 300, "{usage}");
+        assert_eq!(usage["output_tokens"], 80, "{usage}");
+        assert!(result["total_cost_usd"].as_f64().is_some_and(|c| c > 0.0));
         let reqs = server.requests();
         assert_eq!(reqs.len(), 1, "exactly one model request");
         let r = &reqs[0];
@@ -336,7 +344,8 @@ fn codex_exec_against_fake_model() {
         let sandbox = Sandbox::new();
         let server = FakeModel::start_with_script([Step::text("hello from the fake model")
             .chunks(3)
-            .delay_ms(10)])
+            .delay_ms(10)
+            .usage(SAMPLE_USAGE)])
         .unwrap();
         let cmd = codex_cmd(&sandbox, &bin, &server, (0, 0), "say hi");
         let run = run(&sandbox, cmd, None, "codex text");
@@ -348,10 +357,20 @@ fn codex_exec_against_fake_model() {
             "{}",
             run.dump()
         );
-        assert!(run
+        let completed = run
             .json_lines()
-            .iter()
-            .any(|e| e["type"] == "turn.completed"));
+            .into_iter()
+            .find(|e| e["type"] == "turn.completed")
+            .unwrap_or_else(|| panic!("no turn.completed\n{}", run.dump()));
+        // The scripted usage from response.completed, in Codex's terms (input with the cached
+        // tokens, as OpenAI counts; no cache writes in the Responses API: Codex says 0).
+        assert_eq!(
+            completed["usage"],
+            json!({"input_tokens":1500,"cached_input_tokens":300,"cache_write_input_tokens":0,
+                   "output_tokens":80,"reasoning_output_tokens":20}),
+            "{}",
+            run.dump()
+        );
         let reqs = server.requests();
         assert_eq!(reqs.len(), 1, "exactly one model request");
         let r = &reqs[0];
@@ -517,7 +536,8 @@ fn opencode_text_phase(bin: &Path) {
     let sandbox = Sandbox::new();
     let server = FakeModel::start_with_script([Step::text("hello from the fake model")
         .chunks(3)
-        .delay_ms(10)])
+        .delay_ms(10)
+        .usage(SAMPLE_USAGE)])
     .unwrap();
     let cmd = opencode_cmd(&sandbox, bin, &server);
     let run = run(&sandbox, cmd, Some("say hi"), "opencode text");
@@ -529,6 +549,22 @@ fn opencode_text_phase(bin: &Path) {
         "{}",
         run.dump()
     );
+    // The scripted usage from the final usage chunk (OpenCode asks for it with
+    // stream_options.include_usage), in OpenCode's terms: input without the cache reads,
+    // output without the reasoning; cost 0 without prices in the model config.
+    let finish = run
+        .json_lines()
+        .into_iter()
+        .find(|e| e["type"] == "step_finish")
+        .unwrap_or_else(|| panic!("no step_finish\n{}", run.dump()));
+    assert_eq!(
+        finish["part"]["tokens"],
+        json!({"input":1200,"output":60,"reasoning":20,"cache":{"read":300,"write":0},
+               "total":1580}),
+        "{}",
+        run.dump()
+    );
+    assert_eq!(finish["part"]["cost"], 0);
     let model = server.model_requests();
     assert_eq!(model.len(), 1, "one model request besides the title");
     let r = &model[0];
@@ -543,6 +579,10 @@ fn opencode_text_phase(bin: &Path) {
         .unwrap_or("")
         .starts_with("opencode/"));
     assert!(r.is_stream());
+    assert_eq!(
+        r.body["stream_options"]["include_usage"], true,
+        "OpenCode asks for the usage chunk"
+    );
     assert_eq!(r.last_user_text().as_deref(), Some("say hi"));
     assert!(r.system_text().contains("opencode"));
     assert!(r.tool_names().contains(&"bash".to_string()));
@@ -622,4 +662,120 @@ fn opencode_401_phase(bin: &Path) {
     assert_eq!(err["error"]["data"]["statusCode"], 401);
     assert_eq!(err["error"]["data"]["message"], "fake 401 error");
     assert_eq!(server.model_requests().len(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fake-model binary
+// ---------------------------------------------------------------------------------------------
+
+/// The binary reads usage and known models in its JSON/flag form, answers in each API's shape,
+/// and prints the model each request named.
+#[tokio::test]
+async fn fake_model_binary_scripts_usage_and_refuses_unknown_models() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("steps.json");
+    std::fs::write(
+        &script,
+        r#"[{"kind":"text","text":"scripted","usage":{"input":1200,"output":80,"cache_read":300,"cache_write":50,"reasoning":20}}]"#,
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fake-model"))
+        .arg("--script")
+        .arg(&script)
+        .args([
+            "--known-models",
+            "m, m2",
+            "--default-usage",
+            r#"{"input":3,"output":2}"#,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let next_line = || rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    let url = next_line();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let post = |path: &str, body: Value| {
+        client
+            .post(format!("{url}{path}"))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+    };
+    let tools = json!([{"type":"function","name":"exec_command","parameters":{}}]);
+    let text = post(
+        "/v1/responses",
+        json!({"model":"m","stream":true,"tools":tools,
+               "input":[{"type":"message","role":"user","content":"x"}]}),
+    )
+    .await
+    .unwrap()
+    .text()
+    .await
+    .unwrap();
+    let completed: Value = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|d| d["type"] == "response.completed")
+        .unwrap_or_else(|| panic!("no response.completed in {text}"));
+    assert_eq!(
+        completed["response"]["usage"],
+        json!({"input_tokens":1500,"input_tokens_details":{"cached_tokens":300},
+               "output_tokens":80,"output_tokens_details":{"reasoning_tokens":20},
+               "total_tokens":1580})
+    );
+    let resp = post(
+        "/v1/messages",
+        json!({"model":"other","stream":true,"messages":[{"role":"user","content":"x"}]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 404);
+    let body: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+    assert_eq!(
+        body,
+        json!({"type":"error","error":{"type":"not_found_error","message":"model: other"}})
+    );
+    // The script is used up: the default usage from the flag.
+    let body = json!({"model":"m2","stream":false,"messages":[{"role":"user","content":"x"}],
+                      "tools":[{"type":"function","function":{"name":"bash"}}]});
+    let body: Value = serde_json::from_str(
+        &post("/v1/chat/completions", body)
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(body["usage"]["prompt_tokens"], 3);
+    assert_eq!(body["usage"]["completion_tokens"], 2);
+    let lines: Vec<String> = (0..3).map(|_| next_line()).collect();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        lines[0].contains(r#"model="m""#) && lines[0].contains("step 0"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].contains(r#"model="other""#) && lines[1].contains(r#"404 unknown model "other""#),
+        "{lines:?}"
+    );
+    assert!(
+        lines[2].contains(r#"model="m2""#) && lines[2].contains("default text"),
+        "{lines:?}"
+    );
 }

@@ -11,19 +11,22 @@
 //!   (`provider/tests/fixtures/claude/capture.py`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use e2e::fake_model::Step;
+use e2e::fake_model::{Step, StepUsage};
 use e2e::harness::claude_user_texts as user_texts;
 use e2e::provider_harness::{
-    answer, ask, ask_with, drain, ends_turn, input, is_result, question_id, results, session_id,
-    until,
+    answer, ask, ask_with, drain, ends_turn, final_errors, input, is_result, question_id, results,
+    session_id, until,
 };
 use e2e::provider_scenarios::{
     assert_first_text_reply, setup, start, ApiErrorCase, ExpectedClass, WatchdogCase,
 };
 use provider::claude::ClaudeProvider;
-use provider::{AgentProvider, ErrorClass, MediaFile, Prompt, ProviderEvent, QueryInput};
+use provider::{
+    AgentProvider, ErrorClass, InterruptReason, MediaFile, Prompt, PromptId, ProviderEvent,
+    QueryInput, Usage,
+};
 use serde_json::{json, Value};
 
 /// The provider under test (its settings: `CliProvider::SPEC`).
@@ -470,6 +473,286 @@ async fn question_round_trip_through_mcp_tools() {
     assert!(
         output.contains("Yes"),
         "the answer reached the model: {output}"
+    );
+    provider.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Usage, interrupt, text as it is written, turn limit, model per query (issues 14 and 15)
+// ---------------------------------------------------------------------------------------------
+
+/// Every `Interrupted` as (covers, reason, usage).
+fn interruptions(events: &[ProviderEvent]) -> Vec<(PromptId, InterruptReason, Option<Usage>)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ProviderEvent::Interrupted {
+                covers,
+                reason,
+                usage,
+            } => Some((*covers, *reason, usage.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A turn of a text block with a tool call (one message), then a final text: the text arrives
+/// as `Text` before the tool ends, the tool call names its command, and the result carries the
+/// sum of the two requests' scripted usage, once, with the model and a cost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_before_a_tool_and_the_usage_of_a_multi_step_turn() {
+    let Some(cli) = start::<Cli>("text_before_a_tool_and_the_usage_of_a_multi_step_turn") else {
+        return;
+    };
+    let s = setup::<Cli>("claude", cli);
+    let first = StepUsage {
+        input: 100,
+        output: 40,
+        cache_read: 7,
+        cache_write: 3,
+        reasoning: 0,
+    };
+    let second = StepUsage {
+        input: 200,
+        output: 60,
+        cache_read: 11,
+        cache_write: 0,
+        reasoning: 0,
+    };
+    s.fake.push_all([
+        Step::reply([
+            Step::text("<message to=\"ops\">deploying</message>"),
+            Step::raw_tool_call("Bash", json!({"command": "sleep 2", "description": "wait"})),
+        ])
+        .usage(first),
+        Step::text("all done").usage(second),
+    ]);
+    let provider = s.provider::<Cli>();
+    let events = ask(&provider, "deploy", None).await;
+    s.print_log();
+    let text = events
+        .iter()
+        .position(|e| matches!(e, ProviderEvent::Text { text } if text.contains("deploying")));
+    let tool = events.iter().position(|e| {
+        matches!(e, ProviderEvent::Activity { tool: Some(t), summary } if t == "Bash" && summary.as_deref() == Some("sleep 2"))
+    });
+    let ended = events
+        .iter()
+        .position(|e| matches!(e, ProviderEvent::ToolEnded { .. }));
+    assert!(
+        text.is_some() && tool.is_some() && text < ended && tool < ended,
+        "Text and the Bash activity (with its command) before the tool's end: {events:#?}"
+    );
+    let usage = events
+        .iter()
+        .find_map(|e| match e {
+            ProviderEvent::Result { text, usage, .. } if text == "all done" => usage.clone(),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no result with usage: {events:#?}"));
+    assert_eq!(usage.input_tokens, Some(300), "{usage:?}");
+    assert_eq!(usage.output_tokens, Some(100), "{usage:?}");
+    assert_eq!(usage.cache_read_tokens, Some(18), "{usage:?}");
+    assert_eq!(usage.cache_write_tokens, Some(3), "{usage:?}");
+    assert_eq!(usage.requests, Some(2), "{usage:?}");
+    assert_eq!(
+        usage.model.as_deref(),
+        Some("claude-test-model"),
+        "{usage:?}"
+    );
+    assert!(
+        usage.cost_usd.is_some(),
+        "Claude prices every turn: {usage:?}"
+    );
+
+    // The next turn of the same process reports its own figures, not a running total.
+    s.fake.push(Step::text("second").usage(first));
+    let session = session_id(&events);
+    let events = ask(&provider, "again", Some(&session)).await;
+    let usage = events
+        .iter()
+        .find_map(|e| match e {
+            ProviderEvent::Result { usage, .. } => usage.clone(),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no result with usage: {events:#?}"));
+    assert_eq!(
+        (usage.input_tokens, usage.output_tokens, usage.requests),
+        (Some(100), Some(40), Some(1)),
+        "{usage:?}"
+    );
+    provider.shutdown().await;
+}
+
+/// The runner's interrupt while the model stalls, with a push written meanwhile: `Interrupted
+/// { Stopped }` within 2 s covering the first prompt only (the model never saw the push, which
+/// Claude cancels instead of running it later); the process survives and the next query
+/// continues the same session with its history, without the push.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupt_during_a_stall_keeps_the_process_and_the_session() {
+    let Some(cli) = start::<Cli>("interrupt_during_a_stall_keeps_the_process_and_the_session")
+    else {
+        return;
+    };
+    let s = setup::<Cli>("claude", cli);
+    s.fake
+        .push_all([Step::hang(), Step::text("after the stop")]);
+    let provider = s.provider::<Cli>();
+    let mut query = provider.query(input("first question", None)).unwrap();
+    let mut events = until(&mut query, |e| matches!(e, ProviderEvent::Init { .. })).await;
+    s.wait_turns(1).await;
+    assert_eq!(query.push(Prompt::text("pushed meanwhile")).unwrap(), 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stopped = Instant::now();
+    query.interrupt();
+    events.extend(drain(&mut query).await);
+    let took = stopped.elapsed();
+    s.fake.release_hangs();
+    assert!(took < Duration::from_secs(2), "interrupted in {took:?}");
+    let interrupted = interruptions(&events);
+    assert_eq!(interrupted.len(), 1, "{events:#?}");
+    assert_eq!(interrupted[0].0, 0, "the push was not seen: {events:#?}");
+    assert_eq!(interrupted[0].1, InterruptReason::Stopped);
+    assert!(
+        results(&events).is_empty() && final_errors(&events).is_empty(),
+        "{events:#?}"
+    );
+    assert!(
+        matches!(events.last(), Some(ProviderEvent::Interrupted { .. })),
+        "the stream closes after Interrupted: {events:#?}"
+    );
+    let pid = provider.pid().await.expect("the process survives");
+    let session = session_id(&events);
+    let events = ask(&provider, "next question", Some(&session)).await;
+    s.print_log();
+    assert_eq!(results(&events), vec![("after the stop".to_owned(), 0)]);
+    assert_eq!(session_id(&events), session, "the same session");
+    assert_eq!(provider.pid().await, Some(pid), "the same process");
+    let request = s.turns().pop().unwrap();
+    let texts = user_texts(&request).join("\n");
+    assert!(texts.contains("first question"), "history kept: {texts}");
+    assert!(texts.contains("next question"), "{texts}");
+    assert!(
+        !texts.contains("pushed meanwhile"),
+        "the push never ran: {texts}"
+    );
+    provider.shutdown().await;
+}
+
+/// `maxTurnsPerQuery` is Claude's `--max-turns`: a turn that wants more requests ends with
+/// `Interrupted { MaxTurns }` (not an error) covering its prompt, with the cost of the request
+/// it made; the process and the session live on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_turns_ends_the_turn_as_interrupted() {
+    let Some(cli) = start::<Cli>("max_turns_ends_the_turn_as_interrupted") else {
+        return;
+    };
+    let mut s = setup::<Cli>("claude", cli);
+    s.settings.max_turns_per_query = Some(1);
+    s.fake.push_all([
+        Step::raw_tool_call("Bash", json!({"command": "echo one", "description": "one"})),
+        Step::text("next answer"),
+    ]);
+    let provider = s.provider::<Cli>();
+    let mut query = provider.query(input("loop", None)).unwrap();
+    let events = drain(&mut query).await;
+    let interrupted = interruptions(&events);
+    assert_eq!(interrupted.len(), 1, "{events:#?}");
+    let (covers, reason, usage) = &interrupted[0];
+    assert_eq!((*covers, *reason), (0, InterruptReason::MaxTurns));
+    let usage = usage.clone().expect("the usage of the one request");
+    assert_eq!(
+        (usage.requests, usage.input_tokens, usage.output_tokens),
+        (Some(1), Some(10), Some(5))
+    );
+    assert!(final_errors(&events).is_empty(), "{events:#?}");
+    assert_eq!(s.turns().len(), 1, "one request only");
+    let pid = provider.pid().await.expect("the process lives on");
+    let session = session_id(&events);
+    let events = ask(&provider, "and now?", Some(&session)).await;
+    s.print_log();
+    assert_eq!(results(&events), vec![("next answer".to_owned(), 0)]);
+    assert_eq!(provider.pid().await, Some(pid), "the same process");
+    provider.shutdown().await;
+}
+
+/// `QueryInput.model` switches the live process with Claude's `set_model` (no restart): the
+/// next request names the new model; a model the API refuses ends that query with the API's
+/// error and the process keeps its model; no model goes back to the configured one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_per_query_switches_by_set_model() {
+    let Some(cli) = start::<Cli>("model_per_query_switches_by_set_model") else {
+        return;
+    };
+    let s = setup::<Cli>("claude", cli);
+    s.fake
+        .set_known_models(Some(["claude-test-model", "claude-other-model"]));
+    let provider = s.provider::<Cli>();
+    let last_model = || {
+        s.fake
+            .model_requests()
+            .iter()
+            .rev()
+            .find(|r| r.has_tools())
+            .and_then(|r| r.model().map(str::to_owned))
+    };
+    let with_model = |text: &str, session: &str, model: Option<&str>| {
+        let mut input = input(text, Some(session));
+        input.model = model.map(str::to_owned);
+        input
+    };
+    let events = ask(&provider, "first", None).await;
+    assert_eq!(results(&events).len(), 1, "{events:#?}");
+    assert_eq!(last_model().as_deref(), Some("claude-test-model"));
+    let session = session_id(&events);
+    let pid = provider.pid().await.unwrap();
+
+    let events = ask_with(
+        &provider,
+        with_model("second", &session, Some("claude-other-model")),
+    )
+    .await;
+    assert_eq!(results(&events).len(), 1, "{events:#?}");
+    assert_eq!(last_model().as_deref(), Some("claude-other-model"));
+    assert_eq!(
+        provider.pid().await,
+        Some(pid),
+        "switched without a restart"
+    );
+
+    let turns = s.turns().iter().filter(|r| r.has_tools()).count();
+    let events = ask_with(
+        &provider,
+        with_model("third", &session, Some("claude-no-such-model")),
+    )
+    .await;
+    s.print_log();
+    let errors = final_errors(&events);
+    assert_eq!(errors.len(), 1, "{events:#?}");
+    assert!(
+        errors[0].2.contains("claude-no-such-model"),
+        "the error names the model: {errors:?}"
+    );
+    assert!(results(&events).is_empty(), "{events:#?}");
+    assert_eq!(
+        s.turns().iter().filter(|r| r.has_tools()).count(),
+        turns,
+        "the prompt did not run"
+    );
+    assert_eq!(provider.pid().await, Some(pid), "the process lives on");
+
+    let events = ask_with(&provider, with_model("fourth", &session, None)).await;
+    assert_eq!(results(&events).len(), 1, "{events:#?}");
+    assert_eq!(
+        last_model().as_deref(),
+        Some("claude-test-model"),
+        "back to the configured model"
+    );
+    let request = s.turns().pop().unwrap();
+    let texts = user_texts(&request).join("\n");
+    assert!(
+        texts.contains("first") && texts.contains("second") && texts.contains("fourth"),
+        "one session across the switches: {texts}"
     );
     provider.shutdown().await;
 }

@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use e2e::fake_model::Step;
+use e2e::fake_model::{Step, StepUsage};
 use e2e::harness::{descendants, live_processes, processes_with, processes_with_env};
 use e2e::provider_harness::{
     answer, ask_for, drain_for, ends_turn, final_errors, input, results, session_id, until_for,
@@ -27,7 +27,9 @@ use e2e::provider_scenarios::{
 };
 use e2e::scenarios;
 use provider::opencode::OpenCodeProvider;
-use provider::{AgentProvider, AgentQuery, ErrorClass, Prompt, ProviderEvent};
+use provider::{
+    AgentProvider, AgentQuery, ErrorClass, InterruptReason, Prompt, ProviderEvent, Usage,
+};
 use schema::SessionDb;
 use serde_json::json;
 
@@ -218,7 +220,7 @@ async fn text_reply_with_the_generated_config() {
     // send_message through mcp-tools.
     let events = ask(&provider, "please send", Some(&session)).await;
     s.print_log();
-    assert_send_message_wrote_a_row(&s, &events, "nanoclaw_send_message", 4);
+    assert_send_message_wrote_a_row(&s, &events, "mcp__nanoclaw__send_message", 4);
     assert_eq!(provider.server_pid(), Some(pid), "still the same server");
     provider.shutdown().await;
     assert!(descendants(pid).is_empty(), "{:?}", descendants(pid));
@@ -296,7 +298,7 @@ async fn push_while_a_tool_runs_is_queued_into_the_turn() {
     ]);
     let provider = s.provider::<Cli>();
     let mut query = provider.query(input("ask me", None)).unwrap();
-    until(&mut query, |e| matches!(e, ProviderEvent::Activity { tool: Some(t), .. } if t == "nanoclaw_ask_user_question")).await;
+    until(&mut query, |e| matches!(e, ProviderEvent::Activity { tool: Some(t), .. } if t == "mcp__nanoclaw__ask_user_question")).await;
     let question = question_id(&s.db).await;
     assert_eq!(query.push(Prompt::text("also: use staging")).unwrap(), 1);
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -418,4 +420,266 @@ async fn agent_shell_is_scrubbed_and_shutdown_kills_it() {
         "mcp-tools outlived shutdown"
     );
     s.print_log();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Usage, interrupts, text as it is written, the model per query (issues 14 and 15)
+// ---------------------------------------------------------------------------------------------
+
+/// The `Usage` of the (one) result.
+fn result_usage(events: &[ProviderEvent]) -> Usage {
+    let usages: Vec<&Option<Usage>> = events
+        .iter()
+        .filter_map(|e| match e {
+            ProviderEvent::Result { usage, .. } => Some(usage),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(usages.len(), 1, "{events:#?}");
+    usages[0].clone().expect("a result with usage")
+}
+
+/// An `Interrupted` event (or an error that ends the turn: a failure to interrupt).
+fn ends_interrupted(event: &ProviderEvent) -> bool {
+    matches!(event, ProviderEvent::Interrupted { .. }) || ends_turn(event)
+}
+
+/// The scripted Chat Completions usage lands in `Result.usage` in OpenCode's figures (input
+/// without cache reads, output with reasoning, no cost: our model has no prices); a turn of two
+/// model requests (a tool call, then text) sums both, once. Its text before the tool call is a
+/// `Text` event while the tool still runs; the tool is `Bash` with its command line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_and_text_before_the_tool_ends() {
+    let Some(cli) = start::<Cli>("usage_and_text_before_the_tool_ends") else {
+        return;
+    };
+    let s = setup::<Cli>("usage_text", cli);
+    let first = StepUsage {
+        input: 1000,
+        output: 50,
+        cache_read: 200,
+        cache_write: 0,
+        reasoning: 20,
+    };
+    let second = StepUsage {
+        input: 300,
+        output: 7,
+        cache_read: 0,
+        cache_write: 0,
+        reasoning: 0,
+    };
+    s.fake.push_all([
+        Step::text("one step").usage(first),
+        Step::reply([
+            Step::text("<message to=\"ops\">deploying</message>"),
+            Step::raw_tool_call(
+                "bash",
+                json!({"command": "sleep 3; echo slept", "description": "sleep"}),
+            ),
+        ])
+        .usage(first),
+        Step::text("final line").usage(second),
+    ]);
+    let provider = s.provider::<Cli>();
+    let events = ask(&provider, "one", None).await;
+    let usage = result_usage(&events);
+    assert_eq!(
+        usage,
+        Usage {
+            input_tokens: Some(1000),
+            output_tokens: Some(50),
+            cache_read_tokens: Some(200),
+            cache_write_tokens: Some(0),
+            reasoning_tokens: Some(20),
+            cost_usd: None,
+            model: Some("fake-model".into()),
+            requests: Some(1),
+        }
+    );
+
+    let session = session_id(&events);
+    let mut query = provider.query(input("two", Some(&session))).unwrap();
+    let mut timed = Vec::new();
+    loop {
+        let event = tokio::time::timeout(EVENT_TIMEOUT, query.next_event())
+            .await
+            .expect("an event in time");
+        let Some(event) = event else { break };
+        let done = ends_turn(&event);
+        timed.push((Instant::now(), event));
+        if done {
+            query.end();
+        }
+    }
+    s.print_log();
+    let events: Vec<ProviderEvent> = timed.iter().map(|(_, e)| e.clone()).collect();
+    let at = |wanted: &dyn Fn(&ProviderEvent) -> bool| {
+        timed
+            .iter()
+            .position(|(_, e)| wanted(e))
+            .unwrap_or_else(|| panic!("missing event: {events:#?}"))
+    };
+    let text = at(&|e| matches!(e, ProviderEvent::Text { text } if text.contains("to=\"ops\"")));
+    let bash = at(&|e| {
+        matches!(e, ProviderEvent::Activity { tool: Some(t), summary: Some(c) }
+            if t == "Bash" && c == "sleep 3; echo slept")
+    });
+    let ended = at(&|e| matches!(e, ProviderEvent::ToolEnded { .. }));
+    let last = at(&|e| matches!(e, ProviderEvent::Text { text } if text == "final line"));
+    assert!(text < bash && bash < ended && ended < last, "{events:#?}");
+    assert!(
+        timed[ended].0 - timed[text].0 >= Duration::from_secs(2),
+        "the text came out while the tool ran: {events:#?}"
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, ProviderEvent::Text { .. }))
+            .count(),
+        2,
+        "each piece once: {events:#?}"
+    );
+    assert_eq!(results(&events), vec![("final line".to_owned(), 0)]);
+    let usage = result_usage(&events);
+    assert_eq!(usage.input_tokens, Some(1300));
+    assert_eq!(usage.output_tokens, Some(57));
+    assert_eq!(usage.cache_read_tokens, Some(200));
+    assert_eq!(usage.reasoning_tokens, Some(20));
+    assert_eq!(usage.requests, Some(2));
+    assert_eq!(usage.cost_usd, None);
+    provider.shutdown().await;
+}
+
+/// An interrupt while the model stalls ends the turn through OpenCode's abort within 2 s
+/// (`Interrupted{Stopped}`, covering the prompt the model saw); the server and the session live
+/// on: the next query's request carries the earlier history. With `maxTurnsPerQuery` 1, a turn
+/// whose first request ends in a tool call is stopped (`Interrupted{MaxTurns}`) with the usage
+/// of that request; a one-request turn is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupt_and_max_turns_keep_the_session() {
+    let Some(cli) = start::<Cli>("interrupt_and_max_turns_keep_the_session") else {
+        return;
+    };
+    let mut s = setup::<Cli>("interrupt", cli);
+    s.settings.max_turns_per_query = Some(1);
+    s.fake.push_all([
+        Step::text("warm"),
+        Step::hang().timeout_ms(30_000),
+        Step::text("after the stop"),
+        Step::raw_tool_call("bash", json!({"command": "echo hi", "description": "echo"})),
+        // Answers OpenCode's next request, if it is made before the abort lands.
+        Step::hang().timeout_ms(30_000),
+    ]);
+    let provider = s.provider::<Cli>();
+    let events = ask(&provider, "warm up", None).await;
+    let session = session_id(&events);
+    let pid = provider.server_pid().unwrap();
+
+    let mut query = provider.query(input("long task", Some(&session))).unwrap();
+    s.wait_turns(2).await;
+    let started = Instant::now();
+    query.interrupt();
+    let events = drain(&mut query).await;
+    let elapsed = started.elapsed();
+    eprintln!("interrupted in {elapsed:.2?}");
+    s.print_log();
+    assert!(
+        matches!(
+            events.last(),
+            Some(ProviderEvent::Interrupted {
+                covers: 0,
+                reason: InterruptReason::Stopped,
+                ..
+            })
+        ),
+        "{events:#?}"
+    );
+    assert!(
+        elapsed < Duration::from_secs(2),
+        "interrupted after {elapsed:?}"
+    );
+    assert!(final_errors(&events).is_empty(), "{events:#?}");
+
+    let events = ask(&provider, "next", Some(&session)).await;
+    assert_eq!(session_id(&events), session);
+    assert_eq!(results(&events), vec![("after the stop".to_owned(), 0)]);
+    assert_eq!(
+        s.turns().pop().unwrap().user_texts(),
+        vec![
+            "warm up".to_owned(),
+            "long task".to_owned(),
+            "next".to_owned()
+        ],
+        "the same session, with its history"
+    );
+    assert_eq!(provider.server_pid(), Some(pid), "the server lives on");
+
+    let mut query = provider.query(input("run it", Some(&session))).unwrap();
+    let events = until(&mut query, ends_interrupted).await;
+    let rest = drain(&mut query).await;
+    assert!(rest.is_empty(), "the stream closes after it: {rest:#?}");
+    match events.last() {
+        Some(ProviderEvent::Interrupted {
+            covers: 0,
+            usage: Some(usage),
+            reason: InterruptReason::MaxTurns,
+        }) => assert_eq!(
+            (usage.input_tokens, usage.requests),
+            (Some(10), Some(1)),
+            "{usage:?}"
+        ),
+        other => panic!("{other:?}: {events:#?}"),
+    }
+    s.fake.set_script([Step::text("after max turns")]);
+    let events = ask(&provider, "and now", Some(&session)).await;
+    s.print_log();
+    assert_eq!(results(&events), vec![("after max turns".to_owned(), 0)]);
+    assert!(s
+        .turns()
+        .pop()
+        .unwrap()
+        .tool_results()
+        .join("\n")
+        .contains("hi"));
+    assert_eq!(provider.server_pid(), Some(pid), "the server lives on");
+    provider.shutdown().await;
+}
+
+/// `QueryInput.model` names the model of the request to the model API; an unknown model is the
+/// API's error (the fake refuses it with a 404), and the next query without a choice is back on
+/// the configured model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_per_query() {
+    let Some(cli) = start::<Cli>("model_per_query") else {
+        return;
+    };
+    let s = setup::<Cli>("model_per_query", cli);
+    s.fake
+        .set_known_models(Some(["fake-model", "fake-model-large"]));
+    s.fake
+        .push_all([Step::text("large answer"), Step::text("default answer")]);
+    let provider = s.provider::<Cli>();
+    let mut large = input("big question", None);
+    large.model = Some("fake-model-large".into());
+    let events = ask_for(&provider, large, EVENT_TIMEOUT).await;
+    assert_eq!(results(&events), vec![("large answer".to_owned(), 0)]);
+    assert_eq!(s.turns().pop().unwrap().model(), Some("fake-model-large"));
+    assert_eq!(
+        result_usage(&events).model.as_deref(),
+        Some("fake-model-large")
+    );
+    let session = session_id(&events);
+
+    let mut unknown = input("who are you", Some(&session));
+    unknown.model = Some("no-such-model".into());
+    let events = ask_for(&provider, unknown, EVENT_TIMEOUT).await;
+    s.print_log();
+    let errors = final_errors(&events);
+    assert_eq!(errors.len(), 1, "{events:#?}");
+    assert!(errors[0].2.contains("no-such-model"), "{errors:?}");
+
+    let events = ask(&provider, "and you", Some(&session)).await;
+    assert_eq!(results(&events), vec![("default answer".to_owned(), 0)]);
+    assert_eq!(s.turns().pop().unwrap().model(), Some("fake-model"));
+    provider.shutdown().await;
 }

@@ -190,8 +190,16 @@ async fn wait_for_answer(
     loop {
         tracing::trace!(question = question_id, "looking for an answer");
         let qid = question_id.to_owned();
-        if let Some((_row, answer)) = ctx.db.run(move |db| Ok(db.take_answer(&qid)?)).await? {
+        let (answer, open) = ctx
+            .db
+            .run(move |db| Ok((db.take_answer(&qid)?, db.question_open(&qid)?)))
+            .await?;
+        if let Some((_row, answer)) = answer {
             return Ok(Outcome::Answered(answer));
+        }
+        // The runner withdrew it: the turn that asked was stopped (`/stop`).
+        if !open {
+            return Ok(Outcome::Cancelled);
         }
         let remaining = (deadline - Utc::now()).to_std().unwrap_or(Duration::ZERO);
         if remaining.is_zero() {

@@ -33,6 +33,20 @@ fn question_id(env: &Env) -> String {
     content["questionId"].as_str().unwrap().to_owned()
 }
 
+/// A server with one question waiting (60 s) and the runner `waiting_user`: the server, the
+/// call's request id and the questionId.
+fn waiting_question(env: &Env) -> (Server, Value, String) {
+    env.batch(routing("slack", "C1", None), "in-1", None);
+    let mut server = env.spawn().ready();
+    let id = ask(
+        &mut server,
+        json!({"question": "Q?", "options": ["a", "b"], "timeout": 60}),
+    );
+    let question = question_id(env);
+    assert!(wait_until(TIMEOUT, || env.runner_status() == "waiting_user"));
+    (server, id, question)
+}
+
 fn answer_row(question: &str, value: &str) -> NewMessageIn {
     NewMessageIn::new(
         "system",
@@ -177,14 +191,7 @@ fn the_timeout_is_capped_by_the_server_maximum() {
 #[test]
 fn cancellation_closes_the_question_and_restores_the_status() {
     let env = Env::new();
-    env.batch(routing("slack", "C1", None), "in-1", None);
-    let mut server = env.spawn().ready();
-    let id = ask(
-        &mut server,
-        json!({"question": "Q?", "options": ["a", "b"], "timeout": 60}),
-    );
-    let question = question_id(&env);
-    assert!(wait_until(TIMEOUT, || env.runner_status() == "waiting_user"));
+    let (mut server, id, question) = waiting_question(&env);
     server.send(
         &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
                         "params": {"requestId": id, "reason": "user interrupted"}}),
@@ -206,6 +213,19 @@ fn cancellation_closes_the_question_and_restores_the_status() {
     let late = env.db.insert_in(&answer_row(&question, "a")).unwrap();
     let eligible = env.db.eligible(Utc::now(), false, 10).unwrap();
     assert!(eligible.rows.iter().any(|row| row.id == late.id));
+}
+
+#[test]
+fn a_question_withdrawn_by_the_runner_ends_the_wait() {
+    // `/stop` while the question waits: the runner closes the open questions.
+    let env = Env::new();
+    let (mut server, id, _question) = waiting_question(&env);
+    let asked = Instant::now();
+    assert_eq!(env.db.close_open_questions().unwrap(), 1);
+    let response = server.response(&id, TIMEOUT).expect("the call returns");
+    assert!(asked.elapsed() < Duration::from_secs(5));
+    assert!(response.to_string().contains("withdrawn"), "{response}");
+    assert!(wait_until(TIMEOUT, || env.runner_status() == "busy"));
 }
 
 #[test]

@@ -80,6 +80,8 @@ pub(crate) struct Launch {
     pub resume: Option<String>,
     /// The system prompt to append to Claude's own.
     pub system_prompt: Option<String>,
+    /// The model (the session's `/model` choice), over `settings.model`.
+    pub model: Option<String>,
 }
 
 /// The folder of the provider's own files inside the private HOME.
@@ -246,9 +248,15 @@ pub(crate) fn args(
     args.push(DISALLOWED_TOOLS.join(","));
     args.push("--settings".into());
     args.push(settings_json(settings, files).to_string());
-    if let Some(model) = settings.model.as_deref().filter(|m| !m.is_empty()) {
+    let model = launch.model.as_deref().or(settings.model.as_deref());
+    if let Some(model) = model.filter(|m| !m.is_empty()) {
         args.push("--model".into());
         args.push(model.to_owned());
+    }
+    // Claude's own step limit: the turn ends with an `error_max_turns` result.
+    if let Some(turns) = settings.max_turns_per_query {
+        args.push("--max-turns".into());
+        args.push(turns.to_string());
     }
     if let Some(effort) = settings.effort.as_deref().filter(|e| !e.is_empty()) {
         args.push("--effort".into());
@@ -374,7 +382,10 @@ mod tests {
         let launch = Launch {
             resume: Some("5a50ee08-9c89-4e12-85b1-1d7ced515542".into()),
             system_prompt: Some("Be brief.".into()),
+            model: None,
         };
+        let mut settings = settings();
+        settings.max_turns_per_query = Some(7);
         let parent = [
             ("PATH", "/usr/bin:/bin"),
             ("LANG", "C.UTF-8"),
@@ -384,7 +395,7 @@ mod tests {
         ]
         .map(|(k, v)| (k.to_owned(), v.to_owned()));
         let command = command(
-            &settings(),
+            &settings,
             Path::new("/opt/claude"),
             &launch,
             &files(),
@@ -422,6 +433,8 @@ mod tests {
               {"apiKeyHelper":"cat '/workspace/.home/claude/.nanoclaw/anthropic-api-key'"}
               --model
               claude-sonnet-4-5
+              --max-turns
+              7
               --append-system-prompt-file
               /workspace/.home/claude/.nanoclaw/system-prompt.md
               --system-prompt-snapshot
@@ -500,6 +513,7 @@ mod tests {
             "--append-system-prompt-file",
             "--add-dir",
             "--effort",
+            "--max-turns",
         ] {
             assert!(!args.iter().any(|a| a == flag), "{flag} in {args:?}");
         }
@@ -510,6 +524,22 @@ mod tests {
         assert!(!env.contains_key("IS_SANDBOX"));
         assert!(!env.contains_key("CLAUDE_CODE_DISABLE_CLAUDE_MDS"));
         assert_eq!(env["CLAUDE_CODE_MAX_RETRIES"], "0");
+    }
+
+    /// The session's `/model` choice is launched with `--model`, over the configured model.
+    #[test]
+    fn the_launch_model_wins_over_the_configured_one() {
+        let launch = Launch {
+            model: Some("claude-chosen".into()),
+            ..Launch::default()
+        };
+        let args = args(&settings(), &launch, &files());
+        let models: Vec<_> = args
+            .windows(2)
+            .filter(|w| w[0] == "--model")
+            .map(|w| w[1].as_str())
+            .collect();
+        assert_eq!(models, ["claude-chosen"]);
     }
 
     /// Issue 10: `API_TIMEOUT_MS` is the runner's default, an operator's value (passed through
@@ -569,6 +599,7 @@ mod tests {
         let launch = Launch {
             resume: None,
             system_prompt: Some("prompt".into()),
+            model: None,
         };
         let files = write_files(&settings, &launch).unwrap();
         let key = files.api_key.unwrap();

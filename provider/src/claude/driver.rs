@@ -4,9 +4,12 @@
 //! one after another), reuses the process when it is alive and was started for the same session
 //! and system prompt, and otherwise (re)spawns it, resuming the query's continuation. The task
 //! then writes the prompt, forwards translated events, writes pushes as they come, and ends on
-//! `End` once every prompt is covered, on an error that ends the turn, on `Abort`, or when the
-//! runner drops the query. Whatever of ours is still queued or running in the CLI when a query
-//! ends early is interrupted (`cancel_queued`), so nothing runs after the query is closed.
+//! `End` once every prompt is covered, on an error that ends the turn, on `Abort`, on
+//! `Interrupt` (then `Interrupted` covers the prompts the model saw), at the turn limit, or when
+//! the runner drops the query. Whatever of ours is still queued or running in the CLI when a
+//! query ends early is interrupted (`cancel_queued`), so nothing runs after the query is closed:
+//! a push the model never saw is cancelled, not run later, and the runner runs it again.
+//! A query for another model than the process runs switches it with `set_model` first.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -22,18 +25,24 @@ use tokio_util::sync::CancellationToken;
 
 use super::command::{self, Launch};
 use super::media;
-use super::protocol;
+use super::protocol::{self, OutLine};
 use super::translate::{Signal, Translated, Translator};
+use crate::classify::classify;
 use crate::process::CliProcess;
 use crate::{
-    Control, ErrorClass, Prompt, PromptId, ProviderError, ProviderEvent, ProviderSettings,
-    QueryHandle, QueryInput,
+    Control, ErrorClass, InterruptReason, Prompt, PromptId, ProviderError, ProviderEvent,
+    ProviderSettings, QueryHandle, QueryInput, Usage,
 };
 
 /// Grace between TERM and KILL when stopping the process group.
 pub(crate) const TERM_GRACE: Duration = Duration::from_secs(2);
 /// How long an interrupted CLI may take to settle before it is killed.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the runner's interrupt may take to end the turn before the process is stopped (the
+/// runner promises the user an answer within 2 s; Claude confirms in about 40 ms).
+const INTERRUPT_TIMEOUT: Duration = Duration::from_millis(1500);
+/// How long a `set_model` may take: Claude checks the model with a one-token request first.
+const MODEL_SWITCH_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a write to the CLI's stdin may block.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest a Bash tool call may run in Claude Code (its own cap is 10 minutes).
@@ -65,6 +74,8 @@ pub(crate) struct Live {
     session_id: Option<String>,
     /// What it was started with.
     launch: Launch,
+    /// The model it runs now (its launch model, then each `set_model`).
+    model: Option<String>,
     next_request: u64,
 }
 
@@ -150,6 +161,7 @@ impl Live {
             lines,
             stderr: tail,
             session_id: launch.resume.clone(),
+            model: launch.model.clone(),
             launch,
             next_request: 0,
         })
@@ -239,6 +251,8 @@ struct Query {
     prompts: Vec<(PromptId, String, Prompt)>,
     continuation: Option<String>,
     system_prompt: Option<String>,
+    /// The model the query wants: its own (`/model`), else the configured one.
+    model: Option<String>,
     /// `End` received.
     ended: bool,
     /// The fallback from a missing session ran (once per query).
@@ -265,6 +279,10 @@ pub(crate) async fn run_query(
         prompts: Vec::new(),
         continuation: input.continuation,
         system_prompt: input.system_prompt,
+        model: input
+            .model
+            .filter(|model| !model.is_empty())
+            .or_else(|| shared.settings.model.clone()),
         ended: false,
         restarted_fresh: false,
         last_output: Instant::now(),
@@ -305,10 +323,14 @@ impl Query {
                 }
             }
         }
+        if let Some(end) = self.switch_model(slot).await {
+            return end;
+        }
         if slot.is_none() {
             let launch = Launch {
                 resume: self.continuation.clone(),
                 system_prompt: self.system_prompt.clone(),
+                model: self.model.clone(),
             };
             match Live::spawn(&self.shared.settings, &self.program, launch).await {
                 Ok(live) => **slot = Some(live),
@@ -321,6 +343,44 @@ impl Query {
         }
         self.write_prompt(slot, 0, first).await;
         self.drive(slot).await
+    }
+
+    /// Switches a live process that runs another model than the query wants, by Claude's own
+    /// `set_model` (it checks the name with a one-token request first). A model the CLI refuses
+    /// ends the query with its error and leaves the process on its model; a CLI that does not
+    /// answer is stopped, so the query starts a new one with `--model`. `Some` ends the query.
+    async fn switch_model(&mut self, slot: &mut OwnedMutexGuard<Option<Live>>) -> Option<End> {
+        let live = slot.as_mut()?;
+        if live.model == self.model {
+            return None;
+        }
+        tracing::info!(from = ?live.model, to = ?self.model, "switching claude's model");
+        let request_id = live.request_id();
+        let request = protocol::set_model(&request_id, self.model.as_deref());
+        let answer = match live.write(&request).await {
+            Ok(()) => await_answer(live, &request_id, MODEL_SWITCH_TIMEOUT).await,
+            Err(err) => Err(err),
+        };
+        match answer {
+            Ok(None) => {
+                live.model.clone_from(&self.model);
+                None
+            }
+            Ok(Some(refusal)) => {
+                let model = self.model.as_deref().unwrap_or("the default model");
+                let message = format!("claude cannot switch to model {model}: {refusal}");
+                let classification = classify(None, &refusal, None).unwrap_or(ErrorClass::Api);
+                self.fail(&message, false, classification).await;
+                Some(End::Keep)
+            }
+            Err(err) => {
+                tracing::warn!(%err, "claude did not switch the model; restarting it with --model");
+                if let Some(live) = slot.take() {
+                    live.terminate().await;
+                }
+                None
+            }
+        }
     }
 
     /// The main loop: CLI output, runner controls and the watchdog.
@@ -361,11 +421,12 @@ impl Query {
                             return End::Keep;
                         }
                     }
-                    Some(Control::Abort | Control::Interrupt) => {
+                    Some(Control::Abort) => {
                         let end = self.settle(slot).await;
                         self.fail("the turn was aborted", false, ErrorClass::Aborted).await;
                         return end;
                     }
+                    Some(Control::Interrupt) => return self.interrupt(slot).await,
                     None => {
                         tracing::debug!("the runner dropped the query; interrupting claude");
                         return self.settle(slot).await;
@@ -456,7 +517,7 @@ impl Query {
                 }
             }
         }
-        let ends = translated.ends_with_error();
+        let ends = translated.ends_query();
         if !self.forward(translated).await || ends {
             return Some(self.settle(slot).await);
         }
@@ -525,6 +586,7 @@ impl Query {
         let launch = Launch {
             resume: None,
             system_prompt: self.system_prompt.clone(),
+            model: self.model.clone(),
         };
         let mut live = match Live::spawn(&self.shared.settings, &self.program, launch).await {
             Ok(live) => live,
@@ -576,6 +638,39 @@ impl Query {
     /// waits until the CLI confirms and every prompt of ours is done, so nothing of this query
     /// runs after it is closed. A CLI that does not settle in time is stopped.
     async fn settle(&mut self, slot: &mut OwnedMutexGuard<Option<Live>>) -> End {
+        self.settle_within(slot, SETTLE_TIMEOUT, None).await
+    }
+
+    /// The runner's interrupt (`/stop`): [`Query::settle`] within [`INTERRUPT_TIMEOUT`], passing
+    /// on what the turn still says (a result that beat the interrupt, text), then
+    /// `Interrupted` covering the prompts the model saw, with what the stopped turn cost. A CLI
+    /// that does not end the turn in time is stopped after the event (the next query resumes
+    /// the session); the process otherwise lives on.
+    async fn interrupt(&mut self, slot: &mut OwnedMutexGuard<Option<Live>>) -> End {
+        let mut usage = None;
+        let end = self
+            .settle_within(slot, INTERRUPT_TIMEOUT, Some(&mut usage))
+            .await;
+        let event = ProviderEvent::Interrupted {
+            covers: self.translator.seen_by_model(),
+            usage,
+            reason: InterruptReason::Stopped,
+        };
+        if self.handle.events.send(event).await.is_err() {
+            tracing::debug!("interrupt not reported: the runner dropped the query");
+        }
+        end
+    }
+
+    /// [`Query::settle`] waiting `within`. With `stopped`, the turn's events are forwarded as
+    /// they come, except what ends it (the interrupt's own `aborted` result, prompts it
+    /// cancelled, a turn limit reached meanwhile), whose usage is added up there instead.
+    async fn settle_within(
+        &mut self,
+        slot: &mut OwnedMutexGuard<Option<Live>>,
+        within: Duration,
+        mut stopped: Option<&mut Option<Usage>>,
+    ) -> End {
         let Some(live) = slot.as_mut() else {
             return End::Keep;
         };
@@ -587,15 +682,33 @@ impl Query {
             tracing::warn!(%err, "cannot interrupt claude; stopping it");
             return End::Stop;
         }
-        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        let deadline = Instant::now() + within;
         let mut answered = false;
         loop {
             tokio::select! {
                 _ = self.shared.stop.cancelled() => return End::Stop,
                 line = live.lines.recv() => {
                     let Some(line) = line else { return End::Stop };
-                    match self.translator.on_line(&line).signal {
-                        Some(Signal::ControlResponse { request_id: answer }) if answer == request_id => {
+                    let translated = self.translator.on_line(&line);
+                    if let Some(total) = stopped.as_deref_mut() {
+                        for event in translated.events {
+                            match event {
+                                ProviderEvent::Error { ends_turn: true, usage, .. }
+                                | ProviderEvent::Interrupted { usage, .. } => {
+                                    if let Some(usage) = usage {
+                                        total.get_or_insert_with(Usage::default).add(&usage);
+                                    }
+                                }
+                                event => {
+                                    if self.handle.events.send(event).await.is_err() {
+                                        return End::Keep;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    match translated.signal {
+                        Some(Signal::ControlResponse { request_id: answer, .. }) if answer == request_id => {
                             answered = true;
                         }
                         Some(Signal::ControlRequest { request_id, .. }) => {
@@ -612,7 +725,7 @@ impl Query {
                     }
                 }
                 _ = sleep_until(deadline) => {
-                    tracing::warn!("claude did not settle after an interrupt; stopping it");
+                    tracing::warn!(within = ?within, "claude did not settle after an interrupt; stopping it");
                     return End::Stop;
                 }
             }
@@ -630,6 +743,33 @@ impl Query {
         };
         if self.handle.events.send(event).await.is_err() {
             tracing::debug!(error = %message, "query error not delivered: the runner dropped the query");
+        }
+    }
+}
+
+/// Waits `within` for the CLI's answer to our control request `request_id` between turns:
+/// `Ok(None)` accepted, `Ok(Some(why))` refused, `Err` no answer. Other lines answer nothing of
+/// ours and are dropped; the CLI's own requests are refused, as always.
+async fn await_answer(
+    live: &mut Live,
+    request_id: &str,
+    within: Duration,
+) -> Result<Option<String>, String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let line = tokio::select! {
+            line = live.lines.recv() => line.ok_or_else(|| "claude exited".to_owned())?,
+            _ = sleep_until(deadline) => return Err(format!("no answer in {within:?}")),
+        };
+        match OutLine::parse(&line) {
+            Ok(OutLine::ControlResponse(answer)) if answer.response.request_id == request_id => {
+                return Ok(answer.response.refusal());
+            }
+            Ok(OutLine::ControlRequest(request)) => {
+                let refusal = protocol::control_error(&request.request_id, "not now");
+                live.write(&refusal).await?;
+            }
+            _ => tracing::debug!(line = %truncate(&line, 200), "claude output between turns"),
         }
     }
 }

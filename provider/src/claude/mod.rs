@@ -10,10 +10,15 @@
 //!   a tool runs is folded into the running turn, one written while text streams runs as its own
 //!   turn; results list the uuids they consumed, which gives `covers` ([`translate`]).
 //! * **Events.** `system/init` → `Init` (first and on change), `result` → `Result` or, with
-//!   `is_error`, `Error { ends_turn: true }`; `system/api_retry` → `Error { ends_turn: false }`;
+//!   `is_error`, `Error { ends_turn: true }`, or at `--max-turns` `Interrupted { MaxTurns }`,
+//!   each with the turn's `Usage`; an assistant text block → `Text`, a tool call →
+//!   `Activity { tool, summary }`; `system/api_retry` → `Error { ends_turn: false }`;
 //!   compaction notices → `Progress`; everything → `Activity`.
-//! * **Ending early.** `Abort`, a dropped query or an error result interrupt the CLI with
-//!   `control_request` `interrupt` + `cancel_queued`, so nothing of the query runs after it ends.
+//! * **Ending early.** `Abort`, `Interrupt` (→ `Interrupted { Stopped }`), a dropped query or an
+//!   error result interrupt the CLI with `control_request` `interrupt` + `cancel_queued`, so
+//!   nothing of the query runs after it ends; the process and session live on.
+//! * **Model.** A query for another model than the live process runs switches it with
+//!   `control_request` `set_model` (a refused model ends the query with the CLI's error).
 //! * **Failures.** A process exit mid-turn → `Error { Process, retryable }` and a respawn on the
 //!   next query; no output for `settings.watchdog` during a turn → the group is killed,
 //!   `Error { Watchdog }`; a missing session on `--resume` → a new session for the same prompts,

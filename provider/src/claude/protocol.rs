@@ -10,6 +10,8 @@
 // output in logs and for the next feature that needs them.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -169,6 +171,10 @@ pub(crate) struct ContentBlock {
     pub name: Option<String>,
     /// `tool_result`: the `tool_use` it answers.
     pub tool_use_id: Option<String>,
+    /// `text`: the text.
+    pub text: Option<String>,
+    /// `tool_use`: the call's arguments (`command`, `file_path`, ...).
+    pub input: Option<Value>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -194,7 +200,54 @@ pub(crate) struct ResultLine {
     pub user_message_uuids: Option<Vec<String>>,
     /// Prompts still queued behind this turn.
     pub queued_turn_count: Option<u64>,
+    /// Agent loop iterations (counts a tool round even when no new request followed it).
     pub num_turns: Option<u64>,
+    /// The ids of the model messages this turn began: one per model request.
+    pub begun_message_ids: Option<Vec<String>>,
+    /// This turn's tokens (zero after an interrupt: see `model_usage_since_last_result`).
+    pub usage: Option<TurnUsage>,
+    /// The process's cost SO FAR (cumulative over its turns), not this turn's.
+    pub total_cost_usd: Option<f64>,
+    /// Per model, cumulative over the process's turns.
+    #[serde(rename = "modelUsage")]
+    pub model_usage: Option<BTreeMap<String, ModelUsage>>,
+    /// Per model, since the previous result: exactly this turn, interrupted ones included.
+    pub model_usage_since_last_result: Option<BTreeMap<String, ModelUsage>>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A result's `usage` (Anthropic's usage fields, summed over the turn's requests).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct TurnUsage {
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    pub cache_read_input_tokens: Option<u64>,
+    pub cache_creation_input_tokens: Option<u64>,
+    pub output_tokens_details: Option<OutputTokensDetails>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `usage.output_tokens_details`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct OutputTokensDetails {
+    pub thinking_tokens: Option<u64>,
+}
+
+/// One model's entry of `modelUsage` / `model_usage_since_last_result`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub(crate) struct ModelUsage {
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    pub cache_read_input_tokens: Option<u64>,
+    pub cache_creation_input_tokens: Option<u64>,
+    pub thinking_tokens: Option<u64>,
+    #[serde(rename = "costUSD")]
+    pub cost_usd: Option<f64>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -229,6 +282,17 @@ pub(crate) struct ControlResponse {
     pub error: Option<String>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+impl ControlResponse {
+    /// Why the CLI refused our request; `None` when it succeeded.
+    pub(crate) fn refusal(&self) -> Option<String> {
+        (self.subtype != "success").then(|| {
+            self.error
+                .clone()
+                .unwrap_or_else(|| "refused without a reason".to_owned())
+        })
+    }
 }
 
 /// A `control_request` line from the CLI.
@@ -293,6 +357,16 @@ pub(crate) fn interrupt(request_id: &str) -> Value {
         "type": "control_request",
         "request_id": request_id,
         "request": {"subtype": "interrupt", "cancel_queued": true},
+    })
+}
+
+/// Switches the running process to `model` (`None`: back to the model it was started with).
+/// Claude checks the name with a one-token request first and refuses a model the API refuses.
+pub(crate) fn set_model(request_id: &str, model: Option<&str>) -> Value {
+    json!({
+        "type": "control_request",
+        "request_id": request_id,
+        "request": {"subtype": "set_model", "model": model},
     })
 }
 

@@ -8,7 +8,7 @@ use expect_test::{expect, Expect};
 use super::media;
 use super::protocol;
 use super::translate::{Signal, Translator};
-use crate::{MediaFile, Prompt, ProviderEvent};
+use crate::{MediaFile, Prompt, ProviderEvent, Usage};
 
 fn fixture(name: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -61,9 +61,10 @@ fn check(name: &str, prompts: u64, expect: Expect) {
             out.push(match signal {
                 Signal::TurnEnded => "-- turn ended".to_owned(),
                 Signal::SessionNotFound(message) => format!("-- session not found: {message}"),
-                Signal::ControlResponse { request_id } => {
-                    format!("-- control response {request_id}")
-                }
+                Signal::ControlResponse { request_id, error } => match error {
+                    Some(error) => format!("-- control response {request_id} refused: {error}"),
+                    None => format!("-- control response {request_id}"),
+                },
                 Signal::ControlRequest {
                     request_id,
                     subtype,
@@ -75,9 +76,10 @@ fn check(name: &str, prompts: u64, expect: Expect) {
     }
     flush(&mut out, &mut idle_activity);
     out.push(format!(
-        "== all covered: {}, outstanding: {}",
+        "== all covered: {}, outstanding: {}, seen: {}",
         translator.all_covered(),
-        translator.outstanding()
+        translator.outstanding(),
+        translator.seen_by_model()
     ));
     expect.assert_eq(&(out.join("\n") + "\n"));
 }
@@ -85,27 +87,61 @@ fn check(name: &str, prompts: u64, expect: Expect) {
 fn render(event: &ProviderEvent) -> String {
     match event {
         ProviderEvent::Init { session_id } => format!("Init {session_id}"),
-        ProviderEvent::Result { text, covers, .. } => format!("Result covers={covers} {text:?}"),
+        ProviderEvent::Result {
+            text,
+            covers,
+            usage,
+        } => format!("Result covers={covers} {text:?}{}", show_usage(usage)),
         ProviderEvent::Error {
             message,
             retryable,
             classification,
             ends_turn,
-            ..
+            usage,
         } => format!(
-            "Error {classification:?} retryable={retryable} ends_turn={ends_turn}: {message}"
+            "Error {classification:?} retryable={retryable} ends_turn={ends_turn}: {message}{}",
+            show_usage(usage)
         ),
         ProviderEvent::Progress { message } => format!("Progress: {message}"),
-        ProviderEvent::Activity { tool, .. } => {
-            format!("Activity({})", tool.as_deref().unwrap_or("-"))
-        }
+        ProviderEvent::Activity { tool, summary } => match summary {
+            Some(summary) => format!("Activity({}) {summary:?}", tool.as_deref().unwrap_or("-")),
+            None => format!("Activity({})", tool.as_deref().unwrap_or("-")),
+        },
         ProviderEvent::Output => "Output".to_owned(),
         ProviderEvent::Text { text } => format!("Text {text:?}"),
-        ProviderEvent::Interrupted { covers, reason, .. } => {
-            format!("Interrupted covers={covers} {reason:?}")
+        ProviderEvent::Interrupted {
+            covers,
+            reason,
+            usage,
+        } => {
+            format!(
+                "Interrupted covers={covers} {reason:?}{}",
+                show_usage(usage)
+            )
         }
         ProviderEvent::ToolEnded { running } => format!("ToolEnded running={running}"),
     }
+}
+
+/// `usage` on one line (nothing without one), `?` for a figure not reported.
+fn show_usage(usage: &Option<Usage>) -> String {
+    let Some(usage) = usage else {
+        return String::new();
+    };
+    let n = |v: Option<u64>| v.map_or_else(|| "?".to_owned(), |v| v.to_string());
+    format!(
+        " [in={} out={} cache_read={} cache_write={} reasoning={} cost={} model={} requests={}]",
+        n(usage.input_tokens),
+        n(usage.output_tokens),
+        n(usage.cache_read_tokens),
+        n(usage.cache_write_tokens),
+        n(usage.reasoning_tokens),
+        usage
+            .cost_usd
+            .map_or_else(|| "?".to_owned(), |c| format!("{c:.6}")),
+        usage.model.as_deref().unwrap_or("?"),
+        n(usage.requests),
+    )
 }
 
 #[test]
@@ -122,11 +158,13 @@ fn tool_call_then_text() {
             Output ×3
             ToolEnded running=0
             Activity ×1
-            Output ×8
-            Result covers=0 "done"
+            Output ×4
+            Text "done"
+            Output ×4
+            Result covers=0 "done" [in=20 out=10 cache_read=0 cache_write=0 reasoning=0 cost=0.000280 model=claude-opus-5-5 requests=2]
             -- turn ended
             Activity ×1
-            == all covered: true, outstanding: false
+            == all covered: true, outstanding: false, seen: 0
         "#]],
     );
 }
@@ -142,17 +180,19 @@ fn push_during_a_tool_joins_the_turn() {
             Init 3284712d-e3d0-403e-aba8-d970d38c646e
             Activity ×1
             Output ×3
-            Activity(Bash)
+            Activity(Bash) "sleep 2"
             Output ×3
             Activity ×1
             ToolEnded running=0
             Activity ×2
-            Output ×7
+            Output ×3
+            Text "answered both"
+            Output ×4
             Activity ×1
-            Result covers=1 "answered both"
+            Result covers=1 "answered both" [in=20 out=10 cache_read=0 cache_write=0 reasoning=0 cost=0.000280 model=claude-opus-5-5 requests=2]
             -- turn ended
             Activity ×1
-            == all covered: true, outstanding: false
+            == all covered: true, outstanding: false, seen: 1
         "#]],
     );
 }
@@ -169,15 +209,19 @@ fn push_during_text_gets_its_own_turn() {
             Activity ×1
             Output ×3
             Activity ×1
-            Output ×7
-            Result covers=0 "one two three four"
+            Output ×3
+            Text "one two three four"
+            Output ×4
+            Result covers=0 "one two three four" [in=10 out=5 cache_read=0 cache_write=0 reasoning=0 cost=0.000140 model=claude-opus-5-5 requests=1]
             -- turn ended
             Activity ×3
-            Output ×7
-            Result covers=1 "second answer"
+            Output ×3
+            Text "second answer"
+            Output ×4
+            Result covers=1 "second answer" [in=10 out=5 cache_read=0 cache_write=0 reasoning=0 cost=0.000140 model=claude-opus-5-5 requests=1]
             -- turn ended
             Activity ×1
-            == all covered: true, outstanding: false
+            == all covered: true, outstanding: false, seen: 1
         "#]],
     );
 }
@@ -192,15 +236,19 @@ fn two_prompts_at_once_run_in_order() {
             Activity ×3
             Init 053a789c-e4c4-4c13-8865-2e98100552b7
             Activity ×1
-            Output ×7
-            Result covers=0 "both at once"
+            Output ×3
+            Text "both at once"
+            Output ×4
+            Result covers=0 "both at once" [in=10 out=5 cache_read=0 cache_write=0 reasoning=0 cost=0.000140 model=claude-opus-5-5 requests=1]
             -- turn ended
             Activity ×3
-            Output ×7
-            Result covers=1 "ok"
+            Output ×3
+            Text "ok"
+            Output ×4
+            Result covers=1 "ok" [in=10 out=5 cache_read=0 cache_write=0 reasoning=0 cost=0.000140 model=claude-opus-5-5 requests=1]
             -- turn ended
             Activity ×1
-            == all covered: true, outstanding: false
+            == all covered: true, outstanding: false, seen: 1
         "#]],
     );
 }
@@ -217,10 +265,10 @@ fn rate_limit_retries_then_quota_error() {
             Error RateLimited { retry_after_secs: Some(2) } retryable=true ends_turn=false: model API error (HTTP 429, rate_limit); claude retries (1/2) in 1029 ms
             Error RateLimited { retry_after_secs: Some(2) } retryable=true ends_turn=false: model API error (HTTP 429, rate_limit); claude retries (2/2) in 1093 ms
             Output ×1
-            Error RateLimited { retry_after_secs: Some(2) } retryable=true ends_turn=true: API Error: Request rejected (429) · fake 429
+            Error RateLimited { retry_after_secs: Some(2) } retryable=true ends_turn=true: API Error: Request rejected (429) · fake 429 [in=0 out=0 cache_read=0 cache_write=0 reasoning=0 cost=0.000000 model=? requests=0]
             -- turn ended
             Activity ×1
-            == all covered: false, outstanding: false
+            == all covered: false, outstanding: false, seen: 0
         "#]],
     );
 }
@@ -236,11 +284,13 @@ fn server_errors_then_recovery() {
             Activity ×1
             Error Api retryable=true ends_turn=false: model API error (HTTP 500, server_error); claude retries (1/2) in 532 ms
             Error Api retryable=true ends_turn=false: model API error (HTTP 500, server_error); claude retries (2/2) in 1239 ms
-            Output ×7
-            Result covers=0 "recovered"
+            Output ×3
+            Text "recovered"
+            Output ×4
+            Result covers=0 "recovered" [in=10 out=5 cache_read=0 cache_write=0 reasoning=0 cost=0.000140 model=claude-opus-5-5 requests=1]
             -- turn ended
             Activity ×1
-            == all covered: true, outstanding: false
+            == all covered: true, outstanding: false, seen: 0
         "#]],
     );
 }
@@ -256,10 +306,10 @@ fn authentication_failure() {
             Activity ×1
             Error Auth retryable=true ends_turn=false: model API error (HTTP 401, authentication_failed); claude retries (1/1) in 584 ms
             Output ×1
-            Error Auth retryable=false ends_turn=true: Failed to authenticate. API Error: 401 fake 401
+            Error Auth retryable=false ends_turn=true: Failed to authenticate. API Error: 401 fake 401 [in=0 out=0 cache_read=0 cache_write=0 reasoning=0 cost=0.000000 model=? requests=0]
             -- turn ended
             Activity ×1
-            == all covered: false, outstanding: false
+            == all covered: false, outstanding: false, seen: 0
         "#]],
     );
 }
@@ -277,14 +327,16 @@ fn server_error_with_a_queued_push() {
             Init 03d8ba96-7292-4379-b214-6df906dc9621
             Activity ×2
             Output ×1
-            Error Api retryable=false ends_turn=true: API Error: 500 fake 500. This is a server-side issue, usually temporary — try again in a moment. If it persists, check your inference gateway (127.0.0.1:46519).
+            Error Api retryable=false ends_turn=true: API Error: 500 fake 500. This is a server-side issue, usually temporary — try again in a moment. If it persists, check your inference gateway (127.0.0.1:46519). [in=0 out=0 cache_read=0 cache_write=0 reasoning=0 cost=0.000000 model=? requests=0]
             -- turn ended
             Activity ×3
-            Output ×7
-            Result covers=1 "answer to the queued prompt"
+            Output ×3
+            Text "answer to the queued prompt"
+            Output ×4
+            Result covers=1 "answer to the queued prompt" [in=10 out=5 cache_read=0 cache_write=0 reasoning=0 cost=0.000140 model=claude-opus-5-5 requests=1]
             -- turn ended
             Activity ×1
-            == all covered: true, outstanding: false
+            == all covered: true, outstanding: false, seen: 1
         "#]],
     );
 }
@@ -305,17 +357,136 @@ fn interrupt_cancels_the_queue() {
             Output ×1
             Error Other retryable=true ends_turn=true: claude dropped prompt 1 (cancelled) before the model saw it
             -- control response nanoclaw-1
+            Text "a b "
             Output ×1
             Activity ×1
             Output ×3
-            Error Other retryable=false ends_turn=true: claude interrupted the turn (aborted_streaming)
+            Error Other retryable=false ends_turn=true: claude interrupted the turn (aborted_streaming) [in=10 out=1 cache_read=0 cache_write=0 reasoning=0 cost=0.000060 model=claude-opus-5-5 requests=1]
             -- turn ended
             Activity ×4
-            Output ×7
-            Result covers=2 "after the interrupt"
+            Output ×3
+            Text "after the interrupt"
+            Output ×4
+            Result covers=2 "after the interrupt" [in=10 out=5 cache_read=0 cache_write=0 reasoning=0 cost=0.000140 model=claude-opus-5-5 requests=1]
             -- turn ended
             Activity ×1
-            == all covered: true, outstanding: false
+            == all covered: true, outstanding: false, seen: 2
+        "#]],
+    );
+}
+
+/// Interrupt (with `cancel_queued`) while a tool runs: the push written during the tool was
+/// still queued (the model had not seen it) and is cancelled, never run later; the model saw
+/// prompt 0 only, which is what an interrupted query covers. Prompt 2 afterwards runs normally.
+#[test]
+fn interrupt_during_a_tool_cancels_the_unseen_push() {
+    check(
+        "interrupt_during_tool",
+        3,
+        expect![[r#"
+            Activity ×2
+            Init 8c6acd24-41fa-44c5-9951-939c3150e810
+            Activity ×1
+            Output ×3
+            Activity(Bash) "sleep 5"
+            Output ×3
+            Activity ×1
+            Error Other retryable=true ends_turn=true: claude dropped prompt 1 (cancelled) before the model saw it
+            -- control response nanoclaw-1
+            ToolEnded running=0
+            Activity ×1
+            Error Other retryable=false ends_turn=true: claude interrupted the turn (aborted_tools) [in=10 out=5 cache_read=0 cache_write=0 reasoning=0 cost=0.000140 model=claude-opus-5-5 requests=1]
+            -- turn ended
+            Activity ×4
+            Output ×3
+            Text "after the interrupt"
+            Output ×4
+            Result covers=2 "after the interrupt" [in=10 out=5 cache_read=0 cache_write=0 reasoning=0 cost=0.000140 model=claude-opus-5-5 requests=1]
+            -- turn ended
+            Activity ×1
+            == all covered: true, outstanding: false, seen: 2
+        "#]],
+    );
+}
+
+/// Text before a tool call arrives as its own `Text` at once, before the tool runs; the tool
+/// call says what it runs (the command's first line, cut to 120 characters).
+#[test]
+fn text_then_tool_then_text() {
+    check(
+        "text_then_tool",
+        1,
+        expect![[r#"
+            Activity ×2
+            Init 5aae2f90-8e04-4e25-ae21-579f9df10442
+            Activity ×1
+            Output ×3
+            Text "<message to=\"ops\">deploying</message>"
+            Output ×4
+            Activity(Bash) "sleep 1 && echo xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx…"
+            Output ×3
+            ToolEnded running=0
+            Activity ×1
+            Output ×3
+            Text "all done"
+            Output ×4
+            Result covers=0 "all done" [in=20 out=10 cache_read=0 cache_write=0 reasoning=0 cost=0.000280 model=claude-opus-5-5 requests=2]
+            -- turn ended
+            Activity ×1
+            == all covered: true, outstanding: false, seen: 0
+        "#]],
+    );
+}
+
+/// `--max-turns 1` stops a turn that wants a second request: `Interrupted { MaxTurns }` with
+/// the prompt it consumed and the cost of the one request, not an error.
+#[test]
+fn max_turns_is_an_interruption() {
+    check(
+        "max_turns",
+        1,
+        expect![[r#"
+            Activity ×2
+            Init cf65bf42-cff1-4b30-a51c-8ecccddc3a53
+            Activity ×1
+            Output ×3
+            Activity(Bash) "echo one"
+            Output ×3
+            ToolEnded running=0
+            Interrupted covers=0 MaxTurns [in=10 out=5 cache_read=0 cache_write=0 reasoning=0 cost=0.000140 model=claude-opus-5-5 requests=1]
+            -- turn ended
+            Activity ×1
+            == all covered: true, outstanding: false, seen: 0
+        "#]],
+    );
+}
+
+/// `set_model` between turns: Claude answers the control request (after checking the model
+/// with a one-token request of its own) and the next turn runs on the new model.
+#[test]
+fn set_model_between_turns() {
+    check(
+        "set_model",
+        2,
+        expect![[r#"
+            Activity ×2
+            Init fe5340bd-5d66-4916-afa8-c771c8ae5406
+            Activity ×1
+            Output ×3
+            Text "first model"
+            Output ×4
+            Result covers=0 "first model" [in=10 out=5 cache_read=0 cache_write=0 reasoning=0 cost=0.000140 model=claude-first-model requests=1]
+            -- turn ended
+            Activity ×2
+            -- control response nanoclaw-1
+            Activity ×3
+            Output ×3
+            Text "ok"
+            Output ×4
+            Result covers=1 "ok" [in=10 out=5 cache_read=0 cache_write=0 reasoning=0 cost=0.000140 model=claude-other-model requests=1]
+            -- turn ended
+            Activity ×1
+            == all covered: true, outstanding: false, seen: 1
         "#]],
     );
 }
@@ -326,9 +497,9 @@ fn resume_of_a_missing_session() {
         "resume_not_found",
         1,
         expect![[r#"
-        -- session not found: No conversation found with session ID: 11111111-2222-4333-8444-555555555555
-        == all covered: false, outstanding: true
-    "#]],
+            -- session not found: No conversation found with session ID: 11111111-2222-4333-8444-555555555555
+            == all covered: false, outstanding: true, seen: 0
+        "#]],
     );
 }
 
@@ -343,18 +514,20 @@ fn compaction_is_progress() {
             Activity ×2
             Init f202a382-3af6-492a-b38a-3161ec46ce81
             Activity ×1
-            Output ×7
-            Result covers=0 "first answer"
+            Output ×3
+            Text "first answer"
+            Output ×4
+            Result covers=0 "first answer" [in=10 out=5 cache_read=0 cache_write=0 reasoning=0 cost=0.000140 model=claude-opus-5-5 requests=1]
             -- turn ended
             Activity ×3
             Progress: compacting the conversation
             Progress: compaction success
             Progress: conversation compacted (manual), 15 tokens before, 2446 after
             Activity ×2
-            Result covers=1 ""
+            Result covers=1 "" [in=10 out=5 cache_read=0 cache_write=0 reasoning=0 cost=0.000140 model=claude-opus-5-5 requests=0]
             -- turn ended
             Activity ×1
-            == all covered: true, outstanding: false
+            == all covered: true, outstanding: false, seen: 1
         "#]],
     );
 }
@@ -436,6 +609,35 @@ async fn user_message_with_media() {
 fn control_lines() {
     expect![[r#"{"request":{"cancel_queued":true,"subtype":"interrupt"},"request_id":"nanoclaw-1","type":"control_request"}"#]]
     .assert_eq(&protocol::interrupt("nanoclaw-1").to_string());
+    expect![[r#"{"request":{"model":"claude-x","subtype":"set_model"},"request_id":"nanoclaw-2","type":"control_request"}"#]]
+    .assert_eq(&protocol::set_model("nanoclaw-2", Some("claude-x")).to_string());
     expect![[r#"{"response":{"error":"no","request_id":"req-7","subtype":"error"},"type":"control_response"}"#]]
     .assert_eq(&protocol::control_error("req-7", "no").to_string());
+}
+
+/// The usage rules on hand-made result lines: several models are summed and the one with the
+/// most output names the turn; without `model_usage_since_last_result` (an older CLI) the tokens
+/// come from `usage`, the running total `total_cost_usd` is NOT taken as the turn's cost, and
+/// `num_turns` counts the requests.
+#[test]
+fn usage_of_result_lines() {
+    let usage_of = |line: &str| {
+        let mut translator = Translator::new();
+        translator.register(&uuid(0), 0);
+        let events = translator.on_line(line).events;
+        match events.as_slice() {
+            [ProviderEvent::Result { usage, .. }] => show_usage(usage),
+            other => panic!("{other:?}"),
+        }
+    };
+    let models = r#"{"type":"result","subtype":"success","is_error":false,"result":"x","user_message_uuids":["00000000-0000-4000-8000-000000000000"],"total_cost_usd":9.0,"begun_message_ids":["a","b","c"],"model_usage_since_last_result":{"claude-big":{"inputTokens":100,"outputTokens":50,"cacheReadInputTokens":30,"cacheCreationInputTokens":20,"thinkingTokens":5,"costUSD":0.5},"claude-small":{"inputTokens":10,"outputTokens":2,"cacheReadInputTokens":0,"cacheCreationInputTokens":0,"costUSD":0.01}}}"#;
+    expect![[r#" [in=110 out=52 cache_read=30 cache_write=20 reasoning=5 cost=0.510000 model=claude-big requests=3]"#]]
+        .assert_eq(&usage_of(models));
+    let older = r#"{"type":"result","subtype":"success","is_error":false,"result":"x","user_message_uuids":["00000000-0000-4000-8000-000000000000"],"total_cost_usd":9.0,"num_turns":2,"usage":{"input_tokens":7,"output_tokens":3},"modelUsage":{"claude-a":{"outputTokens":1},"claude-b":{"outputTokens":9}}}"#;
+    expect![[
+        r#" [in=7 out=3 cache_read=? cache_write=? reasoning=? cost=? model=claude-b requests=2]"#
+    ]]
+    .assert_eq(&usage_of(older));
+    let nothing = r#"{"type":"result","subtype":"success","is_error":false,"result":"x","user_message_uuids":["00000000-0000-4000-8000-000000000000"]}"#;
+    assert_eq!(usage_of(nothing), "", "no figures: no usage");
 }

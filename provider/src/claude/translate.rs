@@ -15,14 +15,28 @@
 //! `Result` event, since it answers nothing the runner sent. Without `user_message_uuids` (an
 //! older CLI) the `started` states of `command_lifecycle` lines decide; without those too, every
 //! prompt written so far minus the result's `queued_turn_count` counts as consumed.
+//!
+//! # What a turn cost
+//! A result's `total_cost_usd` and `modelUsage` are the PROCESS's totals so far (measured: the
+//! second turn of a process reports the sum of both), and its `usage` is zero after an
+//! interrupt although the model was called. `model_usage_since_last_result` is exactly the
+//! turn: tokens and cost are summed over its models, the model is the one with the most output
+//! tokens. Without it (an older CLI) the tokens come from `usage` and the cost stays unknown
+//! rather than a running total. Requests are the model messages the turn began
+//! (`begun_message_ids`; `num_turns` counts loop rounds, one more than the requests when the
+//! last round stopped at a limit or an interrupt), else `num_turns`.
 
 use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
-use super::protocol::{LifecycleLine, MessageLine, OutLine, ResultLine, SystemLine};
+use super::protocol::{
+    ContentBlock, LifecycleLine, MessageLine, ModelUsage, OutLine, ResultLine, SystemLine,
+    TurnUsage,
+};
+use crate::activity::one_line_summary;
 use crate::classify::classify;
-use crate::{ErrorClass, PromptId, ProviderEvent};
+use crate::{ErrorClass, InterruptReason, PromptId, ProviderEvent, Usage};
 
 /// Text of the CLI when `--resume` names a session it does not have.
 const SESSION_NOT_FOUND: &[&str] = &[
@@ -41,6 +55,8 @@ pub(crate) enum Signal {
     ControlResponse {
         /// Our request id.
         request_id: String,
+        /// Why it refused, when it did.
+        error: Option<String>,
     },
     /// The CLI asked the host something; it must get an answer or it waits forever.
     ControlRequest {
@@ -79,15 +95,15 @@ impl Translated {
         Self::event(ProviderEvent::Output)
     }
 
-    /// True when an event ends the turn with an error.
-    pub(crate) fn ends_with_error(&self) -> bool {
+    /// True when an event ends the query: an error that ends the turn, or a turn limit.
+    pub(crate) fn ends_query(&self) -> bool {
         self.events.iter().any(|event| {
             matches!(
                 event,
                 ProviderEvent::Error {
                     ends_turn: true,
                     ..
-                }
+                } | ProviderEvent::Interrupted { .. }
             )
         })
     }
@@ -104,6 +120,9 @@ pub(crate) struct Translator {
     consumed: Option<PromptId>,
     /// The highest `covers` reported in a `Result`.
     reported: Option<PromptId>,
+    /// The highest prompt id the model has seen (started or consumed), even if its turn was
+    /// interrupted afterwards.
+    seen: Option<PromptId>,
     /// The session id last reported with `Init` in this query.
     session: Option<String>,
     /// Lifecycle state of each of our prompts on the current process.
@@ -141,6 +160,7 @@ impl Translator {
         self.lifecycle_seen = false;
         self.tools.clear();
         self.consumed = self.reported;
+        self.seen = self.reported;
     }
 
     /// True when every prompt written is covered by a reported `Result`.
@@ -155,6 +175,12 @@ impl Translator {
         } else {
             !self.all_covered()
         }
+    }
+
+    /// The highest prompt id the model has seen: what an interrupted query covers. The first
+    /// prompt always counts (`ProviderEvent::Interrupted`); a push still queued does not.
+    pub(crate) fn seen_by_model(&self) -> PromptId {
+        self.seen.max(self.consumed).max(self.reported).unwrap_or(0)
     }
 
     /// True while a main-thread tool runs (an MCP tool may block up to the tool timeout).
@@ -193,6 +219,7 @@ impl Translator {
                 Translated {
                     events: Vec::new(),
                     signal: Some(Signal::ControlResponse {
+                        error: response.response.refusal(),
                         request_id: response.response.request_id,
                     }),
                 }
@@ -339,20 +366,35 @@ impl Translator {
             // A subagent's work: liveness only, its tools are not the session's current tool.
             return Translated::activity();
         }
+        // One line per content block, emitted when the block is complete: a text block is
+        // delivered before the tool call that follows it runs. The CLI's own API error message
+        // (`error` set) is no text of the model's: the error result reports it.
+        let synthetic = line.error.is_some();
         let mut events = Vec::new();
+        let mut tool = false;
         for block in line.message.blocks() {
-            if block.kind == "tool_use" {
-                let name = block.name.unwrap_or_default();
-                if let Some(id) = block.id {
-                    self.tools.insert(id, name.clone());
+            match block.kind.as_str() {
+                "tool_use" => {
+                    tool = true;
+                    let summary = tool_summary(&block);
+                    let name = block.name.unwrap_or_default();
+                    if let Some(id) = block.id {
+                        self.tools.insert(id, name.clone());
+                    }
+                    events.push(ProviderEvent::Activity {
+                        tool: Some(name),
+                        summary,
+                    });
                 }
-                events.push(ProviderEvent::Activity {
-                    tool: Some(name),
-                    summary: None,
-                });
+                "text" if !synthetic => {
+                    if let Some(text) = block.text.filter(|text| !text.trim().is_empty()) {
+                        events.push(ProviderEvent::Text { text });
+                    }
+                }
+                _ => {}
             }
         }
-        if events.is_empty() {
+        if !tool {
             events.push(ProviderEvent::Output);
         }
         Translated {
@@ -384,6 +426,9 @@ impl Translator {
             return Translated::activity();
         };
         self.lifecycle_seen = true;
+        if matches!(line.state.as_str(), "started" | "completed") {
+            self.seen = self.seen.max(Some(id));
+        }
         let before = self.lifecycle.insert(id, line.state.clone());
         let seen_by_model = matches!(before.as_deref(), Some("started" | "completed"));
         if line.is_terminal() && line.state != "completed" && !seen_by_model {
@@ -421,10 +466,22 @@ impl Translator {
             };
         }
         self.consume(&result);
+        let usage = turn_usage(&result);
         let mut translated = Translated {
             events: Vec::new(),
             signal: Some(Signal::TurnEnded),
         };
+        if result.subtype == "error_max_turns" {
+            // `--max-turns` stopped the turn: not a failure of the prompts it consumed.
+            let covers = self.seen_by_model();
+            self.reported = self.reported.max(Some(covers));
+            translated.events.push(ProviderEvent::Interrupted {
+                covers,
+                usage,
+                reason: InterruptReason::MaxTurns,
+            });
+            return translated;
+        }
         if result.is_error {
             let interrupted = result
                 .terminal_reason
@@ -459,7 +516,7 @@ impl Translator {
                 retryable: matches!(classification, ErrorClass::RateLimited { .. }),
                 classification,
                 ends_turn: true,
-                usage: None,
+                usage,
             });
             return translated;
         }
@@ -469,7 +526,7 @@ impl Translator {
                 translated.events.push(ProviderEvent::Result {
                     text: result.result.unwrap_or_default(),
                     covers,
-                    usage: None,
+                    usage,
                 });
             }
             _ => {
@@ -508,6 +565,82 @@ impl Translator {
         };
         self.consumed = self.consumed.max(consumed);
     }
+}
+
+/// What the turn a result ends cost (module docs, "What a turn cost"); `None` when the line
+/// says nothing about it.
+fn turn_usage(result: &ResultLine) -> Option<Usage> {
+    let mut usage = match result.model_usage_since_last_result.as_ref() {
+        Some(models) if !models.is_empty() => {
+            let mut usage = Usage::default();
+            for model in models.values() {
+                usage.add(&Usage {
+                    input_tokens: model.input_tokens,
+                    output_tokens: model.output_tokens,
+                    cache_read_tokens: model.cache_read_input_tokens,
+                    cache_write_tokens: model.cache_creation_input_tokens,
+                    reasoning_tokens: model.thinking_tokens,
+                    cost_usd: model.cost_usd,
+                    ..Usage::default()
+                });
+            }
+            usage.model = busiest_model(models);
+            usage
+        }
+        since_last => {
+            let mut usage = result.usage.as_ref().map(tokens).unwrap_or_default();
+            usage.model = result.model_usage.as_ref().and_then(busiest_model);
+            // Present but empty: the turn used no model (it failed before any answer), which
+            // cost nothing; absent: the only cost is the process's running total.
+            if since_last.is_some() {
+                usage.cost_usd = Some(0.0);
+            }
+            usage
+        }
+    };
+    usage.requests = match &result.begun_message_ids {
+        Some(ids) => u64::try_from(ids.len()).ok(),
+        None => result.num_turns,
+    };
+    (!usage.is_empty()).then_some(usage)
+}
+
+/// The token figures of a result's `usage`.
+fn tokens(turn: &TurnUsage) -> Usage {
+    Usage {
+        input_tokens: turn.input_tokens,
+        output_tokens: turn.output_tokens,
+        cache_read_tokens: turn.cache_read_input_tokens,
+        cache_write_tokens: turn.cache_creation_input_tokens,
+        reasoning_tokens: turn
+            .output_tokens_details
+            .as_ref()
+            .and_then(|details| details.thinking_tokens),
+        ..Usage::default()
+    }
+}
+
+/// The model that wrote the most output tokens (a turn may call a small model on the side).
+fn busiest_model(models: &BTreeMap<String, ModelUsage>) -> Option<String> {
+    models
+        .iter()
+        .max_by_key(|(_, usage)| usage.output_tokens.unwrap_or(0))
+        .map(|(name, _)| name.clone())
+}
+
+/// What a tool call works on, from its input: the command line, the path, the pattern, the
+/// URL or the query; `None` for any other tool.
+fn tool_summary(block: &ContentBlock) -> Option<String> {
+    let field = match block.name.as_deref()? {
+        "Bash" => "command",
+        "Read" | "Write" | "Edit" => "file_path",
+        "Glob" | "Grep" => "pattern",
+        "WebFetch" => "url",
+        "WebSearch" => "query",
+        _ => return None,
+    };
+    let value = block.input.as_ref()?.get(field)?.as_str()?;
+    one_line_summary(value)
 }
 
 fn is_terminal(state: &str) -> bool {

@@ -19,6 +19,11 @@ use crate::{ErrorClass, ProviderEvent, ProviderSettings, QueryHandle, QueryInput
 /// How long an abort waits for Codex to confirm the interrupted turn before killing the process.
 const ABORT_DEADLINE: Duration = Duration::from_secs(5);
 
+/// How long a stop (the runner's interrupt, the step limit) waits for Codex to end the turn
+/// before stopping the process: the runner promises the chat an answer within 2 s, and Codex
+/// answers `turn/interrupt` in about 10 ms (measured).
+const STOP_DEADLINE: Duration = Duration::from_millis(1500);
+
 /// Extra watchdog time while a tool runs: Codex itself is silent during a blocking MCP tool.
 const TOOL_WATCHDOG_MARGIN: Duration = Duration::from_secs(30);
 
@@ -103,8 +108,8 @@ pub(super) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
             return;
         }
     }
-    let thread_id = match open_thread(&shared, &server, &input, &handle).await {
-        Ok(id) => id,
+    let (thread_id, thread_model) = match open_thread(&shared, &server, &input, &handle).await {
+        Ok(opened) => opened,
         Err(failure) => {
             let _ = handle.events.send(error_event(failure)).await;
             return;
@@ -122,13 +127,19 @@ pub(super) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
     }
 
     let settings = &shared.settings;
-    let mut state = QueryState::new(input.prompt, settings.codex_steer);
+    // Sent with every turn: `turn/start`'s model sticks to the thread, so a query without a
+    // choice of its own goes back to the configured model (and an unknown one is not kept).
+    let turn_model = input.model.clone().or_else(|| settings.model.clone());
+    let mut state = QueryState::new(input.prompt, settings.codex_steer)
+        .with_max_turns(settings.max_turns_per_query)
+        .with_model(turn_model.clone().or(thread_model));
     let mut actions: std::collections::VecDeque<Action> = state.begin().into();
     let tick = (settings.watchdog / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
     let mut ticker = tokio::time::interval(tick);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut control_open = true;
     let mut abort_started: Option<Instant> = None;
+    let mut stop_started: Option<Instant> = None;
     // The watchdog measures silence since the later of Codex's last output and our last
     // request: an app-server idle between queries is not a hung turn.
     let mut last_request = Instant::now();
@@ -146,7 +157,10 @@ pub(super) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
                 }
                 Action::StartTurn { input } => {
                     last_request = Instant::now();
-                    let params = serde_json::json!({ "threadId": thread_id, "input": input });
+                    let mut params = serde_json::json!({ "threadId": thread_id, "input": input });
+                    if let Some(model) = &turn_model {
+                        params["model"] = Value::from(model.as_str());
+                    }
                     let next = match server.request("turn/start", params).await {
                         Ok(result) => match serde_json::from_value::<TurnResponse>(result) {
                             Ok(response) => state.on_turn_started(response.turn.id, Instant::now()),
@@ -201,6 +215,9 @@ pub(super) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
         if state.aborting() && abort_started.is_none() {
             abort_started = Some(Instant::now());
         }
+        if state.stopping() && stop_started.is_none() {
+            stop_started = Some(Instant::now());
+        }
 
         tokio::select! {
             control = handle.control.recv(), if control_open => {
@@ -230,6 +247,21 @@ pub(super) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
             }
             _ = ticker.tick() => {
                 let now = Instant::now();
+                if stop_started.is_some_and(|since| now.duration_since(since) > STOP_DEADLINE) {
+                    tracing::warn!("codex did not end the stopped turn in time; stopping app-server");
+                    // Forgotten first, so the next query starts a new process (resuming the
+                    // thread) instead of reusing this one.
+                    forget_server(&shared, &server).await;
+                    for action in state.on_stop_timeout() {
+                        if let Action::Emit(event) = action {
+                            let _ = handle.events.send(event).await;
+                        }
+                    }
+                    drop(incoming);
+                    drop(handle);
+                    server.terminate().await;
+                    return;
+                }
                 if let Some(since) = abort_started {
                     if now.duration_since(since) > ABORT_DEADLINE {
                         tracing::warn!("codex did not end the aborted turn in time; stopping app-server");
@@ -256,7 +288,7 @@ pub(super) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
                                 retryable: true,
                                 classification: ErrorClass::Watchdog,
                                 ends_turn: true,
-                                usage: None,
+                                usage: state.take_usage(),
                             })
                             .await;
                         return;
@@ -357,13 +389,14 @@ async fn forget_server(shared: &Shared, server: &Arc<AppServer>) {
     }
 }
 
-/// The thread of this query: the live one, a resumed one, or a new one.
+/// The thread of this query: the live one, a resumed one, or a new one; with the model Codex
+/// named when it opened the thread.
 async fn open_thread(
     shared: &Shared,
     server: &AppServer,
     input: &QueryInput,
     handle: &QueryHandle,
-) -> Result<String, Failure> {
+) -> Result<(String, Option<String>), Failure> {
     let settings = &shared.settings;
     let cwd = settings.agent_dir.display().to_string();
     let system_prompt = input.system_prompt.as_deref();
@@ -378,7 +411,7 @@ async fn open_thread(
                 system_prompt,
             )
             .await?;
-            return Ok(stored.to_owned());
+            return Ok((stored.to_owned(), None));
         }
         let params = protocol::thread_resume_params(stored, &cwd, system_prompt);
         match server.request("thread/resume", params).await {
@@ -386,13 +419,14 @@ async fn open_thread(
                 let response: ThreadResponse = serde_json::from_value(result).map_err(|err| {
                     Failure::process(format!("unexpected thread/resume answer: {err}"))
                 })?;
+                let model = response.model();
                 let id = response.thread.id;
                 let recorded = read_instructions(settings, &id);
                 rpc_lock(&server.threads).insert(id.clone(), recorded.clone());
                 update_instructions(shared, server, &id, recorded.as_deref(), system_prompt)
                     .await?;
                 tracing::info!(thread = %id, "codex thread resumed");
-                return Ok(id);
+                return Ok((id, model));
             }
             Err(RpcError::Server(body)) => {
                 tracing::warn!(thread = stored, error = %body.message, "stored codex thread cannot be resumed");
@@ -423,11 +457,12 @@ async fn open_thread(
         })?;
     let response: ThreadResponse = serde_json::from_value(result)
         .map_err(|err| Failure::process(format!("unexpected thread/start answer: {err}")))?;
+    let model = response.model();
     let id = response.thread.id;
     rpc_lock(&server.threads).insert(id.clone(), system_prompt.map(str::to_owned));
     write_instructions(settings, &id, system_prompt);
     tracing::info!(thread = %id, "codex thread started");
-    Ok(id)
+    Ok((id, model))
 }
 
 /// Appends the system prompt to the thread's history when it differs from what the thread

@@ -72,6 +72,13 @@ pub(super) struct ThreadResponse {
     pub extra: Map<String, Value>,
 }
 
+impl ThreadResponse {
+    /// The model the thread answers with.
+    pub(super) fn model(&self) -> Option<String> {
+        self.extra.get("model")?.as_str().map(str::to_owned)
+    }
+}
+
 /// A thread (what the runner stores as the continuation is its id).
 #[derive(Debug, Clone, Deserialize)]
 pub(super) struct Thread {
@@ -217,13 +224,27 @@ pub(super) struct Item {
     /// Tool of an `mcpToolCall` / `dynamicToolCall`.
     #[serde(default)]
     pub tool: Option<String>,
+    /// Command line of a `commandExecution` (the shell wrapper included).
+    #[serde(default)]
+    pub command: Option<String>,
+    /// Files of a `fileChange`: `{path, kind: {type: add|delete|update}, diff}`.
+    #[serde(default)]
+    pub changes: Option<Vec<Value>>,
+    /// Query of a `webSearch` (empty until the search ran).
+    #[serde(default)]
+    pub query: Option<String>,
+    /// Path of an `imageView`.
+    #[serde(default)]
+    pub path: Option<String>,
     /// Anything else.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
 
 impl Item {
-    /// The tool name for an item that runs something, `None` for messages and reasoning.
+    /// The tool name for an item that runs something, `None` for messages and reasoning: the
+    /// canonical vocabulary of [`crate::ProviderEvent::Activity`] where one fits, Codex's own
+    /// name otherwise.
     pub(super) fn tool_name(&self) -> Option<String> {
         match self.kind.as_str() {
             "mcpToolCall" => Some(format!(
@@ -231,16 +252,49 @@ impl Item {
                 self.server.as_deref().unwrap_or("unknown"),
                 self.tool.as_deref().unwrap_or("unknown")
             )),
-            "commandExecution" => Some("shell".into()),
-            "fileChange" => Some("apply_patch".into()),
-            "webSearch" => Some("web_search".into()),
-            "imageView" => Some("view_image".into()),
+            "commandExecution" => Some("Bash".into()),
+            // A patch that only adds files writes them; any other touches existing ones.
+            "fileChange" => Some(
+                if self.only_adds_files() {
+                    "Write"
+                } else {
+                    "Edit"
+                }
+                .into(),
+            ),
+            "webSearch" => Some("WebSearch".into()),
+            "imageView" => Some("Read".into()),
             "dynamicToolCall" => Some(self.tool.clone().unwrap_or_else(|| "dynamic_tool".into())),
             "collabAgentToolCall" | "collabToolCall" => {
                 Some(self.tool.clone().unwrap_or_else(|| "agent".into()))
             }
             _ => None,
         }
+    }
+
+    /// What the tool call does, for a person watching: the command line without its shell
+    /// wrapper, the first file changed, the search query, the image's path.
+    pub(super) fn tool_summary(&self) -> Option<String> {
+        let text = match self.kind.as_str() {
+            "commandExecution" => self.command.as_deref().map(unwrap_shell)?,
+            "fileChange" => self
+                .changes
+                .iter()
+                .flatten()
+                .find_map(|change| change.get("path")?.as_str())?,
+            "webSearch" => self.query.as_deref()?,
+            "imageView" => self.path.as_deref()?,
+            _ => return None,
+        };
+        crate::activity::one_line_summary(text)
+    }
+
+    fn only_adds_files(&self) -> bool {
+        let changes = self.changes.as_deref().unwrap_or_default();
+        !changes.is_empty()
+            && changes
+                .iter()
+                .all(|change| change.pointer("/kind/type").and_then(Value::as_str) == Some("add"))
     }
 
     /// The concatenated text inputs of a `userMessage`.
@@ -257,6 +311,108 @@ impl Item {
         }
         parts.join("\n")
     }
+}
+
+/// The script of a `commandExecution` command line: Codex runs `/bin/bash -lc '<script>'`
+/// (any shell, `-c` or `-lc`); the person watching wants the script. Anything else is
+/// returned as it is.
+fn unwrap_shell(command: &str) -> &str {
+    let mut words = command.splitn(3, ' ');
+    let (Some(shell), Some(flag), Some(script)) = (words.next(), words.next(), words.next()) else {
+        return command;
+    };
+    let shell = shell.rsplit('/').next().unwrap_or(shell);
+    if !matches!(shell, "bash" | "sh" | "zsh" | "dash") || !matches!(flag, "-c" | "-lc") {
+        return command;
+    }
+    // A script quoted as a whole with nothing inside that the quotes change is shown
+    // unquoted; any other stays quoted (still readable, and never wrongly unescaped).
+    let unquoted = |quote: char, special: &[char]| {
+        script
+            .strip_prefix(quote)
+            .and_then(|rest| rest.strip_suffix(quote))
+            .filter(|inner| !inner.contains(special))
+    };
+    unquoted('\'', &['\''])
+        .or_else(|| unquoted('"', &['"', '\\', '$', '`']))
+        .unwrap_or(script)
+}
+
+/// `thread/tokenUsage/updated` notification: the thread's running total and the figures of
+/// the model response that produced it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct TokenUsageNotification {
+    /// Turn id.
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    /// The figures.
+    pub token_usage: ThreadTokenUsage,
+}
+
+/// `tokenUsage` of [`TokenUsageNotification`].
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct ThreadTokenUsage {
+    /// The thread's total so far.
+    #[serde(default)]
+    pub total: Option<TokenBreakdown>,
+    /// The latest model response's figures (`total` minus the previous total).
+    #[serde(default)]
+    pub last: Option<TokenBreakdown>,
+}
+
+/// Token figures as Codex counts them: `inputTokens` includes the cached ones (Codex's own
+/// `non_cached_input` subtracts them), `outputTokens` includes the reasoning ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct TokenBreakdown {
+    /// Input tokens, cached ones included.
+    #[serde(default)]
+    pub input_tokens: Option<u64>,
+    /// Input tokens read from the cache.
+    #[serde(default)]
+    pub cached_input_tokens: Option<u64>,
+    /// Input tokens written to the cache (newer Codex versions).
+    #[serde(default)]
+    pub cache_write_input_tokens: Option<u64>,
+    /// Output tokens, reasoning included.
+    #[serde(default)]
+    pub output_tokens: Option<u64>,
+    /// Reasoning output tokens.
+    #[serde(default)]
+    pub reasoning_output_tokens: Option<u64>,
+    /// Everything.
+    #[serde(default)]
+    pub total_tokens: Option<u64>,
+}
+
+impl TokenBreakdown {
+    /// The figures in the ledger's terms: input without cache reads and writes.
+    pub(super) fn usage(&self) -> crate::Usage {
+        let cache_read = self.cached_input_tokens;
+        let cache_write = self.cache_write_input_tokens;
+        crate::Usage {
+            input_tokens: self.input_tokens.map(|input| {
+                input
+                    .saturating_sub(cache_read.unwrap_or(0))
+                    .saturating_sub(cache_write.unwrap_or(0))
+            }),
+            output_tokens: self.output_tokens,
+            cache_read_tokens: cache_read,
+            cache_write_tokens: cache_write,
+            reasoning_tokens: self.reasoning_output_tokens,
+            ..crate::Usage::default()
+        }
+    }
+}
+
+/// `model/rerouted` notification: Codex answers with another model from now on.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct ModelRerouted {
+    /// The model now used.
+    #[serde(default)]
+    pub to_model: Option<String>,
 }
 
 /// `item/agentMessage/delta` notification.
@@ -490,7 +646,7 @@ mod tests {
             ),
             (
                 "v2/TurnStartParams.json",
-                json!({"threadId": "t", "input": input}),
+                json!({"threadId": "t", "input": input, "model": "m"}),
             ),
             (
                 "v2/TurnSteerParams.json",

@@ -6,6 +6,16 @@
 //! *covered* once a turn that contained it completed: the input of `turn/start` when the turn
 //! completes normally, a steered input once Codex echoed it as a `userMessage` item of that turn.
 //! `Result.covers` is the highest covered id, so it never claims a prompt the model has not seen.
+//!
+//! Usage: Codex sends `thread/tokenUsage/updated` once per model response, with the response's
+//! figures (`last`) and the thread's running total; a repeat of the same total is not a new
+//! response. The figures are summed until a turn-ending event carries them (a turn restarted
+//! for a push passes them on to the turn that answers), and the responses are counted as the
+//! turn's requests, which is also what `maxTurnsPerQuery` limits.
+//!
+//! Stopping (the runner's interrupt, or the step limit): `turn/interrupt`, then the turn's
+//! `turn/completed` (interrupted) answers with `Interrupted` and the query closes; the process
+//! and the thread stay. Pushes that did not reach the model are not covered.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -14,10 +24,11 @@ use serde_json::Value;
 
 use super::protocol::{
     input_text, user_input, AgentMessageDelta, ErrorNotification, ItemNotification,
-    MessageNotification, TurnError, TurnNotification,
+    MessageNotification, ModelRerouted, TokenBreakdown, TokenUsageNotification, TurnError,
+    TurnNotification,
 };
 use crate::classify::classify;
-use crate::{Control, ErrorClass, Prompt, PromptId, ProviderEvent};
+use crate::{Control, ErrorClass, InterruptReason, Prompt, PromptId, ProviderEvent, Usage};
 
 /// How long a push waits for a running tool before interrupting anyway. Interrupting while a
 /// tool runs loses its result from the model's view (Codex records "aborted by user") even if the
@@ -58,19 +69,21 @@ pub(super) enum Action {
 
 /// Why we interrupted the active turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum InterruptReason {
+enum Cause {
     /// Abort-and-restart for a follow-up.
     Push,
     /// The runner aborted (or dropped) the query.
     Abort,
+    /// The runner's interrupt or the step limit: the turn ends with `Interrupted`.
+    Stop(InterruptReason),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Interrupt {
     None,
     /// Wanted, not sent yet (turn id unknown, or a tool is running) since this instant.
-    Wanted(InterruptReason, Instant),
-    Sent(InterruptReason),
+    Wanted(Cause, Instant),
+    Sent(Cause),
 }
 
 #[derive(Debug)]
@@ -90,6 +103,16 @@ struct ActiveTurn {
     last_message: Option<String>,
     /// The final error announced by an `error` notification (willRetry = false).
     error: Option<TurnError>,
+    /// Model responses of this turn so far (one `thread/tokenUsage/updated` each).
+    requests: u32,
+    /// A tool started since the last counted response: that response asked for another step.
+    step_called_tools: bool,
+    /// The highest prompt this turn answers when stopped before the model responded: its own
+    /// prompts, or for a restart those of the turn it replaces (the pushes that caused the
+    /// restart were not acted on, so a stop leaves them to the runner to run again).
+    own: Option<PromptId>,
+    /// The model produced something in this turn (text, reasoning, a tool call, a response).
+    responded: bool,
 }
 
 impl ActiveTurn {
@@ -103,7 +126,28 @@ impl ActiveTurn {
             deltas: HashMap::new(),
             last_message: None,
             error: None,
+            requests: 0,
+            step_called_tools: false,
+            own: None,
+            responded: false,
         }
+    }
+
+    /// The highest prompt a stop of this turn covers: every prompt of `turn/start` once the
+    /// model responded (else the turn's [`own`](Self::own) ones), and the steered ones Codex
+    /// echoed.
+    fn seen(&self) -> Option<PromptId> {
+        let started = if self.responded {
+            self.started_with.iter().map(|(id, _)| *id).max()
+        } else {
+            self.own
+        };
+        let echoed = self
+            .steered
+            .iter()
+            .filter(|(_, _, _, echoed)| *echoed)
+            .map(|(id, ..)| *id);
+        started.into_iter().chain(echoed).max()
     }
 
     fn owns(&self, turn_id: Option<&str>) -> bool {
@@ -132,6 +176,18 @@ pub(super) struct QueryState {
     last_activity: Option<Instant>,
     /// When the last `Output` was emitted (throttled like activity).
     last_output: Option<Instant>,
+    /// The step limit of a turn (`maxTurnsPerQuery`).
+    max_turns: Option<u32>,
+    /// The model named in usage (the query's, the configured or the thread's; a reroute's).
+    model: Option<String>,
+    /// Usage counted and not yet reported by a turn-ending event.
+    usage: Option<Usage>,
+    /// The thread total of the last counted response (repeats are not new responses).
+    last_total: Option<TokenBreakdown>,
+    /// The turn is being stopped (the runner's interrupt or the step limit).
+    stop: Option<InterruptReason>,
+    /// What the turn interrupted for a push covered: the restart's own prompts.
+    restart_base: Option<PromptId>,
 }
 
 impl QueryState {
@@ -152,7 +208,34 @@ impl QueryState {
             covered: None,
             last_activity: None,
             last_output: None,
+            max_turns: None,
+            model: None,
+            usage: None,
+            last_total: None,
+            stop: None,
+            restart_base: None,
         }
+    }
+
+    /// Interrupts a turn whose model asks for another step after `max` responses.
+    pub(super) fn with_max_turns(mut self, max: Option<u32>) -> Self {
+        self.max_turns = max;
+        self
+    }
+
+    /// The model that usage names until Codex reports a reroute.
+    pub(super) fn with_model(mut self, model: Option<String>) -> Self {
+        self.model = model;
+        self
+    }
+
+    /// The usage counted and not yet reported (for an error the driver reports itself).
+    pub(super) fn take_usage(&mut self) -> Option<Usage> {
+        let mut usage = self.usage.take()?;
+        if usage.model.is_none() {
+            usage.model.clone_from(&self.model);
+        }
+        Some(usage)
     }
 
     /// The first actions: start the first turn.
@@ -184,10 +267,28 @@ impl QueryState {
         self.aborted && !self.closed
     }
 
+    /// True while a turn is being stopped (interrupt or step limit), until it has ended.
+    pub(super) fn stopping(&self) -> bool {
+        self.stop.is_some() && !self.closed
+    }
+
+    /// Codex did not end a stopped turn in time (the driver stops the process): the turn ends
+    /// here, as it would have.
+    pub(super) fn on_stop_timeout(&mut self) -> Vec<Action> {
+        let mut actions = Vec::new();
+        if let Some(reason) = self.stop.filter(|_| !self.closed) {
+            let seen = self.active.as_ref().and_then(ActiveTurn::seen);
+            self.interrupted(reason, seen, &mut actions);
+        }
+        actions
+    }
+
     /// A control from the runner; `None` = the runner dropped the query (abort).
     pub(super) fn on_control(&mut self, control: Option<Control>, now: Instant) -> Vec<Action> {
         let mut actions = Vec::new();
-        if self.closed || self.aborted {
+        // While stopping, the turn's end closes the query: later pushes are not consumed (the
+        // runner runs them again) and an abort adds nothing.
+        if self.closed || self.aborted || self.stop.is_some() {
             return actions;
         }
         match control {
@@ -198,9 +299,42 @@ impl QueryState {
                     self.close(&mut actions);
                 }
             }
-            Some(Control::Abort | Control::Interrupt) | None => self.on_abort(now, &mut actions),
+            Some(Control::Interrupt) => self.on_stop(InterruptReason::Stopped, now, &mut actions),
+            Some(Control::Abort) | None => self.on_abort(now, &mut actions),
         }
         actions
+    }
+
+    /// Stops the turn through Codex's own interrupt; `turn/completed` (interrupted) answers.
+    fn on_stop(&mut self, reason: InterruptReason, now: Instant, actions: &mut Vec<Action>) {
+        self.stop = Some(reason);
+        let Some(turn) = self.active.as_mut() else {
+            // Between turns: nothing runs, everything the query had was answered.
+            self.interrupted(reason, None, actions);
+            return;
+        };
+        turn.interrupt = match turn.interrupt {
+            Interrupt::Sent(_) => Interrupt::Sent(Cause::Stop(reason)),
+            _ => Interrupt::Wanted(Cause::Stop(reason), now),
+        };
+        self.maybe_interrupt(now, actions);
+    }
+
+    /// The stopped turn ended: `Interrupted` covering what the model saw, and the query closes.
+    fn interrupted(
+        &mut self,
+        reason: InterruptReason,
+        seen: Option<PromptId>,
+        actions: &mut Vec<Action>,
+    ) {
+        let covers = seen.into_iter().chain(self.covered).max().unwrap_or(0);
+        self.covered = Some(covers);
+        actions.push(Action::Emit(ProviderEvent::Interrupted {
+            covers,
+            usage: self.take_usage(),
+            reason,
+        }));
+        self.close(actions);
     }
 
     fn on_push(&mut self, id: PromptId, prompt: Prompt, now: Instant, actions: &mut Vec<Action>) {
@@ -220,27 +354,28 @@ impl QueryState {
         }
         self.queue.push((id, prompt));
         if turn.interrupt == Interrupt::None {
-            turn.interrupt = Interrupt::Wanted(InterruptReason::Push, now);
+            turn.interrupt = Interrupt::Wanted(Cause::Push, now);
         }
         self.maybe_interrupt(now, actions);
     }
 
     fn on_abort(&mut self, now: Instant, actions: &mut Vec<Action>) {
         self.aborted = true;
+        let usage = self.take_usage();
         actions.push(Action::Emit(ProviderEvent::Error {
             message: "the turn was aborted".into(),
             retryable: false,
             classification: ErrorClass::Aborted,
             ends_turn: true,
-            usage: None,
+            usage,
         }));
         match self.active.as_mut() {
             None => self.close(actions),
             Some(turn) => {
                 match turn.interrupt {
                     // Already interrupting: the completion closes the query.
-                    Interrupt::Sent(_) => turn.interrupt = Interrupt::Sent(InterruptReason::Abort),
-                    _ => turn.interrupt = Interrupt::Wanted(InterruptReason::Abort, now),
+                    Interrupt::Sent(_) => turn.interrupt = Interrupt::Sent(Cause::Abort),
+                    _ => turn.interrupt = Interrupt::Wanted(Cause::Abort, now),
                 }
                 self.maybe_interrupt(now, actions);
             }
@@ -261,7 +396,7 @@ impl QueryState {
         };
         let tool_busy =
             !turn.tools.is_empty() && now.saturating_duration_since(since) < PUSH_TOOL_GRACE;
-        if reason == InterruptReason::Push && tool_busy {
+        if reason == Cause::Push && tool_busy {
             return;
         }
         turn.interrupt = Interrupt::Sent(reason);
@@ -296,12 +431,13 @@ impl QueryState {
         let mut actions = Vec::new();
         if !self.closed {
             if !self.aborted {
+                let usage = self.take_usage();
                 actions.push(Action::Emit(ProviderEvent::Error {
                     message,
                     retryable,
                     classification,
                     ends_turn: true,
-                    usage: None,
+                    usage,
                 }));
             }
             self.close(&mut actions);
@@ -403,7 +539,16 @@ impl QueryState {
                 actions.push(progress("codex compacted the conversation context".into()))
             }
             "model/rerouted" => {
+                if let Some(to) = parse::<ModelRerouted>(method, params).and_then(|n| n.to_model) {
+                    self.model = Some(to);
+                }
                 actions.push(progress(format!("codex rerouted the model: {params}")))
+            }
+            "thread/tokenUsage/updated" => {
+                if let Some(n) = parse::<TokenUsageNotification>(method, params) {
+                    self.on_token_usage(n, now, &mut actions);
+                }
+                self.activity(now, &mut actions);
             }
             "mcpServer/startupStatus/updated" => {
                 let status = params.get("status").and_then(Value::as_str).unwrap_or("");
@@ -421,7 +566,6 @@ impl QueryState {
             "turn/started"
             | "thread/started"
             | "thread/status/changed"
-            | "thread/tokenUsage/updated"
             | "account/rateLimits/updated"
             | "thread/readState/changed"
             | "remoteControl/status/changed"
@@ -449,9 +593,11 @@ impl QueryState {
         if let Some(tool) = item.tool_name() {
             if started {
                 turn.tools.insert(item.id.clone(), tool.clone());
+                turn.step_called_tools = true;
+                turn.responded = true;
                 actions.push(Action::Emit(ProviderEvent::Activity {
                     tool: Some(tool),
-                    summary: None,
+                    summary: item.tool_summary(),
                 }));
                 self.last_activity = Some(now);
             } else {
@@ -484,7 +630,12 @@ impl QueryState {
                     .clone()
                     .or_else(|| turn.deltas.get(&item.id).cloned())
                     .unwrap_or_default();
-                turn.last_message = Some(text);
+                turn.last_message = Some(text.clone());
+                // Delivered at once: a tool call may follow, and the runner sends the text's
+                // `<message to>` blocks now rather than after the turn.
+                if !text.trim().is_empty() && !self.aborted {
+                    actions.push(Action::Emit(ProviderEvent::Text { text }));
+                }
                 self.output(now, actions);
                 return;
             }
@@ -495,6 +646,44 @@ impl QueryState {
             _ => {}
         }
         self.activity(now, actions);
+    }
+
+    /// A model response's figures: summed once (a repeated total is no new response) and
+    /// counted as a step; a step that called tools past the limit stops the turn.
+    fn on_token_usage(
+        &mut self,
+        n: TokenUsageNotification,
+        now: Instant,
+        actions: &mut Vec<Action>,
+    ) {
+        let figures = n.token_usage;
+        if figures.total.is_some() && figures.total == self.last_total {
+            return;
+        }
+        let Some(turn) = self
+            .active
+            .as_mut()
+            .filter(|t| t.owns(n.turn_id.as_deref()))
+        else {
+            return;
+        };
+        turn.requests = turn.requests.saturating_add(1);
+        turn.responded = true;
+        let asked_for_more = std::mem::take(&mut turn.step_called_tools);
+        let over_limit = self.max_turns.is_some_and(|max| turn.requests >= max)
+            && asked_for_more
+            && matches!(turn.interrupt, Interrupt::None);
+        self.last_total = figures.total;
+        let mut step = figures.last.map(|last| last.usage()).unwrap_or_default();
+        step.requests = Some(1);
+        self.usage.get_or_insert_with(Usage::default).add(&step);
+        if over_limit && !self.aborted && self.stop.is_none() {
+            tracing::info!(
+                max = self.max_turns,
+                "codex turn reached maxTurnsPerQuery; interrupting"
+            );
+            self.on_stop(InterruptReason::MaxTurns, now, actions);
+        }
     }
 
     fn on_error(&mut self, n: ErrorNotification, actions: &mut Vec<Action>) {
@@ -548,17 +737,29 @@ impl QueryState {
                 let covers = covered.into_iter().chain(self.covered).max().unwrap_or(0);
                 self.covered = Some(covers);
                 if !self.aborted {
+                    let usage = self.take_usage();
                     actions.push(Action::Emit(ProviderEvent::Result {
                         text,
                         covers,
-                        usage: None,
+                        usage,
                     }));
                 }
-                self.after_turn(actions);
+                if self.stop.is_some() {
+                    // The turn finished before the interrupt landed: its answer stands, and
+                    // the query ends as a stop would end it (pushes not covered run again).
+                    self.close(actions);
+                } else {
+                    self.after_turn(actions);
+                }
             }
             "interrupted" => match turn.interrupt {
-                Interrupt::Sent(InterruptReason::Push) if !self.aborted => {
+                Interrupt::Sent(Cause::Stop(reason)) => {
+                    let seen = turn.seen();
+                    self.interrupted(reason, seen, actions);
+                }
+                Interrupt::Sent(Cause::Push) if !self.aborted => {
                     // Everything the interrupted turn held runs again, with the pushes, as one turn.
+                    self.restart_base = turn.seen();
                     let mut again = turn.started_with;
                     again.extend(
                         turn.steered
@@ -570,12 +771,13 @@ impl QueryState {
                 }
                 _ if self.aborted => self.close(actions),
                 _ => {
+                    let usage = self.take_usage();
                     actions.push(Action::Emit(ProviderEvent::Error {
                         message: "codex interrupted the turn".into(),
                         retryable: true,
                         classification: ErrorClass::Other,
                         ends_turn: true,
-                        usage: None,
+                        usage,
                     }));
                     self.close(actions);
                 }
@@ -587,13 +789,14 @@ impl QueryState {
                         ..Default::default()
                     });
                     let classification = classify_error(&error);
+                    let usage = self.take_usage();
                     actions.push(Action::Emit(ProviderEvent::Error {
                         message: error.describe(),
                         // A rate limit passes; anything else was retried by Codex already.
                         retryable: matches!(classification, ErrorClass::RateLimited { .. }),
                         classification,
                         ends_turn: true,
-                        usage: None,
+                        usage,
                     }));
                 }
                 self.close(actions);
@@ -618,7 +821,13 @@ impl QueryState {
         }
         let prompts = std::mem::take(&mut self.queue);
         let input = user_input(prompts.iter().map(|(_, p)| p));
-        self.active = Some(ActiveTurn::new(prompts));
+        let own = self
+            .restart_base
+            .take()
+            .or_else(|| prompts.iter().map(|(id, _)| *id).max());
+        let mut turn = ActiveTurn::new(prompts);
+        turn.own = own;
+        self.active = Some(turn);
         actions.push(Action::StartTurn { input });
     }
 
@@ -658,9 +867,10 @@ impl QueryState {
     /// The model produced output: an `Output` for the runner's progress deadline, at most one
     /// per [`ACTIVITY_INTERVAL`] (it also counts as activity for the watchdog).
     fn output(&mut self, now: Instant, actions: &mut Vec<Action>) {
-        if self.active.is_none() {
+        let Some(turn) = self.active.as_mut() else {
             return;
-        }
+        };
+        turn.responded = true;
         self.last_activity = Some(now);
         if self
             .last_output

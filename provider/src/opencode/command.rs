@@ -4,7 +4,7 @@
 //!
 //! Everything OpenCode is told lives here, so one snapshot test shows the whole setup.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -62,9 +62,19 @@ pub(super) fn model(settings: &ProviderSettings) -> &str {
 }
 
 /// The inline configuration (`OPENCODE_CONFIG_CONTENT`). `key_file` is the file holding the
-/// API key, when there is one.
-pub(super) fn config(settings: &ProviderSettings, key_file: Option<&Path>) -> Value {
+/// API key, when there is one. `extra_models` are declared beside the configured model: OpenCode
+/// refuses a prompt for a model its provider entry does not list ("Model not found") without
+/// asking the API, so a `/model` choice must be in the config of the running server.
+pub(super) fn config(
+    settings: &ProviderSettings,
+    key_file: Option<&Path>,
+    extra_models: &BTreeSet<String>,
+) -> Value {
     let model = model(settings);
+    let models: Map<String, Value> = std::iter::once(model)
+        .chain(extra_models.iter().map(String::as_str))
+        .map(|name| (name.to_owned(), json!({ "name": name, "tool_call": true })))
+        .collect();
     let qualified = format!("{MODEL_PROVIDER}/{model}");
     let mut options = Map::new();
     options.insert(
@@ -128,7 +138,7 @@ pub(super) fn config(settings: &ProviderSettings, key_file: Option<&Path>) -> Va
                 "npm": "@ai-sdk/openai-compatible",
                 "name": "NanoClaw",
                 "options": Value::Object(options),
-                "models": { model: { "name": model, "tool_call": true } },
+                "models": Value::Object(models),
             }
         },
         "mcp": Value::Object(mcp),
@@ -275,6 +285,7 @@ mod tests {
             Some(Path::new(
                 "/workspace/.home/opencode/.nanoclaw/openai-api-key",
             )),
+            &BTreeSet::from(["other-model".to_owned()]),
         );
         expect![[r#"
             {
@@ -325,6 +336,10 @@ mod tests {
                     "gpt-4.1": {
                       "name": "gpt-4.1",
                       "tool_call": true
+                    },
+                    "other-model": {
+                      "name": "other-model",
+                      "tool_call": true
                     }
                   },
                   "name": "NanoClaw",
@@ -366,7 +381,7 @@ mod tests {
     #[test]
     fn environment_is_scrubbed_and_keyless() {
         let settings = settings();
-        let config = config(&settings, None);
+        let config = config(&settings, None, &BTreeSet::new());
         let parent = [
             ("PATH".to_owned(), "/usr/bin".to_owned()),
             ("GITHUB_TOKEN".to_owned(), "secret".to_owned()),

@@ -3,6 +3,7 @@
 //! that feeds [`super::translate::Turn`] and performs what it asks (posts, aborts, settling,
 //! reconciliation), and the report of how the query ended.
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -13,7 +14,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    Control, ErrorClass, Prompt, PromptId, ProviderEvent, ProviderSettings, QueryHandle, QueryInput,
+    Control, ErrorClass, InterruptReason, Prompt, PromptId, ProviderEvent, ProviderSettings,
+    QueryHandle, QueryInput, Usage,
 };
 
 use super::archiving;
@@ -27,6 +29,9 @@ const ABORT_SETTLE: Duration = Duration::from_secs(5);
 /// Quiet time after an idle event before the loop counts as settled (an abort sends two idles
 /// a few milliseconds apart).
 const SETTLE_QUIET: Duration = Duration::from_millis(150);
+/// How long an interrupted run loop may take to go idle before the interrupt is reported as an
+/// abort (the runner answers `/stop` within 2 s).
+const INTERRUPT_SETTLE: Duration = Duration::from_millis(1800);
 /// How long a finished turn waits for the loop's idle before the next prompt goes in anyway.
 const IDLE_WAIT: Duration = Duration::from_secs(3);
 /// How many of the last messages to read when reconciling after an unexpected idle.
@@ -49,6 +54,9 @@ pub(super) struct Shared {
     pub(super) record: Mutex<Option<PathBuf>>,
     /// Pid of the running server, readable while a query holds `slot`.
     pub(super) pid: Mutex<Option<u32>>,
+    /// Models asked for by queries (`/model`) besides the configured one; the running server's
+    /// config declares them all (OpenCode refuses a model its config does not list).
+    pub(super) extra_models: Mutex<BTreeSet<String>>,
     /// Held by the transcript archive that runs (`archiving.rs`).
     pub(super) archive: crate::archive::job::ArchiveLock,
 }
@@ -113,11 +121,27 @@ impl Shared {
                 *lock(&self.pid) = None;
             }
         }
+        let wanted = input
+            .model
+            .as_deref()
+            .filter(|model| *model != command::model(&self.settings));
+        if let Some(model) = wanted {
+            let added = lock(&self.extra_models).insert(model.to_owned());
+            if let Some(server) = slot.as_mut().filter(|_| added) {
+                // The session lives in OpenCode's DB: the new server resumes it.
+                tracing::info!(model, "restarting opencode serve to declare the model");
+                crate::archive::job::wait_idle(&self.archive, "opencode").await;
+                server.stop().await;
+                *slot = None;
+                *lock(&self.pid) = None;
+            }
+        }
         if slot.is_none() {
             let settings = &self.settings;
             let key_file = command::prepare_home(settings)
                 .map_err(|err| format!("cannot prepare {}: {err}", settings.home_dir.display()))?;
-            let inline = command::config(settings, key_file.as_deref());
+            let extra_models = lock(&self.extra_models).clone();
+            let inline = command::config(settings, key_file.as_deref(), &extra_models);
             let password = random_hex();
             let env = command::environment(
                 settings,
@@ -170,6 +194,14 @@ fn aborted_error() -> ProviderEvent {
         ends_turn: true,
         usage: None,
     }
+}
+
+/// `event` (an error that ends the turn) with what the turn cost until then.
+fn with_usage(mut event: ProviderEvent, turn_usage: Option<Usage>) -> ProviderEvent {
+    if let ProviderEvent::Error { usage, .. } = &mut event {
+        *usage = turn_usage;
+    }
+    event
 }
 
 fn process_error(message: impl Into<String>) -> ProviderEvent {
@@ -253,6 +285,8 @@ enum Exit {
     Failed,
     /// The runner aborted or dropped the query.
     Aborted,
+    /// The runner interrupted the turn, or it reached `maxTurnsPerQuery`.
+    Interrupted(InterruptReason),
     /// The provider is shutting down.
     Shutdown,
     /// No session event for too long.
@@ -285,6 +319,11 @@ struct Driver<'a> {
     control: mpsc::UnboundedReceiver<Control>,
     stop: CancellationToken,
     system: Option<String>,
+    /// The model every prompt names (the query's `/model` choice or the configured one), so a
+    /// prompt never inherits another message's model.
+    model: String,
+    /// Set when the turn must end as interrupted (the max-turns limit was reached).
+    interrupt: Option<InterruptReason>,
     unsent: Vec<(PromptId, Prompt)>,
     settle: Option<Settle>,
     ended: bool,
@@ -309,6 +348,10 @@ impl<'a> Driver<'a> {
     ) -> (Outcome, Option<String>) {
         let QueryHandle { events, control } = handle;
         let system = system_text(&shared.settings, input.system_prompt.as_deref());
+        let model = input
+            .model
+            .clone()
+            .unwrap_or_else(|| command::model(&shared.settings).to_owned());
         if !input.prompt.media.is_empty() {
             tracing::debug!(
                 files = input.prompt.media.len(),
@@ -349,15 +392,24 @@ impl<'a> Driver<'a> {
                 return (Outcome::KillServer, None);
             }
         };
-        shared.record(json!({ "query": { "session": session_id, "max_retries": shared.settings.max_retries } }));
+        shared.record(json!({ "query": {
+            "session": session_id,
+            "max_retries": shared.settings.max_retries,
+            "max_turns": shared.settings.max_turns_per_query,
+        } }));
+        let mut turn = Turn::new(session_id, shared.settings.max_retries);
+        turn.set_max_turns(shared.settings.max_turns_per_query);
+        turn.add_mcp_servers(shared.settings.extra_mcp_servers.keys());
         let mut driver = Driver {
             shared,
             server,
-            turn: Turn::new(session_id, shared.settings.max_retries),
+            turn,
             events: Some(events),
             control,
             stop,
             system,
+            model,
+            interrupt: None,
             unsent: vec![(0, input.prompt)],
             settle: None,
             ended: false,
@@ -376,6 +428,9 @@ impl<'a> Driver<'a> {
         loop {
             if self.turn.failed() {
                 return Exit::Failed;
+            }
+            if let Some(reason) = self.interrupt {
+                return Exit::Interrupted(reason);
             }
             if self.ended
                 && self.turn.all_covered()
@@ -408,8 +463,12 @@ impl<'a> Driver<'a> {
                         self.shared.record(json!({ "end": true }));
                         self.ended = true;
                     }
+                    Some(Control::Interrupt) => {
+                        self.shared.record(json!({ "interrupt": true }));
+                        return Exit::Interrupted(InterruptReason::Stopped);
+                    }
                     // A closed control channel means the runner dropped the query.
-                    Some(Control::Abort | Control::Interrupt) | None => {
+                    Some(Control::Abort) | None => {
                         self.shared.record(json!({ "abort": true }));
                         return Exit::Aborted;
                     }
@@ -516,6 +575,13 @@ impl<'a> Driver<'a> {
                 self.send(event).await;
             }
             Output::Idle => self.on_idle().await,
+            Output::MaxTurns => {
+                tracing::info!(
+                    max_turns = self.shared.settings.max_turns_per_query,
+                    "the OpenCode turn reached maxTurnsPerQuery; stopping it"
+                );
+                self.interrupt = Some(InterruptReason::MaxTurns);
+            }
             Output::AbortSession => {
                 self.set_aborting(true);
                 self.loop_idle = false;
@@ -589,12 +655,13 @@ impl<'a> Driver<'a> {
         }
         if !self.turn.all_covered() && !self.turn.failed() {
             self.turn.fail();
+            let usage = self.turn.take_usage();
             self.send(ProviderEvent::Error {
                 message: "OpenCode stopped without answering the prompt".into(),
                 retryable: true,
                 classification: ErrorClass::Other,
                 ends_turn: true,
-                usage: None,
+                usage,
             })
             .await;
         }
@@ -680,6 +747,7 @@ impl<'a> Driver<'a> {
             let mut body = json!({
                 "messageID": message_id,
                 "parts": [{ "type": "text", "text": text }],
+                "model": { "providerID": command::MODEL_PROVIDER, "modelID": self.model },
             });
             if let Some(system) = &self.system {
                 body["system"] = json!(system);
@@ -741,7 +809,8 @@ impl<'a> Driver<'a> {
                 Outcome::KeepServer
             }
             Exit::Aborted => {
-                self.send(aborted_error()).await;
+                let usage = self.turn.take_usage();
+                self.send(with_usage(aborted_error(), usage)).await;
                 self.events = None;
                 if !self.turn.all_covered() || !self.loop_idle {
                     self.set_aborting(true);
@@ -753,12 +822,15 @@ impl<'a> Driver<'a> {
                 self.wait_idle(stream, ABORT_SETTLE).await;
                 Outcome::KeepServer
             }
+            Exit::Interrupted(reason) => self.interrupt(reason, stream).await,
             Exit::Shutdown => {
-                self.send(aborted_error()).await;
+                let usage = self.turn.take_usage();
+                self.send(with_usage(aborted_error(), usage)).await;
                 Outcome::KillServer
             }
             Exit::Watchdog(limit) => {
                 tracing::error!(?limit, "no output from OpenCode; killing it");
+                let usage = self.turn.take_usage();
                 self.send(ProviderEvent::Error {
                     message: format!(
                         "no output from OpenCode for {}s; killed it",
@@ -767,7 +839,7 @@ impl<'a> Driver<'a> {
                     retryable: true,
                     classification: ErrorClass::Watchdog,
                     ends_turn: true,
-                    usage: None,
+                    usage,
                 })
                 .await;
                 Outcome::KillServer
@@ -780,13 +852,68 @@ impl<'a> Driver<'a> {
                 };
                 // The runner logs the error it becomes, once, with its class.
                 tracing::debug!(error = %message, "lost the OpenCode server");
-                self.send(process_error(message)).await;
+                let usage = self.turn.take_usage();
+                self.send(with_usage(process_error(message), usage)).await;
                 Outcome::KillServer
             }
         }
     }
 
-    /// Reads events until the session's loop is idle (and quiet for a moment), or `limit`.
+    /// Ends the turn through OpenCode's abort: `POST /session/{id}/abort`, then the loop's idle
+    /// (bounded by [`INTERRUPT_SETTLE`]) and `Interrupted` with the prompts the model saw and
+    /// what the turn cost. A loop that does not settle in time is reported as an abort (as
+    /// `Control::Abort` is) and given [`ABORT_SETTLE`]. The server and the session live on.
+    async fn interrupt(
+        &mut self,
+        reason: InterruptReason,
+        stream: &mut connection::EventStream,
+    ) -> Outcome {
+        let started = tokio::time::Instant::now();
+        // Not sent yet: not seen, not covered; the runner runs them again.
+        self.unsent.clear();
+        self.settle = None;
+        self.set_aborting(true);
+        if !self.loop_idle {
+            let session = self.turn.session_id().to_owned();
+            match tokio::time::timeout(INTERRUPT_SETTLE, self.server.abort(&session)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => tracing::warn!(%err, "cannot abort the OpenCode turn"),
+                Err(_) => tracing::warn!("OpenCode did not answer the abort in time"),
+            }
+            let left = INTERRUPT_SETTLE.saturating_sub(started.elapsed());
+            self.wait_idle(stream, left).await;
+        }
+        if !self.loop_idle {
+            tracing::warn!(
+                ?reason,
+                "OpenCode's run loop did not stop in time; reporting an abort"
+            );
+            let usage = self.turn.take_usage();
+            self.send(with_usage(aborted_error(), usage)).await;
+            self.events = None;
+            self.wait_idle(stream, ABORT_SETTLE).await;
+            return Outcome::KeepServer;
+        }
+        let covers = self.turn.seen();
+        let usage = self.turn.take_usage();
+        tracing::info!(
+            ?reason,
+            covers,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "OpenCode turn interrupted"
+        );
+        self.send(ProviderEvent::Interrupted {
+            covers,
+            usage,
+            reason,
+        })
+        .await;
+        self.events = None;
+        Outcome::KeepServer
+    }
+
+    /// Reads events until the session's loop is idle (and quiet for a moment), or `limit`. The
+    /// events still go through the turn, so the steps that finish meanwhile count in its usage.
     async fn wait_idle(&mut self, stream: &mut connection::EventStream, limit: Duration) {
         let deadline = tokio::time::Instant::now() + limit;
         let mut quiet_until: Option<tokio::time::Instant> = None;
@@ -805,6 +932,11 @@ impl<'a> Driver<'a> {
                         let Ok(event) = Event::parse(&data) else { continue };
                         if event.session_id() != Some(self.turn.session_id()) {
                             continue;
+                        }
+                        for output in self.turn.handle(&event) {
+                            if let Output::Event(event) = output {
+                                self.send(event).await;
+                            }
                         }
                         if matches!(event, Event::Idle { .. }) {
                             self.loop_idle = true;

@@ -27,6 +27,14 @@
 //! finished with a reason that ends OpenCode's run loop, reported when the session goes idle
 //! (see [`translate`]); `covers` follows from the message ids, never from counting events.
 //!
+//! # Interrupts, limits, usage (issues 14 and 15)
+//! `interrupt()` and a turn past `maxTurnsPerQuery` (a step that ended in tool calls) end the
+//! turn through `POST /session/{id}/abort`; once the loop is idle (1.8 s at most) the query
+//! reports `Interrupted` and closes, the server and the session live on. Every prompt names its
+//! model (the query's `/model` choice or the configured one); a name the running server's
+//! config does not list restarts it once with the name declared. Usage is summed from the
+//! `step-finish` parts (`translate.rs`).
+//!
 //! # Failures
 //! The SSE stream ending means the server died (`Process`, retryable; the next query respawns
 //! and resumes). No session event for `settings.watchdog` during a turn (longer while a tool
@@ -88,6 +96,7 @@ impl OpenCodeProvider {
                 ids: Mutex::new(IdClock::default()),
                 record: Mutex::new(None),
                 pid: Mutex::new(None),
+                extra_models: Mutex::new(Default::default()),
                 archive: crate::archive::job::ArchiveLock::default(),
             }),
         })

@@ -119,6 +119,11 @@ impl MessageInfo {
         self.time.completed.is_some() || self.error.is_some()
     }
 
+    /// The model that answered (`modelID`).
+    pub(super) fn model_id(&self) -> Option<&str> {
+        self.extra.get("modelID").and_then(Value::as_str)
+    }
+
     /// True when OpenCode's run loop stops after this step: it finished for a reason other than
     /// tool calls (the loop then runs the tools and asks again) or `unknown` (a stream without
     /// `finish_reason`, which OpenCode retries).
@@ -182,6 +187,70 @@ pub(super) struct Part {
     pub extra: Map<String, Value>,
 }
 
+impl Part {
+    /// A text part the model finished: OpenCode sets `time.end` when the text block ends (before
+    /// a tool call of the same step starts).
+    pub(super) fn text_ended(&self) -> bool {
+        self.extra
+            .get("time")
+            .and_then(|time| time.get("end"))
+            .is_some_and(|end| !end.is_null())
+    }
+
+    /// The `reason` of a `step-finish` part (`tool-calls`, `stop`, `length`, `unknown`, ...).
+    pub(super) fn finish_reason(&self) -> Option<&str> {
+        self.extra.get("reason").and_then(Value::as_str)
+    }
+
+    /// The arguments of a tool call (`state.input`; `{}` while it is pending).
+    pub(super) fn tool_input(&self) -> Option<&Value> {
+        self.state
+            .as_ref()
+            .and_then(|state| state.extra.get("input"))
+    }
+
+    /// What a `step-finish` part says one model request cost, in OpenCode's own counting
+    /// (`tokens.input` excludes cache reads and writes, `tokens.output` excludes reasoning;
+    /// `cost` from its model table). A field that is absent or not a number is `None`.
+    pub(super) fn step_figures(&self) -> StepFigures {
+        let tokens = self.extra.get("tokens");
+        let count = |path: &[&str]| {
+            path.iter()
+                .try_fold(tokens?, |value, key| value.get(key))
+                .and_then(Value::as_u64)
+        };
+        StepFigures {
+            input: count(&["input"]),
+            output: count(&["output"]),
+            reasoning: count(&["reasoning"]),
+            cache_read: count(&["cache", "read"]),
+            cache_write: count(&["cache", "write"]),
+            cost: self
+                .extra
+                .get("cost")
+                .and_then(Value::as_f64)
+                .filter(|cost| cost.is_finite()),
+        }
+    }
+}
+
+/// The figures of one `step-finish` part, as OpenCode counts them (see [`Part::step_figures`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct StepFigures {
+    /// Input tokens, cache reads and writes excluded.
+    pub input: Option<u64>,
+    /// Output tokens, reasoning excluded.
+    pub output: Option<u64>,
+    /// Reasoning tokens.
+    pub reasoning: Option<u64>,
+    /// Input tokens read from the cache.
+    pub cache_read: Option<u64>,
+    /// Input tokens written to the cache.
+    pub cache_write: Option<u64>,
+    /// Cost in USD from OpenCode's model table (0 for a model without prices).
+    pub cost: Option<f64>,
+}
+
 /// `session.status` `status`: `{"type":"busy"|"idle"}` or
 /// `{"type":"retry","attempt":n,"message":"…","next":<epoch ms>}`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -227,6 +296,9 @@ pub(super) enum Event {
         session_id: String,
         /// The part.
         part_id: String,
+        /// The streamed text when the growing field is the part's `text` (the part's own
+        /// updates carry its text only when it ends, see `Turn`).
+        text_delta: Option<String>,
     },
     /// `session.status`.
     Status {
@@ -306,6 +378,11 @@ impl Event {
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_owned(),
+                text_delta: properties
+                    .get("delta")
+                    .and_then(Value::as_str)
+                    .filter(|_| properties.get("field").and_then(Value::as_str) == Some("text"))
+                    .map(str::to_owned),
             }),
             "session.status" => match (session_id.clone(), serde_json::from_value(field("status")))
             {

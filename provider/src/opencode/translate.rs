@@ -20,13 +20,28 @@
 //! * Retries: `session.status` `retry` becomes an informational error; past `max_retries` the
 //!   turn fails and the driver aborts OpenCode's remaining retries (they are hard-coded to 5
 //!   with growing backoff, docs/contract/providers.md#opencode).
+//! * Usage: every `step-finish` part of our answers (one per model request; SSE repeats part
+//!   updates, so they are kept by part id) is summed once into the usage of the result, error or
+//!   interruption that ends its turn. A result takes the steps of its own message and earlier.
+//! * Text: a text part is complete when OpenCode sets its `time.end` (or, failing that, when a
+//!   tool call of the same message starts, or at the result): each one becomes one
+//!   `ProviderEvent::Text`, before the tool call's `Activity`.
+//! * Tools: OpenCode's tool names become the canonical vocabulary (`bash` → `Bash`, an MCP
+//!   server's `<server>_<tool>` → `mcp__<server>__<tool>`), announced once the call's arguments
+//!   are known (the part's first update is `pending` with empty input).
+//! * maxTurnsPerQuery: when the turn's step count reaches the limit and the step ended in tool
+//!   calls (the turn goes on), the driver aborts the run loop and reports `Interrupted`.
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::classify::classify;
-use crate::{ErrorClass, PromptId, ProviderEvent};
+use serde_json::Value;
 
-use super::protocol::{ErrorInfo, Event, MessageInfo, MessageWithParts, Part};
+use crate::activity::one_line_summary;
+use crate::classify::classify;
+use crate::{ErrorClass, PromptId, ProviderEvent, Usage};
+
+use super::command::MCP_SERVER;
+use super::protocol::{ErrorInfo, Event, MessageInfo, MessageWithParts, Part, StepFigures};
 
 /// What the driver has to do after an event, besides forwarding provider events.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +52,9 @@ pub(super) enum Output {
     Idle,
     /// The turn failed on our side (too many retries): abort OpenCode's run loop.
     AbortSession,
+    /// The turn reached `maxTurnsPerQuery` model requests and goes on (tool calls): abort the
+    /// run loop and report `Interrupted { reason: MaxTurns }`.
+    MaxTurns,
     /// OpenCode waits for a person (`permission.asked` / `question.asked`): answer it.
     Asked {
         /// `permission.asked` or `question.asked`.
@@ -51,6 +69,15 @@ pub(super) enum Output {
 struct Posted {
     message_id: String,
     prompt: PromptId,
+}
+
+/// One model request of ours (a `step-finish` part).
+#[derive(Debug)]
+struct Step {
+    message_id: String,
+    figures: StepFigures,
+    /// Already summed into a result, error or interruption.
+    taken: bool,
 }
 
 /// One query's view of an OpenCode session.
@@ -81,6 +108,16 @@ pub(super) struct Turn {
     aborted: HashSet<String>,
     failed: bool,
     last_retry: u32,
+    /// `step-finish` parts of our answers, by part id.
+    steps: BTreeMap<String, Step>,
+    /// Text parts already sent as `ProviderEvent::Text`.
+    texts_sent: HashSet<String>,
+    /// Tool parts already announced as `Activity`.
+    tools_announced: HashSet<String>,
+    max_turns: Option<u32>,
+    max_turns_reached: bool,
+    /// The MCP servers whose tools OpenCode names `<server>_<tool>`, longest name first.
+    mcp_servers: Vec<String>,
 }
 
 impl Turn {
@@ -102,7 +139,70 @@ impl Turn {
             aborted: HashSet::new(),
             failed: false,
             last_retry: 0,
+            steps: BTreeMap::new(),
+            texts_sent: HashSet::new(),
+            tools_announced: HashSet::new(),
+            max_turns: None,
+            max_turns_reached: false,
+            mcp_servers: vec![MCP_SERVER.to_owned()],
         }
+    }
+
+    /// The most model requests one turn may make (`maxTurnsPerQuery`); `None`: no limit.
+    pub(super) fn set_max_turns(&mut self, max_turns: Option<u32>) {
+        self.max_turns = max_turns;
+    }
+
+    /// The MCP servers besides mcp-tools (`nanoclaw`), whose tools get `mcp__` names.
+    pub(super) fn add_mcp_servers<'n>(&mut self, names: impl IntoIterator<Item = &'n String>) {
+        self.mcp_servers.extend(names.into_iter().cloned());
+        // `a_b` before `a`: the longest server name that prefixes a tool name owns it.
+        self.mcp_servers
+            .sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        self.mcp_servers.dedup();
+    }
+
+    /// The highest prompt the model has seen: the prompts posted up to the user message the
+    /// latest answer replies to (and every covered one); the first prompt at least.
+    pub(super) fn seen(&self) -> PromptId {
+        let parent = self
+            .assistants
+            .values()
+            .filter_map(|info| info.parent_id.as_deref())
+            .max();
+        let seen = parent.and_then(|parent| {
+            self.posted
+                .iter()
+                .filter(|p| p.message_id.as_str() <= parent)
+                .map(|p| p.prompt)
+                .max()
+        });
+        seen.into_iter().chain(self.covered).max().unwrap_or(0)
+    }
+
+    /// The usage of every step not summed yet (for an error or interruption that ends the
+    /// turn); `None` when OpenCode reported no step.
+    pub(super) fn take_usage(&mut self) -> Option<Usage> {
+        self.take_usage_upto(None)
+    }
+
+    /// Sums (once) the steps of messages up to `last` (ids sort in creation order), or all.
+    fn take_usage_upto(&mut self, last: Option<&str>) -> Option<Usage> {
+        let mut total: Option<Usage> = None;
+        for step in self.steps.values_mut() {
+            if step.taken || last.is_some_and(|last| step.message_id.as_str() > last) {
+                continue;
+            }
+            step.taken = true;
+            let model = self
+                .assistants
+                .get(&step.message_id)
+                .and_then(MessageInfo::model_id);
+            total
+                .get_or_insert_with(Usage::default)
+                .add(&step_usage(&step.figures, model));
+        }
+        total
     }
 
     /// The session.
@@ -184,13 +284,19 @@ impl Turn {
             Event::MessageUpdated(info) => self.message(info),
             Event::PartUpdated(part) => self.part(part),
             // Streamed text of one of our answers: the model makes progress.
-            Event::PartDelta { part_id, .. }
-                if !self.failed
-                    && self
-                        .part_owners
-                        .get(part_id)
-                        .is_some_and(|message| self.assistants.contains_key(message)) =>
+            Event::PartDelta {
+                part_id,
+                text_delta,
+                ..
+            } if !self.failed
+                && self
+                    .part_owners
+                    .get(part_id)
+                    .is_some_and(|message| self.assistants.contains_key(message)) =>
             {
+                if let Some(delta) = text_delta {
+                    self.append_text(part_id, delta);
+                }
                 vec![Output::Event(ProviderEvent::Output)]
             }
             Event::Status { status, .. } if status.kind == "retry" => self.retry(
@@ -333,6 +439,8 @@ impl Turn {
                 continue;
             }
             self.covered = Some(covers);
+            // Every piece of the answer goes out as Text before the result.
+            out.extend(self.flush_texts(&info.id));
             let text = self
                 .texts
                 .get(&info.id)
@@ -345,10 +453,11 @@ impl Turn {
                         .join("\n")
                 })
                 .unwrap_or_default();
+            let usage = self.take_usage_upto(Some(&info.id));
             out.push(Output::Event(ProviderEvent::Result {
                 text,
                 covers,
-                usage: None,
+                usage,
             }));
         }
         out
@@ -368,24 +477,107 @@ impl Turn {
         if self.failed {
             return Vec::new();
         }
-        if was_running && !self.tools.contains_key(&part.id) {
-            return vec![Output::Event(ProviderEvent::ToolEnded {
-                running: self.tools.len(),
-            })];
-        }
+        let mut out = Vec::new();
         match part.kind.as_str() {
-            "tool" if new => vec![Output::Event(ProviderEvent::Activity {
-                tool: part.tool.clone(),
-                summary: None,
-            })],
+            "tool" => {
+                let pending = part.state.as_ref().is_none_or(|s| s.status == "pending");
+                let announce = !pending && self.tools_announced.insert(part.id.clone());
+                if announce {
+                    // The text before a tool call is complete once the call runs.
+                    out.extend(self.flush_texts(&part.message_id));
+                    let raw = part.tool.as_deref().unwrap_or_default();
+                    out.push(Output::Event(ProviderEvent::Activity {
+                        tool: Some(canonical_tool(raw, &self.mcp_servers)),
+                        summary: part.tool_input().and_then(|input| summary(raw, input)),
+                    }));
+                } else if pending && new {
+                    // The call's arguments are streaming: model output.
+                    out.push(Output::Event(ProviderEvent::Output));
+                }
+                if (was_running || announce) && !self.tools.contains_key(&part.id) {
+                    out.push(Output::Event(ProviderEvent::ToolEnded {
+                        running: self.tools.len(),
+                    }));
+                }
+            }
             // Text and reasoning grow with every update: each one is model output.
-            "text" | "reasoning" => vec![Output::Event(ProviderEvent::Output)],
-            "step-start" if new => vec![Output::Event(ProviderEvent::Activity {
+            "text" => {
+                out.push(Output::Event(ProviderEvent::Output));
+                if part.text_ended() {
+                    out.extend(self.text_done(&part.message_id, &part.id));
+                }
+            }
+            "reasoning" => out.push(Output::Event(ProviderEvent::Output)),
+            "step-start" if new => out.push(Output::Event(ProviderEvent::Activity {
                 tool: None,
                 summary: None,
-            })],
-            _ => Vec::new(),
+            })),
+            "step-finish" if new => out.extend(self.check_max_turns(part)),
+            _ => {}
         }
+        out
+    }
+
+    /// Adds streamed text to a text part. OpenCode 1.18.33 sends a text part's text in deltas
+    /// and updates the part itself only when the text ends, which for a text followed by a tool
+    /// call is after the call started running: the deltas are what is known by then.
+    fn append_text(&mut self, part_id: &str, delta: &str) {
+        let Some(message) = self.part_owners.get(part_id) else {
+            return;
+        };
+        if let Some(entry) = self
+            .texts
+            .get_mut(message)
+            .and_then(|parts| parts.iter_mut().find(|(id, _)| id == part_id))
+        {
+            entry.1.push_str(delta);
+        }
+    }
+
+    /// `Text` for a finished text part, once; nothing for an empty one, for one that was cut
+    /// by an abort (it is not a complete piece of text), or one that was already sent.
+    fn text_done(&mut self, message_id: &str, part_id: &str) -> Option<Output> {
+        if self.aborting || self.aborted.contains(message_id) {
+            return None;
+        }
+        let text = self
+            .texts
+            .get(message_id)?
+            .iter()
+            .find(|(id, _)| id == part_id)
+            .map(|(_, text)| text.clone())?;
+        if text.trim().is_empty() || !self.texts_sent.insert(part_id.to_owned()) {
+            return None;
+        }
+        Some(Output::Event(ProviderEvent::Text { text }))
+    }
+
+    /// `Text` for every text part of `message_id` not sent yet, in order.
+    fn flush_texts(&mut self, message_id: &str) -> Vec<Output> {
+        let parts: Vec<String> = self
+            .texts
+            .get(message_id)
+            .map(|parts| parts.iter().map(|(id, _)| id.clone()).collect())
+            .unwrap_or_default();
+        parts
+            .iter()
+            .filter_map(|part| self.text_done(message_id, part))
+            .collect()
+    }
+
+    /// After a new `step-finish`: `MaxTurns` when the turn's steps reached the limit and this
+    /// step ended in tool calls (OpenCode would ask the model again).
+    fn check_max_turns(&mut self, part: &Part) -> Option<Output> {
+        let max = self.max_turns?;
+        if self.max_turns_reached || self.aborting || part.finish_reason() != Some("tool-calls") {
+            return None;
+        }
+        let steps = self.steps.values().filter(|step| !step.taken).count();
+        if steps < usize::try_from(max).unwrap_or(usize::MAX) {
+            return None;
+        }
+        self.max_turns_reached = true;
+        Some(Output::MaxTurns)
     }
 
     /// Updates texts and tools from a part; true when the part is new.
@@ -401,6 +593,17 @@ impl Turn {
                     Some(entry) => entry.1 = text,
                     None => parts.push((part.id.clone(), text)),
                 }
+            }
+            "step-finish" => {
+                let figures = part.step_figures();
+                self.steps
+                    .entry(part.id.clone())
+                    .and_modify(|step| step.figures = figures)
+                    .or_insert_with(|| Step {
+                        message_id: part.message_id.clone(),
+                        figures,
+                        taken: false,
+                    });
             }
             "tool" => {
                 let status = part.state.as_ref().map(|s| s.status.as_str()).unwrap_or("");
@@ -453,7 +656,7 @@ impl Turn {
                     retryable: matches!(classification, ErrorClass::RateLimited { .. }),
                     classification,
                     ends_turn: true,
-                    usage: None,
+                    usage: self.take_usage(),
                 }),
             ];
         }
@@ -485,9 +688,70 @@ impl Turn {
             retryable,
             classification,
             ends_turn: true,
-            usage: None,
+            usage: self.take_usage(),
         })]
     }
+}
+
+/// One step's figures as a [`Usage`]: OpenCode's `output` leaves reasoning out, ours counts it
+/// (as the model APIs do); a cost of 0 is unknown, not free (docs/decisions.md: OpenCode
+/// prices a request from its model table, which has no prices for the model we configure).
+fn step_usage(figures: &StepFigures, model: Option<&str>) -> Usage {
+    Usage {
+        input_tokens: figures.input,
+        output_tokens: figures
+            .output
+            .map(|output| output.saturating_add(figures.reasoning.unwrap_or(0))),
+        cache_read_tokens: figures.cache_read,
+        cache_write_tokens: figures.cache_write,
+        reasoning_tokens: figures.reasoning,
+        cost_usd: figures.cost.filter(|cost| *cost > 0.0),
+        model: model.map(str::to_owned),
+        requests: Some(1),
+    }
+}
+
+/// OpenCode's tool name in the canonical vocabulary: its builtins by their Claude names, an MCP
+/// server's `<server>_<tool>` as `mcp__<server>__<tool>`; other builtins keep their name.
+fn canonical_tool(name: &str, mcp_servers: &[String]) -> String {
+    let builtin = match name {
+        "bash" => "Bash",
+        "read" => "Read",
+        "write" => "Write",
+        "edit" => "Edit",
+        "glob" => "Glob",
+        "grep" => "Grep",
+        "webfetch" => "WebFetch",
+        "websearch" => "WebSearch",
+        _ => "",
+    };
+    if !builtin.is_empty() {
+        return builtin.to_owned();
+    }
+    for server in mcp_servers {
+        if let Some(tool) = name
+            .strip_prefix(server.as_str())
+            .and_then(|rest| rest.strip_prefix('_'))
+            .filter(|tool| !tool.is_empty())
+        {
+            return format!("mcp__{server}__{tool}");
+        }
+    }
+    name.to_owned()
+}
+
+/// What a tool call works on, from its arguments: the command line, the path, the pattern, the
+/// URL or the query (one line, cut to the summary's length).
+fn summary(tool: &str, input: &Value) -> Option<String> {
+    let field = match tool {
+        "bash" => "command",
+        "read" | "write" | "edit" => "filePath",
+        "glob" | "grep" => "pattern",
+        "webfetch" => "url",
+        "websearch" => "query",
+        _ => return None,
+    };
+    one_line_summary(input.get(field)?.as_str()?)
 }
 
 fn is_idle(event: &Event) -> bool {

@@ -2,30 +2,36 @@
 //!
 //! ```text
 //! cargo run -p e2e --bin fake-model -- [--port N] [--script steps.json] [--default-text TEXT]
-//!                                      [--bodies]
+//!                                      [--default-usage JSON] [--known-models A,B] [--bodies]
 //! ```
-//! Prints `http://127.0.0.1:PORT` on the first stdout line, then one summary line per request,
-//! each followed by the tool results the request carries (with `--bodies` also the JSON body).
-//! `steps.json` is a JSON array of steps tagged by `kind`, e.g.
+//! Prints `http://127.0.0.1:PORT` on the first stdout line, then one summary line per request
+//! (with the model it named), each followed by the tool results the request carries (with
+//! `--bodies` also the JSON body). `steps.json` is a JSON array of steps tagged by `kind`, e.g.
 //! `[{"kind":"tool_call","name":"send_message","arguments":{"text":"hi"}},
-//! {"kind":"text","text":"done","chunks":2,"delay_ms":100}]`. Stop with Ctrl-C (or SIGTERM).
+//! {"kind":"text","text":"done","chunks":2,"delay_ms":100,
+//! "usage":{"input":1200,"output":80,"cache_read":300,"cache_write":50,"reasoning":20}}]`.
+//! `--default-usage` takes the same usage object for replies that script none; `--known-models`
+//! refuses every other model with a 404 in the API's shape. Stop with Ctrl-C (or SIGTERM).
 
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use e2e::fake_model::{FakeModel, Step};
+use e2e::fake_model::{FakeModel, Step, StepUsage};
 
 struct Args {
     port: u16,
     script: Vec<Step>,
     default_text: Option<String>,
+    default_usage: Option<StepUsage>,
+    known_models: Option<Vec<String>>,
     bodies: bool,
 }
 
 fn usage() -> &'static str {
-    "usage: fake-model [--port N] [--script steps.json] [--default-text TEXT] [--bodies]"
+    "usage: fake-model [--port N] [--script steps.json] [--default-text TEXT] \
+     [--default-usage JSON] [--known-models A,B] [--bodies]"
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -33,6 +39,8 @@ fn parse_args() -> Result<Args, String> {
         port: 0,
         script: Vec::new(),
         default_text: None,
+        default_usage: None,
+        known_models: None,
         bodies: false,
     };
     let mut it = std::env::args().skip(1);
@@ -51,6 +59,25 @@ fn parse_args() -> Result<Args, String> {
             }
             "--default-text" => {
                 args.default_text = Some(it.next().ok_or("--default-text needs a value")?);
+            }
+            "--default-usage" => {
+                let v = it.next().ok_or("--default-usage needs a JSON object")?;
+                args.default_usage = Some(
+                    serde_json::from_str(&v)
+                        .map_err(|e| format!("bad --default-usage {v:?}: {e}"))?,
+                );
+            }
+            "--known-models" => {
+                let v = it
+                    .next()
+                    .ok_or("--known-models needs a comma-separated list")?;
+                args.known_models = Some(
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|m| !m.is_empty())
+                        .map(str::to_string)
+                        .collect(),
+                );
             }
             "--bodies" => args.bodies = true,
             other => return Err(format!("unknown argument {other:?}\n{}", usage())),
@@ -92,6 +119,10 @@ fn main() -> ExitCode {
     if let Some(t) = args.default_text {
         server.set_default_text(t);
     }
+    if let Some(u) = args.default_usage {
+        server.set_default_usage(u);
+    }
+    server.set_known_models(args.known_models);
     let mut out = std::io::stdout();
     let _ = writeln!(out, "{}", server.url());
     let _ = out.flush();

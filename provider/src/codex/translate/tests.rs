@@ -79,10 +79,11 @@ fn one_turn_with_a_tool_and_text() {
     log.extend(s.on_control(Some(Control::End), now));
     expect![[r#"
         turn/start "hello"
-        emit Activity { tool: Some("mcp__nanoclaw__send_message") }
+        emit Activity { tool: Some("mcp__nanoclaw__send_message"), summary: None }
         emit ToolEnded { running: 0 }
         emit Output
-        emit Result { text: "done", covers: 0 }
+        emit Text { text: "done" }
+        emit Result { text: "done", covers: 0, usage: None }
         close
     "#]]
     .assert_eq(&render(&log));
@@ -109,8 +110,9 @@ fn push_interrupts_and_restarts_with_every_unanswered_prompt() {
         turn/start "one"
         turn/interrupt t1
         turn/start "one\n\ntwo\n\nthree"
+        emit Text { text: "all three" }
         emit Output
-        emit Result { text: "all three", covers: 2 }
+        emit Result { text: "all three", covers: 2, usage: None }
         close
     "#]]
     .assert_eq(&render(&log));
@@ -129,9 +131,9 @@ fn a_turn_that_finishes_before_the_interrupt_answers_its_own_prompts_only() {
     expect![[r#"
         turn/start "one"
         turn/interrupt t1
-        emit Result { text: "", covers: 0 }
+        emit Result { text: "", covers: 0, usage: None }
         turn/start "two"
-        emit Result { text: "", covers: 1 }
+        emit Result { text: "", covers: 1, usage: None }
     "#]]
     .assert_eq(&render(&log));
     assert!(!s.is_closed(), "the query stays open until End");
@@ -160,7 +162,7 @@ fn push_waits_for_a_running_tool_then_interrupts() {
     ));
     expect![[r#"
         turn/start "one"
-        emit Activity { tool: Some("shell") }
+        emit Activity { tool: Some("Bash"), summary: None }
         emit Progress { message: "-- tool done --" }
         emit ToolEnded { running: 0 }
         turn/interrupt t1
@@ -180,7 +182,7 @@ fn push_waits_for_a_running_tool_then_interrupts() {
     log.extend(s.on_tick(now + PUSH_TOOL_GRACE + Duration::from_millis(1)));
     expect![[r#"
         turn/start "one"
-        emit Activity { tool: Some("shell") }
+        emit Activity { tool: Some("Bash"), summary: None }
         turn/interrupt t1
     "#]]
     .assert_eq(&render(&log));
@@ -210,10 +212,10 @@ fn steer_covers_a_push_once_codex_echoed_it() {
     expect![[r#"
         turn/steer t1 #1 "two"
         turn/steer t1 #2 "three"
-        emit Activity { tool: None }
-        emit Result { text: "", covers: 1 }
+        emit Activity { tool: None, summary: None }
+        emit Result { text: "", covers: 1, usage: None }
         turn/start "three"
-        emit Result { text: "", covers: 2 }
+        emit Result { text: "", covers: 2, usage: None }
     "#]]
     .assert_eq(&render(&log)[r#"turn/start "one""#.len() + 1..]);
 }
@@ -230,7 +232,7 @@ fn refused_steer_goes_to_the_next_turn() {
     expect![[r#"
         turn/start "one"
         turn/steer t1 #1 "two"
-        emit Result { text: "", covers: 0 }
+        emit Result { text: "", covers: 0, usage: None }
         turn/start "two"
     "#]]
     .assert_eq(&render(&log));
@@ -248,7 +250,7 @@ fn abort_interrupts_reports_and_closes_after_the_turn_ended() {
     log.extend(s.on_notification("turn/completed", &completed("t1", "interrupted"), now));
     expect![[r#"
         turn/start "one"
-        emit Error { message: "the turn was aborted", retryable: false, classification: Aborted, ends_turn: true }
+        emit Error { message: "the turn was aborted", retryable: false, classification: Aborted, ends_turn: true, usage: None }
         turn/interrupt t1
         close
     "#]]
@@ -260,7 +262,7 @@ fn abort_interrupts_reports_and_closes_after_the_turn_ended() {
     s.on_turn_started("t1".into(), now);
     s.on_notification("turn/completed", &completed("t1", "completed"), now);
     expect![[r#"
-        emit Error { message: "the turn was aborted", retryable: false, classification: Aborted, ends_turn: true }
+        emit Error { message: "the turn was aborted", retryable: false, classification: Aborted, ends_turn: true, usage: None }
         close
     "#]]
     .assert_eq(&render(&s.on_control(None, now)));
@@ -290,8 +292,8 @@ fn failed_turn_reports_the_final_error_once() {
     ));
     expect![[r#"
         turn/start "one"
-        emit Error { message: "Reconnecting... 1/2 (exceeded retry limit, last status: 429 Too Many Requests)", retryable: true, classification: RateLimited { retry_after_secs: None }, ends_turn: false }
-        emit Error { message: "exceeded retry limit, last status: 429 Too Many Requests", retryable: true, classification: RateLimited { retry_after_secs: None }, ends_turn: true }
+        emit Error { message: "Reconnecting... 1/2 (exceeded retry limit, last status: 429 Too Many Requests)", retryable: true, classification: RateLimited { retry_after_secs: None }, ends_turn: false, usage: None }
+        emit Error { message: "exceeded retry limit, last status: 429 Too Many Requests", retryable: true, classification: RateLimited { retry_after_secs: None }, ends_turn: true, usage: None }
         close
     "#]]
     .assert_eq(&render(&log));
@@ -318,7 +320,7 @@ fn process_exit_ends_the_turn_retryably() {
     s.begin();
     s.on_turn_started("t1".into(), now);
     expect![[r#"
-        emit Error { message: "the codex app-server process exited (signal: 9 (SIGKILL))", retryable: true, classification: Process, ends_turn: true }
+        emit Error { message: "the codex app-server process exited (signal: 9 (SIGKILL))", retryable: true, classification: Process, ends_turn: true, usage: None }
         close
     "#]]
     .assert_eq(&render(&s.on_exit(" (signal: 9 (SIGKILL))")));
@@ -332,6 +334,11 @@ fn process_exit_ends_the_turn_retryably() {
 /// `tests/fixtures/codex/README.md`) through a fresh [`QueryState`] per query, the way the
 /// driver does, and renders the events and requests the state machine produced.
 fn replay(fixture: &str, steer: bool) -> String {
+    replay_with(fixture, steer, None)
+}
+
+/// [`replay`] with the step limit the transcript was recorded with.
+fn replay_with(fixture: &str, steer: bool, max_turns: Option<u32>) -> String {
     let path = format!(
         "{}/tests/fixtures/codex/{fixture}",
         env!("CARGO_MANIFEST_DIR")
@@ -343,6 +350,7 @@ fn replay(fixture: &str, steer: bool) -> String {
     let mut requests: HashMap<String, (String, Value)> = HashMap::new();
     let mut state: Option<QueryState> = None;
     let mut thread: Option<String> = None;
+    let mut thread_model: Option<String> = None;
     for (n, line) in text.lines().enumerate() {
         let entry: Value =
             serde_json::from_str(line).unwrap_or_else(|err| panic!("{path}:{}: {err}", n + 1));
@@ -357,7 +365,10 @@ fn replay(fixture: &str, steer: bool) -> String {
             if method == "turn/start" && state.is_none() {
                 // A new query: its first prompt is the first turn's input.
                 let text = input_text(sent["params"]["input"].as_array().unwrap());
-                let mut fresh = QueryState::new(Prompt::text(text), steer);
+                let model = sent["params"]["model"].as_str().map(str::to_owned);
+                let mut fresh = QueryState::new(Prompt::text(text), steer)
+                    .with_model(model.or_else(|| thread_model.clone()))
+                    .with_max_turns(max_turns);
                 out.push_str(&render(&fresh.begin()));
                 state = Some(fresh);
             }
@@ -371,6 +382,7 @@ fn replay(fixture: &str, steer: bool) -> String {
                 ),
                 "end" => Some(Control::End),
                 "abort" => Some(Control::Abort),
+                "interrupt" => Some(Control::Interrupt),
                 _ => None,
             };
             writeln!(out, "-- control {control:?}").unwrap();
@@ -395,6 +407,7 @@ fn replay(fixture: &str, steer: bool) -> String {
                             let id = result["thread"]["id"].as_str().unwrap().to_owned();
                             writeln!(out, "emit Init {{ session_id: {:?} }}", short(&id)).unwrap();
                             thread = Some(id);
+                            thread_model = result["model"].as_str().map(str::to_owned);
                         }
                         ("thread/resume", None, Some(error)) => {
                             writeln!(out, "-- thread/resume refused: {}", error.message).unwrap();
@@ -494,10 +507,11 @@ fn replay_text_reply() {
         expect![[r#"
             emit Init { session_id: "919025ef9554" }
             turn/start "<message id=\"1\">hi</message>"
-            emit Activity { tool: None }
+            emit Activity { tool: None, summary: None }
             emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
             emit Output
-            emit Result { text: "hello from the fake model", covers: 0 }
+            emit Text { text: "hello from the fake model" }
+            emit Result { text: "hello from the fake model", covers: 0, usage: Some(Usage { input_tokens: Some(10), output_tokens: Some(5), cache_read_tokens: Some(0), cache_write_tokens: Some(0), reasoning_tokens: Some(0), cost_usd: None, model: Some("fake-model"), requests: Some(1) }) }
             -- control Some(End)
             close
             -- query closed
@@ -514,12 +528,13 @@ fn replay_mcp_tool_call() {
         expect![[r#"
             emit Init { session_id: "2ca158e75ed7" }
             turn/start "please send"
-            emit Activity { tool: None }
+            emit Activity { tool: None, summary: None }
             emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-            emit Activity { tool: Some("mcp__nanoclaw__send_message") }
+            emit Activity { tool: Some("mcp__nanoclaw__send_message"), summary: None }
             emit ToolEnded { running: 0 }
             emit Output
-            emit Result { text: "done", covers: 0 }
+            emit Text { text: "done" }
+            emit Result { text: "done", covers: 0, usage: Some(Usage { input_tokens: Some(20), output_tokens: Some(10), cache_read_tokens: Some(0), cache_write_tokens: Some(0), reasoning_tokens: Some(0), cost_usd: None, model: Some("fake-model"), requests: Some(2) }) }
             -- control Some(End)
             close
             -- query closed
@@ -536,14 +551,15 @@ fn replay_push_restart() {
         expect![[r#"
             emit Init { session_id: "af34261f0185" }
             turn/start "first message"
-            emit Activity { tool: None }
+            emit Activity { tool: None, summary: None }
             emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
             -- control Some(Push { id: 1, prompt: Prompt { text: "second message", media: [] } })
             turn/interrupt 05a8d37b1bac
             turn/start "first message\n\nsecond message"
             emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
             emit Output
-            emit Result { text: "answer to both", covers: 1 }
+            emit Text { text: "answer to both" }
+            emit Result { text: "answer to both", covers: 1, usage: Some(Usage { input_tokens: Some(10), output_tokens: Some(5), cache_read_tokens: Some(0), cache_write_tokens: Some(0), reasoning_tokens: Some(0), cost_usd: None, model: Some("fake-model"), requests: Some(1) }) }
             -- control Some(End)
             close
             -- query closed
@@ -561,11 +577,12 @@ fn replay_push_steer() {
             emit Init { session_id: "dc0a1ae50460" }
             turn/start "first message"
             emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-            emit Activity { tool: None }
+            emit Activity { tool: None, summary: None }
             -- control Some(Push { id: 1, prompt: Prompt { text: "second message", media: [] } })
             turn/steer a208601aecd9 #1 "second message"
             emit Output
-            emit Result { text: "steered answer", covers: 1 }
+            emit Text { text: "steered answer" }
+            emit Result { text: "steered answer", covers: 1, usage: Some(Usage { input_tokens: Some(10), output_tokens: Some(5), cache_read_tokens: Some(0), cache_write_tokens: Some(0), reasoning_tokens: Some(0), cost_usd: None, model: Some("fake-model"), requests: Some(1) }) }
             -- control Some(End)
             close
             -- query closed
@@ -582,31 +599,32 @@ fn replay_api_errors() {
         expect![[r#"
             emit Init { session_id: "b4041b4a8b75" }
             turn/start "trigger 500"
-            emit Activity { tool: None }
+            emit Activity { tool: None, summary: None }
             emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-            emit Error { message: "Reconnecting... 1/1 (We’re currently experiencing high demand, which may cause temporary errors.)", retryable: true, classification: Api, ends_turn: false }
-            emit Error { message: "We’re currently experiencing high demand, which may cause temporary errors.", retryable: false, classification: Api, ends_turn: true }
+            emit Error { message: "Reconnecting... 1/1 (We’re currently experiencing high demand, which may cause temporary errors.)", retryable: true, classification: Api, ends_turn: false, usage: None }
+            emit Error { message: "We’re currently experiencing high demand, which may cause temporary errors.", retryable: false, classification: Api, ends_turn: true, usage: None }
             close
             -- query closed
             turn/start "trigger 429"
             emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-            emit Activity { tool: None }
-            emit Error { message: "Reconnecting... 1/1 (exceeded retry limit, last status: 429 Too Many Requests)", retryable: true, classification: RateLimited { retry_after_secs: None }, ends_turn: false }
-            emit Error { message: "exceeded retry limit, last status: 429 Too Many Requests", retryable: true, classification: RateLimited { retry_after_secs: None }, ends_turn: true }
+            emit Activity { tool: None, summary: None }
+            emit Error { message: "Reconnecting... 1/1 (exceeded retry limit, last status: 429 Too Many Requests)", retryable: true, classification: RateLimited { retry_after_secs: None }, ends_turn: false, usage: None }
+            emit Error { message: "exceeded retry limit, last status: 429 Too Many Requests", retryable: true, classification: RateLimited { retry_after_secs: None }, ends_turn: true, usage: None }
             close
             -- query closed
             turn/start "trigger 401"
             emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-            emit Activity { tool: None }
-            emit Error { message: "Reconnecting... 1/1 (unexpected status 401 Unauthorized: fake 401 error, url: http://127.0.0.1:38129/v1/responses)", retryable: true, classification: Auth, ends_turn: false }
-            emit Error { message: "unexpected status 401 Unauthorized: fake 401 error, url: http://127.0.0.1:38129/v1/responses", retryable: false, classification: Auth, ends_turn: true }
+            emit Activity { tool: None, summary: None }
+            emit Error { message: "Reconnecting... 1/1 (unexpected status 401 Unauthorized: fake 401 error, url: http://127.0.0.1:38129/v1/responses)", retryable: true, classification: Auth, ends_turn: false, usage: None }
+            emit Error { message: "unexpected status 401 Unauthorized: fake 401 error, url: http://127.0.0.1:38129/v1/responses", retryable: false, classification: Auth, ends_turn: true, usage: None }
             close
             -- query closed
             turn/start "are you there?"
             emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-            emit Activity { tool: None }
+            emit Activity { tool: None, summary: None }
             emit Output
-            emit Result { text: "back to normal", covers: 0 }
+            emit Text { text: "back to normal" }
+            emit Result { text: "back to normal", covers: 0, usage: Some(Usage { input_tokens: Some(10), output_tokens: Some(5), cache_read_tokens: Some(0), cache_write_tokens: Some(0), reasoning_tokens: Some(0), cost_usd: None, model: Some("fake-model"), requests: Some(1) }) }
             -- control Some(End)
             close
             -- query closed
@@ -625,9 +643,10 @@ fn replay_stale_continuation() {
             emit Init { session_id: "565fd74f7ba3" }
             turn/start "hello again"
             emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-            emit Activity { tool: None }
+            emit Activity { tool: None, summary: None }
             emit Output
-            emit Result { text: "fresh answer", covers: 0 }
+            emit Text { text: "fresh answer" }
+            emit Result { text: "fresh answer", covers: 0, usage: Some(Usage { input_tokens: Some(10), output_tokens: Some(5), cache_read_tokens: Some(0), cache_write_tokens: Some(0), reasoning_tokens: Some(0), cost_usd: None, model: Some("fake-model"), requests: Some(1) }) }
             -- control Some(End)
             close
             -- query closed
@@ -645,17 +664,18 @@ fn replay_abort() {
             emit Init { session_id: "60807ee462d8" }
             turn/start "long task"
             emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-            emit Activity { tool: None }
+            emit Activity { tool: None, summary: None }
             -- control Some(Abort)
-            emit Error { message: "the turn was aborted", retryable: false, classification: Aborted, ends_turn: true }
+            emit Error { message: "the turn was aborted", retryable: false, classification: Aborted, ends_turn: true, usage: None }
             turn/interrupt 99b8f4c2f070
             close
             -- query closed
             turn/start "next one"
             emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-            emit Activity { tool: None }
+            emit Activity { tool: None, summary: None }
             emit Output
-            emit Result { text: "next", covers: 0 }
+            emit Text { text: "next" }
+            emit Result { text: "next", covers: 0, usage: Some(Usage { input_tokens: Some(10), output_tokens: Some(5), cache_read_tokens: Some(0), cache_write_tokens: Some(0), reasoning_tokens: Some(0), cost_usd: None, model: Some("fake-model"), requests: Some(1) }) }
             -- control Some(End)
             close
             -- query closed
@@ -673,17 +693,18 @@ fn replay_process_killed() {
             emit Init { session_id: "c29a7b139bab" }
             turn/start "doomed turn"
             emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-            emit Activity { tool: None }
+            emit Activity { tool: None, summary: None }
             -- process exited
-            emit Error { message: "the codex app-server process exited", retryable: true, classification: Process, ends_turn: true }
+            emit Error { message: "the codex app-server process exited", retryable: true, classification: Process, ends_turn: true, usage: None }
             close
             -- query closed
             emit Init { session_id: "c29a7b139bab" }
             turn/start "still there?"
-            emit Activity { tool: None }
+            emit Activity { tool: None, summary: None }
             emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
             emit Output
-            emit Result { text: "after the crash", covers: 0 }
+            emit Text { text: "after the crash" }
+            emit Result { text: "after the crash", covers: 0, usage: Some(Usage { input_tokens: Some(10), output_tokens: Some(5), cache_read_tokens: Some(0), cache_write_tokens: Some(0), reasoning_tokens: Some(0), cost_usd: None, model: Some("fake-model"), requests: Some(1) }) }
             -- control Some(End)
             close
             -- query closed
@@ -700,20 +721,22 @@ fn replay_resume() {
         expect![[r#"
             emit Init { session_id: "e442442f2bca" }
             turn/start "remember the word PAPAYA"
-            emit Activity { tool: None }
+            emit Activity { tool: None, summary: None }
             emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
             emit Output
-            emit Result { text: "first answer", covers: 0 }
+            emit Text { text: "first answer" }
+            emit Result { text: "first answer", covers: 0, usage: Some(Usage { input_tokens: Some(10), output_tokens: Some(5), cache_read_tokens: Some(0), cache_write_tokens: Some(0), reasoning_tokens: Some(0), cost_usd: None, model: Some("fake-model"), requests: Some(1) }) }
             -- control Some(End)
             close
             -- query closed
             -- process exited
             emit Init { session_id: "e442442f2bca" }
             turn/start "which word?"
-            emit Activity { tool: None }
+            emit Activity { tool: None, summary: None }
             emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
             emit Output
-            emit Result { text: "second answer", covers: 0 }
+            emit Text { text: "second answer" }
+            emit Result { text: "second answer", covers: 0, usage: Some(Usage { input_tokens: Some(10), output_tokens: Some(5), cache_read_tokens: Some(0), cache_write_tokens: Some(0), reasoning_tokens: Some(0), cost_usd: None, model: Some("fake-model"), requests: Some(1) }) }
             -- control Some(End)
             close
             -- query closed
@@ -721,9 +744,10 @@ fn replay_resume() {
             emit Init { session_id: "e442442f2bca" }
             turn/start "and now?"
             emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-            emit Activity { tool: None }
+            emit Activity { tool: None, summary: None }
             emit Output
-            emit Result { text: "third answer", covers: 0 }
+            emit Text { text: "third answer" }
+            emit Result { text: "third answer", covers: 0, usage: Some(Usage { input_tokens: Some(10), output_tokens: Some(5), cache_read_tokens: Some(0), cache_write_tokens: Some(0), reasoning_tokens: Some(0), cost_usd: None, model: Some("fake-model"), requests: Some(1) }) }
             -- control Some(End)
             close
             -- query closed
@@ -741,11 +765,12 @@ fn replay_shell_env() {
             emit Init { session_id: "5f31034f5da2" }
             turn/start "run env"
             emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
-            emit Activity { tool: None }
-            emit Activity { tool: Some("shell") }
+            emit Activity { tool: None, summary: None }
+            emit Activity { tool: Some("Bash"), summary: Some("env") }
             emit ToolEnded { running: 0 }
             emit Output
-            emit Result { text: "listed", covers: 0 }
+            emit Text { text: "listed" }
+            emit Result { text: "listed", covers: 0, usage: Some(Usage { input_tokens: Some(20), output_tokens: Some(10), cache_read_tokens: Some(0), cache_write_tokens: Some(0), reasoning_tokens: Some(0), cost_usd: None, model: Some("fake-model"), requests: Some(2) }) }
             -- control Some(End)
             close
             -- query closed
@@ -813,4 +838,458 @@ fn classification() {
             "{info} {message}"
         );
     }
+}
+
+/// A `thread/tokenUsage/updated` of turn `t1`: one response's figures and the thread total.
+fn token_usage(last: Value, total: Value) -> Value {
+    json!({ "threadId": "th", "turnId": "t1", "tokenUsage": { "last": last, "total": total } })
+}
+
+fn figures(input: u64, cached: u64, output: u64, reasoning: u64) -> Value {
+    json!({
+        "inputTokens": input, "cachedInputTokens": cached, "cacheWriteInputTokens": 0,
+        "outputTokens": output, "reasoningOutputTokens": reasoning,
+        "totalTokens": input + output,
+    })
+}
+
+fn usage_of(events: &[Action]) -> Vec<Option<Usage>> {
+    events
+        .iter()
+        .filter_map(|action| match action {
+            Action::Emit(
+                ProviderEvent::Result { usage, .. }
+                | ProviderEvent::Interrupted { usage, .. }
+                | ProviderEvent::Error {
+                    usage,
+                    ends_turn: true,
+                    ..
+                },
+            ) => Some(usage.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn usage_sums_each_response_once_in_the_ledgers_terms() {
+    let now = Instant::now();
+    let mut s = QueryState::new(Prompt::text("one"), false).with_model(Some("gpt-x".into()));
+    let mut log = s.begin();
+    log.extend(s.on_turn_started("t1".into(), now));
+    // Step 1: a tool call; Codex's input includes the cached tokens, output the reasoning.
+    log.extend(s.on_notification(
+        "item/started",
+        &item(
+            "commandExecution",
+            "c1",
+            json!({"command": "/bin/bash -lc 'ls -la'"}),
+        ),
+        now,
+    ));
+    log.extend(s.on_notification(
+        "item/completed",
+        &item("commandExecution", "c1", json!({})),
+        now,
+    ));
+    let first = figures(100, 40, 30, 12);
+    log.extend(s.on_notification(
+        "thread/tokenUsage/updated",
+        &token_usage(first.clone(), first.clone()),
+        now,
+    ));
+    // The same total again (sent along with a rate-limit update): not a new response.
+    log.extend(s.on_notification(
+        "thread/tokenUsage/updated",
+        &token_usage(first.clone(), first),
+        now,
+    ));
+    // Step 2: the final text.
+    log.extend(s.on_notification(
+        "thread/tokenUsage/updated",
+        &token_usage(figures(150, 100, 7, 0), figures(250, 140, 37, 12)),
+        now,
+    ));
+    log.extend(s.on_notification("turn/completed", &completed("t1", "completed"), now));
+    assert_eq!(
+        usage_of(&log),
+        vec![Some(Usage {
+            input_tokens: Some(60 + 50),
+            output_tokens: Some(37),
+            cache_read_tokens: Some(140),
+            cache_write_tokens: Some(0),
+            reasoning_tokens: Some(12),
+            cost_usd: None,
+            model: Some("gpt-x".into()),
+            requests: Some(2),
+        })]
+    );
+    // The next turn starts from nothing.
+    log = s.on_control(push(1, "two"), now);
+    log.extend(s.on_turn_started("t2".into(), now));
+    log.extend(s.on_notification("turn/completed", &completed("t2", "completed"), now));
+    assert_eq!(usage_of(&log), vec![None], "no figures: unknown, not 0");
+}
+
+#[test]
+fn a_reroute_names_the_new_model_and_a_failed_turn_carries_its_usage() {
+    let now = Instant::now();
+    let mut s = QueryState::new(Prompt::text("one"), false).with_model(Some("a".into()));
+    s.begin();
+    s.on_turn_started("t1".into(), now);
+    s.on_notification(
+        "model/rerouted",
+        &json!({"threadId": "th", "turnId": "t1", "fromModel": "a", "toModel": "b", "reason": "x"}),
+        now,
+    );
+    let step = figures(10, 0, 5, 0);
+    s.on_notification(
+        "thread/tokenUsage/updated",
+        &token_usage(step.clone(), step),
+        now,
+    );
+    let log = s.on_notification("turn/completed", &completed("t1", "failed"), now);
+    let usage = usage_of(&log).pop().flatten().unwrap();
+    assert_eq!(
+        (usage.model.as_deref(), usage.requests),
+        (Some("b"), Some(1))
+    );
+}
+
+#[test]
+fn interrupt_stops_the_turn_and_leaves_unsent_pushes_uncovered() {
+    let now = Instant::now();
+    let mut s = QueryState::new(Prompt::text("one"), false);
+    let mut log = s.begin();
+    // Before turn/start answered: the interrupt waits for the turn id.
+    log.extend(s.on_control(Some(Control::Interrupt), now));
+    assert!(s.stopping());
+    log.extend(s.on_turn_started("t1".into(), now));
+    // Pushed after the stop: not consumed, the runner runs it again.
+    log.extend(s.on_control(push(1, "two"), now));
+    let step = figures(10, 0, 5, 0);
+    log.extend(s.on_notification(
+        "thread/tokenUsage/updated",
+        &token_usage(step.clone(), step),
+        now,
+    ));
+    log.extend(s.on_notification("turn/completed", &completed("t1", "interrupted"), now));
+    expect![[r#"
+        turn/start "one"
+        turn/interrupt t1
+        emit Activity { tool: None, summary: None }
+        emit Interrupted { covers: 0, usage: Some(Usage { input_tokens: Some(10), output_tokens: Some(5), cache_read_tokens: Some(0), cache_write_tokens: Some(0), reasoning_tokens: Some(0), cost_usd: None, model: None, requests: Some(1) }), reason: Stopped }
+        close
+    "#]]
+    .assert_eq(&render(&log));
+    assert!(s.is_closed() && !s.stopping());
+}
+
+#[test]
+fn interrupt_of_a_push_restart_covers_the_push_only_once_the_model_responded() {
+    let now = Instant::now();
+    let restart = || {
+        let mut s = QueryState::new(Prompt::text("one"), false);
+        let mut log = s.begin();
+        log.extend(s.on_turn_started("t1".into(), now));
+        log.extend(s.on_control(push(1, "two"), now));
+        log.extend(s.on_notification("turn/completed", &completed("t1", "interrupted"), now));
+        log.extend(s.on_turn_started("t2".into(), now));
+        log.extend(s.on_control(push(2, "three"), now));
+        (s, log)
+    };
+    let t2_interrupted =
+        json!({"threadId": "th", "turn": {"id": "t2", "status": "interrupted", "items": []}});
+    // The model stalls on the restart: the push it never acted on is left to the runner.
+    let (mut s, mut log) = restart();
+    log.extend(s.on_control(Some(Control::Interrupt), now));
+    log.extend(s.on_notification("turn/completed", &t2_interrupted, now));
+    expect![[r#"
+        turn/start "one"
+        turn/interrupt t1
+        turn/start "one\n\ntwo"
+        turn/interrupt t2
+        emit Interrupted { covers: 0, usage: None, reason: Stopped }
+        close
+    "#]]
+    .assert_eq(&render(&log));
+
+    // The model was working on both: the push is covered; the later one is not.
+    let (mut s, _) = restart();
+    s.on_notification(
+        "item/started",
+        &json!({"turnId": "t2", "item": {"type": "commandExecution", "id": "c", "command": "ls"}}),
+        now,
+    );
+    s.on_control(Some(Control::Interrupt), now);
+    expect![[r#"
+        emit Interrupted { covers: 1, usage: None, reason: Stopped }
+        close
+    "#]]
+    .assert_eq(&render(&s.on_notification(
+        "turn/completed",
+        &t2_interrupted,
+        now,
+    )));
+}
+
+#[test]
+fn interrupt_between_turns_or_after_the_answer_ends_the_query() {
+    let now = Instant::now();
+    // Between turns: nothing runs.
+    let mut s = QueryState::new(Prompt::text("one"), false);
+    s.begin();
+    s.on_turn_started("t1".into(), now);
+    s.on_notification("turn/completed", &completed("t1", "completed"), now);
+    expect![[r#"
+        emit Interrupted { covers: 0, usage: None, reason: Stopped }
+        close
+    "#]]
+    .assert_eq(&render(&s.on_control(Some(Control::Interrupt), now)));
+
+    // The turn completed before the interrupt landed: its answer stands, the query ends.
+    let mut s = QueryState::new(Prompt::text("one"), false);
+    s.begin();
+    s.on_turn_started("t1".into(), now);
+    let mut log = s.on_control(Some(Control::Interrupt), now);
+    log.extend(s.on_notification("turn/completed", &completed("t1", "completed"), now));
+    expect![[r#"
+        turn/interrupt t1
+        emit Result { text: "", covers: 0, usage: None }
+        close
+    "#]]
+    .assert_eq(&render(&log));
+
+    // Codex never answers: the driver's deadline ends the turn the same way.
+    let mut s = QueryState::new(Prompt::text("one"), false);
+    s.begin();
+    s.on_turn_started("t1".into(), now);
+    s.on_control(Some(Control::Interrupt), now);
+    expect![[r#"
+        emit Interrupted { covers: 0, usage: None, reason: Stopped }
+        close
+    "#]]
+    .assert_eq(&render(&s.on_stop_timeout()));
+    assert!(s.on_stop_timeout().is_empty(), "once");
+}
+
+#[test]
+fn max_turns_interrupts_a_step_that_asks_for_more() {
+    let now = Instant::now();
+    let step = figures(10, 0, 5, 0);
+    let mut s = QueryState::new(Prompt::text("one"), false).with_max_turns(Some(2));
+    let mut log = s.begin();
+    log.extend(s.on_turn_started("t1".into(), now));
+    for (n, total) in [(1, figures(10, 0, 5, 0)), (2, figures(20, 0, 10, 0))] {
+        let id = format!("c{n}");
+        log.extend(s.on_notification(
+            "item/started",
+            &item(
+                "mcpToolCall",
+                &id,
+                json!({"server": "nanoclaw", "tool": "send_message"}),
+            ),
+            now,
+        ));
+        log.extend(s.on_notification("item/completed", &item("mcpToolCall", &id, json!({})), now));
+        log.extend(s.on_notification(
+            "thread/tokenUsage/updated",
+            &token_usage(step.clone(), total),
+            now,
+        ));
+    }
+    log.extend(s.on_notification("turn/completed", &completed("t1", "interrupted"), now));
+    expect![[r#"
+        turn/start "one"
+        emit Activity { tool: Some("mcp__nanoclaw__send_message"), summary: None }
+        emit ToolEnded { running: 0 }
+        emit Activity { tool: Some("mcp__nanoclaw__send_message"), summary: None }
+        emit ToolEnded { running: 0 }
+        turn/interrupt t1
+        emit Interrupted { covers: 0, usage: Some(Usage { input_tokens: Some(20), output_tokens: Some(10), cache_read_tokens: Some(0), cache_write_tokens: Some(0), reasoning_tokens: Some(0), cost_usd: None, model: None, requests: Some(2) }), reason: MaxTurns }
+        close
+    "#]]
+    .assert_eq(&render(&log));
+
+    // A last step that only answers is within the limit.
+    let mut s = QueryState::new(Prompt::text("one"), false).with_max_turns(Some(1));
+    s.begin();
+    s.on_turn_started("t1".into(), now);
+    let log = s.on_notification(
+        "thread/tokenUsage/updated",
+        &token_usage(step.clone(), step),
+        now,
+    );
+    assert!(
+        !log.iter().any(|a| matches!(a, Action::Interrupt { .. })),
+        "{log:?}"
+    );
+    assert!(!s.stopping());
+}
+
+#[test]
+fn text_is_emitted_when_its_item_completes_before_the_next_tool() {
+    let now = Instant::now();
+    let mut s = QueryState::new(Prompt::text("one"), false);
+    let mut log = s.begin();
+    log.extend(s.on_turn_started("t1".into(), now));
+    log.extend(s.on_notification(
+        "item/completed",
+        &item(
+            "agentMessage",
+            "m1",
+            json!({"text": "<message to=\"ops\">on it</message>"}),
+        ),
+        now,
+    ));
+    log.extend(s.on_notification(
+        "item/started",
+        &item(
+            "commandExecution",
+            "c1",
+            json!({"command": "/bin/bash -lc 'sleep 5'"}),
+        ),
+        now,
+    ));
+    log.extend(s.on_notification(
+        "item/completed",
+        &item("agentMessage", "m2", json!({"text": "   "})),
+        now,
+    ));
+    expect![[r#"
+        turn/start "one"
+        emit Text { text: "<message to=\"ops\">on it</message>" }
+        emit Output
+        emit Activity { tool: Some("Bash"), summary: Some("sleep 5") }
+    "#]]
+    .assert_eq(&render(&log));
+}
+
+#[test]
+fn tool_names_and_summaries_are_canonical() {
+    let long = "é".repeat(200);
+    let cases = [
+        json!({"type": "commandExecution", "command": "/bin/bash -lc 'ls -la /tmp'"}),
+        json!({"type": "commandExecution", "command": "bash -c \"echo hi\""}),
+        json!({"type": "commandExecution", "command": "/bin/bash -lc 'echo '\\''x'\\'''"}),
+        json!({"type": "commandExecution", "command": format!("/bin/bash -lc '{long}'")}),
+        json!({"type": "commandExecution", "command": "/bin/bash -lc 'cat <<EOF\nline two\nEOF'"}),
+        json!({"type": "fileChange", "changes": [
+            {"path": "/w/new.txt", "kind": {"type": "add"}, "diff": ""},
+            {"path": "/w/other.txt", "kind": {"type": "add"}, "diff": ""}]}),
+        json!({"type": "fileChange", "changes": [
+            {"path": "/w/new.txt", "kind": {"type": "add"}, "diff": ""},
+            {"path": "/w/old.txt", "kind": {"type": "update", "move_path": null}, "diff": ""}]}),
+        json!({"type": "webSearch", "query": "rust sqlite wal"}),
+        json!({"type": "webSearch", "query": ""}),
+        json!({"type": "mcpToolCall", "server": "nanoclaw", "tool": "send_message"}),
+        json!({"type": "imageView", "path": "/w/a.png"}),
+    ];
+    let rendered: Vec<String> = cases
+        .into_iter()
+        .map(|raw| {
+            let item: crate::codex::protocol::Item = serde_json::from_value(raw).unwrap();
+            let summary = item.tool_summary();
+            if let Some(s) = &summary {
+                assert!(s.chars().count() <= 120 && !s.contains('\n'), "{s}");
+            }
+            format!(
+                "{:?} {:?}",
+                item.tool_name(),
+                summary.map(|s| s.chars().count().to_string()
+                    + " "
+                    + &s.chars().take(20).collect::<String>())
+            )
+        })
+        .collect();
+    expect![[r#"
+        Some("Bash") Some("11 ls -la /tmp")
+        Some("Bash") Some("7 echo hi")
+        Some("Bash") Some("16 'echo '\\''x'\\'''")
+        Some("Bash") Some("120 éééééééééééééééééééé")
+        Some("Bash") Some("9 cat <<EOF")
+        Some("Write") Some("10 /w/new.txt")
+        Some("Edit") Some("10 /w/new.txt")
+        Some("WebSearch") Some("15 rust sqlite wal")
+        Some("WebSearch") None
+        Some("mcp__nanoclaw__send_message") None
+        Some("Read") Some("8 /w/a.png")"#]]
+    .assert_eq(&rendered.join("\n"));
+}
+
+#[test]
+fn replay_usage() {
+    check(
+        "usage.jsonl",
+        false,
+        expect![[r#"
+        emit Init { session_id: "9e9e9030ed87" }
+        turn/start "run it"
+        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+        emit Activity { tool: None, summary: None }
+        emit Activity { tool: Some("Bash"), summary: Some("echo hi") }
+        emit ToolEnded { running: 0 }
+        emit Output
+        emit Text { text: "done" }
+        emit Result { text: "done", covers: 0, usage: Some(Usage { input_tokens: Some(127), output_tokens: Some(39), cache_read_tokens: Some(264), cache_write_tokens: Some(0), reasoning_tokens: Some(11), cost_usd: None, model: Some("fake-model"), requests: Some(2) }) }
+        -- control Some(End)
+        close
+        -- query closed
+        -- process exited
+    "#]],
+    );
+}
+
+#[test]
+fn replay_max_turns() {
+    // Recorded with maxTurnsPerQuery = 2.
+    expect![[r#"
+        emit Init { session_id: "064343d00158" }
+        turn/start "loop"
+        emit Activity { tool: None, summary: None }
+        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+        emit Activity { tool: Some("Bash"), summary: Some("echo one") }
+        emit ToolEnded { running: 0 }
+        emit Activity { tool: Some("Bash"), summary: Some("echo two") }
+        emit ToolEnded { running: 0 }
+        turn/interrupt e5b04caa2d56
+        emit Interrupted { covers: 0, usage: Some(Usage { input_tokens: Some(20), output_tokens: Some(10), cache_read_tokens: Some(0), cache_write_tokens: Some(0), reasoning_tokens: Some(0), cost_usd: None, model: Some("fake-model"), requests: Some(2) }), reason: MaxTurns }
+        close
+        -- query closed
+        turn/start "again"
+        emit Progress { message: "codex deprecationNotice: Full-history hydration is deprecated for paginated threads; omit `includeTurns` or set it to `false`, then page with `thread/turns/list` and `thread/items/list`." }
+        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+        emit Activity { tool: None, summary: None }
+        emit Output
+        emit Text { text: "next answer" }
+        emit Result { text: "next answer", covers: 0, usage: Some(Usage { input_tokens: Some(10), output_tokens: Some(5), cache_read_tokens: Some(0), cache_write_tokens: Some(0), reasoning_tokens: Some(0), cost_usd: None, model: Some("fake-model"), requests: Some(1) }) }
+        -- control Some(End)
+        close
+        -- query closed
+        -- process exited
+    "#]].assert_eq(&replay_with("max_turns.jsonl", false, Some(2)));
+}
+
+#[test]
+fn replay_text_before_tool() {
+    check(
+        "text_before_tool.jsonl",
+        false,
+        expect![[r#"
+        emit Init { session_id: "1855b8010a9f" }
+        turn/start "deploy"
+        emit Progress { message: "codex warning: Model metadata for `fake-model` not found. Defaulting to fallback metadata; this can degrade performance and cause issues." }
+        emit Activity { tool: None, summary: None }
+        emit Output
+        emit Text { text: "<message to=\"ops\">deploying</message>" }
+        emit Activity { tool: Some("Bash"), summary: Some("sleep 3") }
+        emit ToolEnded { running: 0 }
+        emit Text { text: "all done" }
+        emit Result { text: "all done", covers: 0, usage: Some(Usage { input_tokens: Some(20), output_tokens: Some(10), cache_read_tokens: Some(0), cache_write_tokens: Some(0), reasoning_tokens: Some(0), cost_usd: None, model: Some("fake-model"), requests: Some(2) }) }
+        -- control Some(End)
+        close
+        -- query closed
+        -- process exited
+    "#]],
+    );
 }
