@@ -786,14 +786,12 @@ impl Runner {
                         && retry_after.is_none_or(|after| after <= MAX_RATE_LIMIT_WAIT);
                     let merged = merge(uncovered);
                     if let Some(failed) = &merged {
-                        let row = self.ledger.row(
-                            provider,
+                        let row = self.ledger_row(
                             None,
                             UsageOutcome::Error,
                             failed.row_ids.clone(),
                             failed.series_id.clone(),
                         );
-                        self.turn.used(Some(&row));
                         self.ledger.failed(row);
                     }
                     match merged {
@@ -1384,8 +1382,17 @@ impl Runner {
         ids.extend(stops.iter().map(|row| row.id.clone()));
         self.turn
             .answered(covered.iter().flat_map(|p| p.seqs.iter().copied()));
-        // The ledger row of the stopped turn (its `message_ids`: the rows it answered).
-        let ledger = self.stopped_usage(usage, &answered);
+        // The ledger row of the stopped turn (its `message_ids`: the rows it answered), counted
+        // by the budget at once: the write below is the turn's last transaction.
+        let series_id = covered.iter().find_map(|p| p.series_id.clone());
+        let ledger = self.ledger_row(
+            usage.as_ref(),
+            UsageOutcome::Aborted,
+            answered.clone(),
+            series_id,
+        );
+        self.budget.recorded(&ledger, (self.options.clock)());
+        let ledger = Some(ledger);
         let now = (self.options.clock)();
         self.call(move |db| db.complete_with_usage_at(&ids, &replies, ledger.as_ref(), now, true))
             .await?;
@@ -1399,24 +1406,20 @@ impl Runner {
         Ok(QueryEnd::Stopped { uncovered })
     }
 
-    /// The ledger row of a stopped turn (outcome `aborted`), answering `answered`, built by the
-    /// one ledger helper (`crate::ledger`) and counted by the budget at once.
-    fn stopped_usage(
+    /// A turn's ledger row, built by the one ledger helper (`crate::ledger`), its tokens noted
+    /// for the turn's log line.
+    fn ledger_row(
         &mut self,
-        usage: Option<Usage>,
-        answered: &[String],
-    ) -> Option<schema::NewTurnUsage> {
-        let row = self.ledger.row(
-            self.provider.name(),
-            usage.as_ref(),
-            UsageOutcome::Aborted,
-            answered.to_vec(),
-            None,
-        );
+        usage: Option<&Usage>,
+        outcome: UsageOutcome,
+        message_ids: Vec<String>,
+        series_id: Option<String>,
+    ) -> schema::NewTurnUsage {
+        let row = self
+            .ledger
+            .row(self.provider.name(), usage, outcome, message_ids, series_id);
         self.turn.used(Some(&row));
-        // Counted now: the caller writes it in the turn's last transaction.
-        self.budget.recorded(&row, (self.options.clock)());
-        Some(row)
+        row
     }
 
     /// Delivers the `<message to>` blocks of a piece of text the agent just wrote, at once
@@ -1485,14 +1488,7 @@ impl Runner {
             .flat_map(|p| p.row_ids.iter().cloned())
             .collect();
         let series_id = covered.iter().find_map(|p| p.series_id.clone());
-        let ledger = self.ledger.row(
-            self.provider.name(),
-            usage.as_ref(),
-            UsageOutcome::Result,
-            ids.clone(),
-            series_id,
-        );
-        self.turn.used(Some(&ledger));
+        let ledger = self.ledger_row(usage.as_ref(), UsageOutcome::Result, ids.clone(), series_id);
         let outgoing = reply::parse_reply(text);
         let now = (self.options.clock)();
         let budget = self.budget.clone();

@@ -497,7 +497,13 @@ async fn a_stopped_turn_is_recorded_as_aborted_with_what_it_reported() {
         ..Usage::default()
     })]);
     s.start(s.options());
-    let id = s.chat("runaway");
+    // A task's turn: the stopped turn's row names its series too.
+    let mut task = NewMessageIn::new(
+        "task",
+        json!({"prompt": "runaway", "taskId": "t-9"}).to_string(),
+    );
+    task.series_id = Some("series-9".into());
+    let id = s.db.insert_in(&task).unwrap().id;
     s.wait_for("the prompt", |s| s.mock.prompts().len() == 1)
         .await;
     let mut interrupt = NewMessageIn::new("system", json!({"action": "interrupt"}).to_string());
@@ -511,6 +517,7 @@ async fn a_stopped_turn_is_recorded_as_aborted_with_what_it_reported() {
     assert_eq!(ledger[0]["outcome"], "aborted");
     assert_eq!(ledger[0]["input"], 90);
     assert_eq!(ledger[0]["messageIds"], json!([id]));
+    assert_eq!(ledger[0]["seriesId"], "series-9");
 }
 
 #[tokio::test]

@@ -186,7 +186,13 @@ pub fn stop_while_a_question_waits_withdraws_it(provider: &str) {
 /// A message pushed mid-turn and then `/stop`: the stopped turn's row gets `Stopped.`, the pushed
 /// message is answered in the next turn.
 pub fn a_message_pushed_then_stopped_is_answered_next(provider: &str) {
-    let model = fake_model([Step::hang().timeout_ms(120_000)]);
+    // Two stalls: Codex (without steering) restarts the turn with the push, and that request
+    // must stall too, or its answer could beat the stop. The script is emptied once the stop
+    // is done, so the next turn's request is answered whether or not it came before.
+    let model = fake_model([
+        Step::hang().timeout_ms(120_000),
+        Step::hang().timeout_ms(120_000),
+    ]);
     model.set_default_text("Answering the second.");
     let mut session = Session::new();
     session.start_runner(provider, &model, &[]);
@@ -197,6 +203,7 @@ pub fn a_message_pushed_then_stopped_is_answered_next(provider: &str) {
     let stop = session.send_chat("/stop").id;
     session.wait_completed(&first, WAIT);
     session.wait_completed(&stop, WAIT);
+    model.set_script([]);
     model.release_hangs();
     let reply = session.wait_reply(&second, WAIT);
     assert_eq!(text_of(&reply), "Answering the second.");
