@@ -12,7 +12,7 @@ use r2d2::{Pool, PooledConnection};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::config::DbConfig;
 use rusqlite::functions::FunctionFlags;
-use rusqlite::{Connection, Transaction, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 
 use crate::rows::{lenient_flag, lossy_text};
 use crate::sql::{COLUMNS, INDEXES, SCHEMA};
@@ -137,7 +137,11 @@ impl SessionDb {
                 path: path.clone(),
                 cause,
             })?;
+        // Every later connection opens the file that exists and never creates one: a DB
+        // deleted under a running process must stay deleted (and be seen as gone), not come
+        // back as an empty file because the pool happened to open a connection.
         let manager = SqliteConnectionManager::file(&path)
+            .with_flags(existing_file_flags())
             .with_init(move |conn| configure_connection(conn, busy_timeout));
         let pool = Pool::builder()
             .max_size(options.pool_size.max(1))
@@ -172,7 +176,7 @@ impl SessionDb {
 
     /// Opens a dedicated connection outside the pool (for `PRAGMA data_version` watching).
     pub fn dedicated_connection(&self) -> Result<Connection, Error> {
-        let conn = Connection::open(&self.path)?;
+        let conn = Connection::open_with_flags(&self.path, existing_file_flags())?;
         configure_connection(&conn, self.busy_timeout)?;
         Ok(conn)
     }
@@ -222,4 +226,48 @@ fn has_column(tx: &Transaction<'_>, table: &str, column: &str) -> Result<bool, E
         }
     }
     Ok(false)
+}
+
+/// SQLite's default flags without `CREATE`: the connections after the first open the DB file
+/// that is there, or fail.
+fn existing_file_flags() -> OpenFlags {
+    OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A runner's pool opens connections when it needs them (two DB calls at once, or r2d2
+    /// keeping one idle). One opened after the DB was deleted must not create an empty DB at
+    /// the path: the runner would then take the deletion for a replacement, and an empty file
+    /// would be left where the host looks for its DB.
+    #[test]
+    fn connections_after_the_first_never_recreate_a_deleted_db() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.db");
+        let db = SessionDb::open_with(
+            &path,
+            OpenOptions {
+                busy_timeout: Duration::from_millis(200),
+                ..OpenOptions::default()
+            },
+        )
+        .unwrap();
+        let mut held = vec![db.conn().unwrap()];
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+        // Every connection the pool may have: those beyond the ones already open are opened
+        // now (and r2d2 opens more in the background to keep one idle).
+        for _ in 1..OpenOptions::default().pool_size {
+            if let Ok(conn) = db.conn() {
+                held.push(conn);
+            }
+        }
+        assert!(db.dedicated_connection().is_err());
+        std::thread::sleep(Duration::from_millis(300));
+        drop(held);
+        assert!(!path.exists(), "the deleted DB came back as a new file");
+    }
 }
