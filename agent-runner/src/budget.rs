@@ -247,14 +247,7 @@ impl Budget {
         spent.session_cost += cost;
         if now >= spent.day.0 && now < spent.day.1 {
             spent.day_cost += cost;
-            let tokens = [
-                row.input_tokens,
-                row.output_tokens,
-                row.cache_read_tokens,
-                row.cache_write_tokens,
-            ];
-            let tokens = tokens.into_iter().flatten().fold(0u64, u64::saturating_add);
-            spent.day_tokens = spent.day_tokens.saturating_add(tokens);
+            spent.day_tokens = spent.day_tokens.saturating_add(row.tokens());
         }
     }
 

@@ -1382,8 +1382,8 @@ impl Runner {
         ids.extend(stops.iter().map(|row| row.id.clone()));
         self.turn
             .answered(covered.iter().flat_map(|p| p.seqs.iter().copied()));
-        // The ledger row of the stopped turn (its `message_ids`: the rows it answered), counted
-        // by the budget at once: the write below is the turn's last transaction.
+        // The ledger row of the stopped turn (its `message_ids`: the rows it answered), written
+        // with the completion and counted by the budget once written, as a result's is.
         let series_id = covered.iter().find_map(|p| p.series_id.clone());
         let ledger = self.ledger_row(
             usage.as_ref(),
@@ -1391,11 +1391,14 @@ impl Runner {
             answered.clone(),
             series_id,
         );
-        self.budget.recorded(&ledger, (self.options.clock)());
-        let ledger = Some(ledger);
         let now = (self.options.clock)();
-        self.call(move |db| db.complete_with_usage_at(&ids, &replies, ledger.as_ref(), now, true))
-            .await?;
+        let budget = self.budget.clone();
+        self.call(move |db| {
+            let written = db.complete_with_usage_at(&ids, &replies, Some(&ledger), now, true)?;
+            budget.recorded(&ledger, now);
+            Ok(written)
+        })
+        .await?;
         self.batch_finished = true;
         tracing::info!(
             ?reason,

@@ -55,20 +55,6 @@ impl Usage {
     pub fn is_empty(&self) -> bool {
         *self == Usage::default()
     }
-
-    /// Every token figure added up (input, output, cache reads and writes; reasoning is part
-    /// of output in every API we speak); `None` when none is known. Budgets on tokens count this.
-    pub fn total_tokens(&self) -> Option<u64> {
-        [
-            self.input_tokens,
-            self.output_tokens,
-            self.cache_read_tokens,
-            self.cache_write_tokens,
-        ]
-        .into_iter()
-        .flatten()
-        .reduce(|a, b| a.saturating_add(b))
-    }
 }
 
 #[cfg(test)]
@@ -97,8 +83,6 @@ mod tests {
         assert_eq!(total.cost_usd, None, "no step reported a cost");
         assert_eq!(total.requests, Some(2));
         assert_eq!(total.model.as_deref(), Some("a"));
-        assert_eq!(total.total_tokens(), Some(24));
-        assert!(Usage::default().total_tokens().is_none());
         assert!(Usage::default().is_empty() && !total.is_empty());
         total.add(&Usage {
             input_tokens: Some(u64::MAX),

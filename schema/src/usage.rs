@@ -63,6 +63,23 @@ pub struct NewTurnUsage {
     pub series_id: Option<String>,
 }
 
+impl NewTurnUsage {
+    /// The turn's tokens as the ledger counts them (its `tokens` totals, `maxTokensPerDay`):
+    /// input, output, cache reads and cache writes added up (reasoning is part of output);
+    /// 0 when none was reported.
+    pub fn tokens(&self) -> u64 {
+        [
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_tokens,
+            self.cache_write_tokens,
+        ]
+        .into_iter()
+        .flatten()
+        .fold(0, u64::saturating_add)
+    }
+}
+
 /// Writes `usage` inside the caller's transaction.
 pub(crate) fn insert_usage_tx(
     tx: &Transaction<'_>,
