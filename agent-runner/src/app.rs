@@ -456,6 +456,7 @@ fn provider_settings(settings: &Settings) -> ProviderSettings {
         assistant_name: settings.assistant_name.clone(),
         auth_hint: settings.auth_hint(),
         max_turns_per_query: settings.max_turns_per_query,
+        ..ProviderSettings::for_workspace(&settings.workspace, settings.provider.name())
     }
 }
 

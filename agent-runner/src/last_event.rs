@@ -35,6 +35,7 @@ impl LastEventCell {
             ProviderEvent::Result { .. } => What::Result,
             ProviderEvent::Output | ProviderEvent::Text { .. } => What::Output,
             ProviderEvent::Interrupted { .. } => What::Result,
+            ProviderEvent::ApprovalRequest(_) | ProviderEvent::ToolDenied { .. } => What::Activity,
             ProviderEvent::Activity {
                 tool: Some(tool), ..
             } => What::Tool(tool.clone()),

@@ -1076,6 +1076,11 @@ impl Runner {
                     }
                     match event {
                         ProviderEvent::Output | ProviderEvent::ToolEnded { .. } => {}
+                        // Issue 16 wires approvals; until then a request is denied at once.
+                        ProviderEvent::ApprovalRequest(request) => {
+                            query.approver().answer(&request.id, provider::ApprovalAnswer::Deny { reason: "approvals are not wired yet".into() });
+                        }
+                        ProviderEvent::ToolDenied { .. } => {}
                         ProviderEvent::Text { text } => {
                             if !finished {
                                 self.deliver_blocks(&text, &in_flight, start_seq).await?;
@@ -1365,6 +1370,7 @@ impl Runner {
         let text = match reason {
             InterruptReason::Stopped => self.options.turn_control.stopped_reply.clone(),
             InterruptReason::MaxTurns => control::MAX_TURNS_REPLY.to_owned(),
+            InterruptReason::ApprovalStop => String::new(),
         };
         let replies: Vec<NewMessageOut> = target
             .filter(|_| !text.trim().is_empty())

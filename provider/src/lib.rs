@@ -15,6 +15,7 @@ mod kind;
 pub mod media;
 pub mod mock;
 pub mod opencode;
+pub mod policy;
 pub mod process;
 pub mod prompt_xml;
 mod query;
@@ -29,9 +30,10 @@ use futures::future::BoxFuture;
 
 pub use kind::{ProviderKind, UnknownProvider};
 pub use mock::MockSettings;
-pub use query::AgentQuery;
+pub use policy::{Decision, ToolPolicy, ToolRule};
+pub use query::{AgentQuery, Approver};
 pub(crate) use query::{Control, QueryHandle};
-pub use settings::{McpServer, ProviderSettings};
+pub use settings::{ElicitationMode, McpServer, ProviderSettings, RemoteMcpServer};
 pub use usage::Usage;
 
 /// A file the agent should see natively (images and PDFs for Claude), next to the text.
@@ -219,6 +221,70 @@ pub enum ProviderEvent {
         /// Tool calls still running in the turn.
         running: usize,
     },
+    /// The CLI waits for a decision the runner must get from the user (a tool call the policy
+    /// marks `ask`, or an MCP elicitation with `elicitation: ask`). The runner asks in the chat
+    /// and answers with [`Approver::answer`] under the request's `id`; the CLI waits meanwhile
+    /// (the driver's watchdog must not count the wait). Unanswered at the query's end, the
+    /// driver denies it.
+    ApprovalRequest(ApprovalRequest),
+    /// The driver or the CLI refused a tool call by the policy without asking (a `deny` rule,
+    /// or `default: deny`): the runner records it as a `tool_decision` row, `by: "policy"`.
+    ToolDenied {
+        /// Canonical tool name.
+        tool: String,
+        /// What the call would have done, short (as in `Activity`).
+        summary: Option<String>,
+    },
+}
+
+/// A decision the CLI waits for ([`ProviderEvent::ApprovalRequest`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalRequest {
+    /// The driver's id of the request, unique within the query; given back in the answer.
+    pub id: String,
+    /// What is asked.
+    pub kind: ApprovalKind,
+}
+
+/// What an [`ApprovalRequest`] asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApprovalKind {
+    /// May this tool call run? Answered with [`ApprovalAnswer::Allow`] or
+    /// [`ApprovalAnswer::Deny`].
+    ToolCall {
+        /// Canonical tool name (`Bash`, `mcp__github__create_issue`).
+        tool: String,
+        /// What the call does, short (≤ 120 characters, as in `Activity`).
+        summary: Option<String>,
+        /// The whole argument the policy matched (the full command line, the path), so the user
+        /// approves what actually runs; `None` when unknown.
+        argument: Option<String>,
+    },
+    /// An MCP server asks the user something (Codex elicitation). Answered with
+    /// [`ApprovalAnswer::Reply`] (the chosen option or the text) or [`ApprovalAnswer::Deny`]
+    /// (declined).
+    Elicitation {
+        /// The MCP server's name.
+        server: String,
+        /// Its message to the user.
+        message: String,
+        /// The allowed answers when the schema is a single choice; empty for free text.
+        options: Vec<String>,
+    },
+}
+
+/// The runner's answer to an [`ApprovalRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApprovalAnswer {
+    /// The call may run.
+    Allow,
+    /// Refused (or declined); `reason` is what the model is told.
+    Deny {
+        /// Why, for the model (`denied by the user`, `no answer within 300 s`).
+        reason: String,
+    },
+    /// The user's answer to an elicitation.
+    Reply(String),
 }
 
 /// Why a turn was interrupted ([`ProviderEvent::Interrupted`]).
@@ -228,6 +294,10 @@ pub enum InterruptReason {
     Stopped,
     /// The turn reached `maxTurnsPerQuery` model requests.
     MaxTurns,
+    /// A tool of `approvalStopTools` returned its result: the turn ends there, with no model
+    /// output after it, and the next user message continues the session. No reply is written
+    /// for it (the tool's result is the turn's output).
+    ApprovalStop,
 }
 
 /// Errors starting a query.

@@ -282,6 +282,7 @@ async fn run_query(
                     let _ = handle.events.send(interrupted(answered, None)).await;
                     return;
                 }
+                Some(Control::Approval { .. }) => {}
             }
             continue;
         };
@@ -345,6 +346,7 @@ async fn run_query(
                         let _ = handle.events.send(interrupted(id, usage)).await;
                         return;
                     }
+                    Some(Control::Approval { .. }) => {}
                     Some(Control::Abort) | None => {
                         let _ = handle.events.send(aborted(usage)).await;
                         return;

@@ -3,7 +3,7 @@
 
 use tokio::sync::mpsc;
 
-use crate::{ErrorClass, Prompt, PromptId, ProviderError, ProviderEvent};
+use crate::{ApprovalAnswer, ErrorClass, Prompt, PromptId, ProviderError, ProviderEvent};
 
 /// A control message from the runner to the provider's query task.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,6 +22,32 @@ pub(crate) enum Control {
     /// End the current turn through the CLI's own interrupt, keeping the process and its
     /// session; answer with [`ProviderEvent::Interrupted`] and close the stream.
     Interrupt,
+    /// The answer to the [`crate::ApprovalRequest`] with this id.
+    Approval {
+        /// The request's id.
+        id: String,
+        /// The answer.
+        answer: ApprovalAnswer,
+    },
+}
+
+/// Answers the [`crate::ApprovalRequest`]s of one query; cheap to clone, so the task that asks
+/// the user can hold one while the runner keeps reading events.
+#[derive(Debug, Clone)]
+pub struct Approver {
+    control: mpsc::UnboundedSender<Control>,
+}
+
+impl Approver {
+    /// Answers request `id`; false when the query is over (the driver denied it already).
+    pub fn answer(&self, id: &str, answer: ApprovalAnswer) -> bool {
+        self.control
+            .send(Control::Approval {
+                id: id.to_owned(),
+                answer,
+            })
+            .is_ok()
+    }
 }
 
 /// The runner's side of one query.
@@ -87,6 +113,13 @@ impl AgentQuery {
     /// session survive. The query answers with [`ProviderEvent::Interrupted`] and ends.
     pub fn interrupt(&self) {
         let _ = self.control.send(Control::Interrupt);
+    }
+
+    /// A handle that answers this query's [`crate::ApprovalRequest`]s.
+    pub fn approver(&self) -> Approver {
+        Approver {
+            control: self.control.clone(),
+        }
     }
 
     /// Says `hint` instead of the CLI's own advice in the query's authentication errors

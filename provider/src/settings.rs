@@ -32,6 +32,43 @@ impl std::fmt::Debug for McpServer {
     }
 }
 
+/// A remote MCP server (config `mcpServers` entry of `type: "http"`), as the CLI must reach it:
+/// streamable HTTP at `url` with `headers`. The runner resolves the configured secrets and, when
+/// a header carries one, points `url` at its loopback proxy, which adds the real headers; the
+/// CLI then only holds the proxy's session token. Its `Debug` masks the header values.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteMcpServer {
+    /// The streamable HTTP endpoint the CLI connects to.
+    pub url: String,
+    /// Headers the CLI sends on every request.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for RemoteMcpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let masked: BTreeMap<&String, &str> =
+            self.headers.keys().map(|k| (k, "<redacted>")).collect();
+        f.debug_struct("RemoteMcpServer")
+            .field("url", &self.url)
+            .field("headers", &masked)
+            .finish()
+    }
+}
+
+/// What a driver does with an MCP elicitation that is not a tool-call approval (config
+/// `elicitation`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ElicitationMode {
+    /// Decline it (the default): nobody is asked.
+    #[default]
+    Decline,
+    /// Ask the user in the chat when it is a simple choice or text
+    /// ([`crate::ApprovalKind::Elicitation`]); decline anything else.
+    Ask,
+}
+
 /// Settings shared by the Claude, Codex and OpenCode providers (the mock's own are
 /// [`crate::MockSettings`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -102,6 +139,17 @@ pub struct ProviderSettings {
     /// `--max-turns`; Codex and OpenCode count step events and interrupt the turn when reached
     /// ([`crate::InterruptReason::MaxTurns`]). `None`: no limit.
     pub max_turns_per_query: Option<u32>,
+    /// Which tool calls may run (config `toolPolicy`); each driver translates it into its
+    /// CLI's own mechanism and asks the runner for `ask` calls
+    /// ([`crate::ProviderEvent::ApprovalRequest`]).
+    pub tool_policy: crate::ToolPolicy,
+    /// Canonical MCP tool names after whose result the turn ends (config `approvalStopTools`),
+    /// with [`crate::InterruptReason::ApprovalStop`].
+    pub approval_stop_tools: Vec<String>,
+    /// What to do with general MCP elicitations (config `elicitation`).
+    pub elicitation: ElicitationMode,
+    /// Remote (streamable HTTP) MCP servers by name, beside `nanoclaw` and the stdio ones.
+    pub remote_mcp_servers: BTreeMap<String, RemoteMcpServer>,
 }
 
 impl ProviderSettings {
@@ -135,6 +183,10 @@ impl ProviderSettings {
             assistant_name: None,
             auth_hint: None,
             max_turns_per_query: None,
+            tool_policy: crate::ToolPolicy::default(),
+            approval_stop_tools: Vec::new(),
+            elicitation: ElicitationMode::Decline,
+            remote_mcp_servers: BTreeMap::new(),
             workspace,
         }
     }

@@ -427,6 +427,8 @@ impl Query {
                         return end;
                     }
                     Some(Control::Interrupt) => return self.interrupt(slot).await,
+                    // No approval requests yet (issue 16 wires them).
+                    Some(Control::Approval { .. }) => {}
                     None => {
                         tracing::debug!("the runner dropped the query; interrupting claude");
                         return self.settle(slot).await;

@@ -120,6 +120,8 @@ fn render(event: &ProviderEvent) -> String {
             )
         }
         ProviderEvent::ToolEnded { running } => format!("ToolEnded running={running}"),
+        ProviderEvent::ApprovalRequest(request) => format!("ApprovalRequest {request:?}"),
+        ProviderEvent::ToolDenied { tool, summary } => format!("ToolDenied({tool}) {summary:?}"),
     }
 }
 

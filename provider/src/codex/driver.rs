@@ -350,6 +350,9 @@ fn control_record(control: Option<&crate::Control>) -> Value {
         Some(crate::Control::End) => json!({ "control": "end" }),
         Some(crate::Control::Abort) => json!({ "control": "abort" }),
         Some(crate::Control::Interrupt) => json!({ "control": "interrupt" }),
+        Some(crate::Control::Approval { id, answer }) => {
+            json!({ "control": "approval", "id": id, "answer": format!("{answer:?}") })
+        }
         None => json!({ "control": "dropped" }),
     }
 }

@@ -300,6 +300,8 @@ impl QueryState {
                 }
             }
             Some(Control::Interrupt) => self.on_stop(InterruptReason::Stopped, now, &mut actions),
+            // No approval requests yet (issue 16 wires them).
+            Some(Control::Approval { .. }) => {}
             Some(Control::Abort) | None => self.on_abort(now, &mut actions),
         }
         actions

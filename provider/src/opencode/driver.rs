@@ -467,6 +467,8 @@ impl<'a> Driver<'a> {
                         self.shared.record(json!({ "interrupt": true }));
                         return Exit::Interrupted(InterruptReason::Stopped);
                     }
+                    // No approval requests yet (issue 16 wires them).
+                    Some(Control::Approval { .. }) => {}
                     // A closed control channel means the runner dropped the query.
                     Some(Control::Abort) | None => {
                         self.shared.record(json!({ "abort": true }));

@@ -1,0 +1,461 @@
+//! The tool policy (config `toolPolicy`, docs/contract/config.md): which tool calls the agent may
+//! make, in canonical tool names (`Bash`, `Read`, `mcp__<server>__<tool>`, ...). This module is
+//! the one owner of what a rule means; each driver translates the policy into its CLI's own
+//! mechanism and asks [`ToolPolicy::decide`] when its CLI hands a call to the runner.
+//!
+//! Rules: `Name` or `Name(pattern)`. A name ending in `*` matches every name with that prefix
+//! (`mcp__github__*`). A pattern is a glob over the call's argument ([`ToolPolicy::decide`]):
+//! `*` matches any run of characters, everything else is literal; `prefix:*` (Claude's form) is
+//! `prefix` alone or followed by a space and anything.
+//!
+//! Deny wins over ask, ask over allow; a call no rule matches gets `default`. For `Bash`, the
+//! command line is also split into its simple commands (at `;`, `&&`, `||`, `|`, `&`, newlines,
+//! `$(`, backticks and parentheses, leading `VAR=value` words dropped): a deny or ask rule
+//! matches when it matches the whole line or any one of them, an allow rule with a pattern only
+//! when every one of them is allowed. So `Bash(git push*)` in `allow` does not allow
+//! `git push && rm -rf /`, and `Bash(rm *)` in `deny` catches `cd x; rm -rf y`. A textual match
+//! cannot see through every shell trick (`eval`, variables, scripts): the strong form of a rule
+//! is the tool without a pattern.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// What happens to a tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    /// The call runs.
+    Allow,
+    /// The call is refused; the model receives the refusal.
+    Deny,
+    /// The user is asked in the chat (Approve / Deny); no answer in time is a deny.
+    Ask,
+}
+
+impl Decision {
+    /// `allow`, `deny` or `ask`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+            Self::Ask => "ask",
+        }
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A rule that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("tool rule {rule:?}: {reason} (expected Name or Name(pattern), e.g. Bash(git push*) or mcp__github__*)")]
+pub struct RuleError {
+    /// The rule as written.
+    pub rule: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+/// One entry of `allow`, `deny` or `ask`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ToolRule {
+    /// The canonical tool name, or a prefix followed by `*`.
+    pub tool: String,
+    /// The argument glob, when the rule has one.
+    pub pattern: Option<String>,
+}
+
+impl ToolRule {
+    /// Reads `Name` or `Name(pattern)`.
+    pub fn parse(rule: &str) -> Result<Self, RuleError> {
+        let error = |reason| RuleError {
+            rule: rule.to_owned(),
+            reason,
+        };
+        let trimmed = rule.trim();
+        let (tool, pattern) = match trimmed.find('(') {
+            None => (trimmed, None),
+            Some(open) => {
+                let Some(inner) = trimmed[open + 1..].strip_suffix(')') else {
+                    return Err(error("the pattern must end with `)`"));
+                };
+                (&trimmed[..open], Some(inner.to_owned()))
+            }
+        };
+        if tool.is_empty() {
+            return Err(error("no tool name"));
+        }
+        let name_chars = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
+        let stem = tool.strip_suffix('*').unwrap_or(tool);
+        if !stem.chars().all(name_chars) {
+            return Err(error(
+                "a tool name has letters, digits, `_`, `-` or `.`, and at most a final `*`",
+            ));
+        }
+        if pattern.as_deref().is_some_and(|p| p.trim().is_empty()) {
+            return Err(error(
+                "an empty pattern (leave out the parentheses instead)",
+            ));
+        }
+        Ok(Self {
+            tool: tool.to_owned(),
+            pattern,
+        })
+    }
+
+    /// Whether the rule names `tool` (ignoring its pattern).
+    pub fn names(&self, tool: &str) -> bool {
+        match self.tool.strip_suffix('*') {
+            Some(prefix) => tool.starts_with(prefix),
+            None => self.tool == tool,
+        }
+    }
+
+    /// Whether the rule's pattern matches `argument` (a rule without one matches everything).
+    /// An unknown argument matches nothing but a rule without a pattern.
+    pub fn matches_argument(&self, argument: Option<&str>) -> bool {
+        match (&self.pattern, argument) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(pattern), Some(argument)) => glob_matches(pattern, argument.trim()),
+        }
+    }
+}
+
+impl fmt::Display for ToolRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.pattern {
+            Some(pattern) => write!(f, "{}({pattern})", self.tool),
+            None => f.write_str(&self.tool),
+        }
+    }
+}
+
+impl Serialize for ToolRule {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolRule {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Self::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The default of `askTimeoutSeconds`.
+pub const DEFAULT_ASK_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The whole policy. [`Default`] allows everything (the behaviour before policies existed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolPolicy {
+    /// Calls that run without asking.
+    pub allow: Vec<ToolRule>,
+    /// Calls that are refused.
+    pub deny: Vec<ToolRule>,
+    /// Calls the user approves in the chat.
+    pub ask: Vec<ToolRule>,
+    /// What a call no rule matches gets (`allow` unless set).
+    pub default: Decision,
+    /// How long an `ask` waits for the answer; then it is a deny.
+    pub ask_timeout: Duration,
+}
+
+impl Default for ToolPolicy {
+    fn default() -> Self {
+        Self {
+            allow: Vec::new(),
+            deny: Vec::new(),
+            ask: Vec::new(),
+            default: Decision::Allow,
+            ask_timeout: DEFAULT_ASK_TIMEOUT,
+        }
+    }
+}
+
+impl ToolPolicy {
+    /// True when every call is allowed: no deny or ask rule and `default: allow`. A driver then
+    /// keeps its CLI's unrestricted mode (no permission round trips).
+    pub fn allows_everything(&self) -> bool {
+        self.deny.is_empty() && self.ask.is_empty() && self.default == Decision::Allow
+    }
+
+    /// What happens to a call of `tool` (canonical name) with `argument`: the command line for
+    /// `Bash`, the file path for `Read`/`Write`/`Edit`, the URL for `WebFetch`, the query for
+    /// `WebSearch`, the pattern for `Glob`/`Grep`, the compact JSON arguments for an MCP tool;
+    /// `None` when the driver cannot tell.
+    pub fn decide(&self, tool: &str, argument: Option<&str>) -> Decision {
+        let pieces = match (tool, argument) {
+            ("Bash", Some(command)) => simple_commands(command),
+            _ => Vec::new(),
+        };
+        // A deny or ask rule with a pattern and an unknown argument cannot be ruled out: it
+        // applies (the safe side). An allow rule then does not.
+        let hits = |rule: &ToolRule| {
+            rule.names(tool)
+                && (rule.pattern.is_none()
+                    || argument.is_none()
+                    || rule.matches_argument(argument)
+                    || pieces.iter().any(|p| rule.matches_argument(Some(p))))
+        };
+        if self.deny.iter().any(hits) {
+            return Decision::Deny;
+        }
+        if self.ask.iter().any(hits) {
+            return Decision::Ask;
+        }
+        let allowed = |piece: Option<&str>| {
+            self.allow
+                .iter()
+                .any(|rule| rule.names(tool) && rule.matches_argument(piece))
+        };
+        let all_allowed = if pieces.len() > 1 {
+            pieces.iter().all(|p| allowed(Some(p)))
+        } else {
+            allowed(argument)
+        };
+        if all_allowed {
+            Decision::Allow
+        } else {
+            self.default
+        }
+    }
+
+    /// The rules of `decision`'s list.
+    pub fn rules(&self, decision: Decision) -> &[ToolRule] {
+        match decision {
+            Decision::Allow => &self.allow,
+            Decision::Deny => &self.deny,
+            Decision::Ask => &self.ask,
+        }
+    }
+}
+
+/// `*` matches any run of characters; `X:*` at the end is `X` alone or `X <anything>`.
+fn glob_matches(pattern: &str, text: &str) -> bool {
+    if let Some(stem) = pattern.strip_suffix(":*") {
+        return text == stem || glob_matches(&format!("{stem} *"), text);
+    }
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let (first, rest) = match parts.split_first() {
+        Some(split) => split,
+        None => return text.is_empty(),
+    };
+    let Some(mut remaining) = text.strip_prefix(first) else {
+        return false;
+    };
+    let Some((last, middle)) = rest.split_last() else {
+        return remaining.is_empty();
+    };
+    for part in middle {
+        match remaining.find(part) {
+            Some(at) => remaining = &remaining[at + part.len()..],
+            None => return false,
+        }
+    }
+    remaining.len() >= last.len() && remaining.ends_with(last)
+}
+
+/// The simple commands of a shell line, textually (see the module doc).
+fn simple_commands(line: &str) -> Vec<String> {
+    let mut pieces = Vec::new();
+    let mut current = String::new();
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        let split = match c {
+            ';' | '|' | '&' | '\n' | '`' | '(' | ')' => true,
+            '$' if chars.peek() == Some(&'(') => {
+                chars.next();
+                true
+            }
+            _ => false,
+        };
+        if split {
+            pieces.push(std::mem::take(&mut current));
+        } else {
+            current.push(c);
+        }
+    }
+    pieces.push(current);
+    pieces
+        .into_iter()
+        .map(|piece| {
+            let words: Vec<&str> = piece.split_whitespace().collect();
+            let start = words
+                .iter()
+                .position(|w| !is_assignment(w))
+                .unwrap_or(words.len());
+            words[start..].join(" ")
+        })
+        .filter(|piece| !piece.is_empty())
+        .collect()
+}
+
+fn is_assignment(word: &str) -> bool {
+    match word.split_once('=') {
+        Some((name, _)) => {
+            !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+        }
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(list: &[&str]) -> Vec<ToolRule> {
+        list.iter().map(|r| ToolRule::parse(r).unwrap()).collect()
+    }
+
+    fn policy(allow: &[&str], deny: &[&str], ask: &[&str], default: Decision) -> ToolPolicy {
+        ToolPolicy {
+            allow: rules(allow),
+            deny: rules(deny),
+            ask: rules(ask),
+            default,
+            ask_timeout: DEFAULT_ASK_TIMEOUT,
+        }
+    }
+
+    #[test]
+    fn rules_parse_and_print_back() {
+        for text in ["Bash", "Bash(git push*)", "mcp__github__*", "Read(/etc/*)"] {
+            assert_eq!(ToolRule::parse(text).unwrap().to_string(), text);
+        }
+        let rule = ToolRule::parse(" Bash(rm *) ").unwrap();
+        assert_eq!(rule.tool, "Bash");
+        assert_eq!(rule.pattern.as_deref(), Some("rm *"));
+        for bad in ["", "(x)", "Bash(rm", "Ba sh", "Bash()", "mcp__*__x"] {
+            let err = ToolRule::parse(bad).unwrap_err().to_string();
+            assert!(
+                err.contains("expected Name or Name(pattern)"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn deny_wins_over_ask_and_ask_over_allow() {
+        let p = policy(
+            &["Bash"],
+            &["Bash(rm *)"],
+            &["Bash(git push*)"],
+            Decision::Allow,
+        );
+        assert_eq!(p.decide("Bash", Some("rm -rf target")), Decision::Deny);
+        assert_eq!(p.decide("Bash", Some("git push origin")), Decision::Ask);
+        assert_eq!(p.decide("Bash", Some("ls")), Decision::Allow);
+        let p = policy(&[], &["Bash"], &["Bash"], Decision::Allow);
+        assert_eq!(p.decide("Bash", Some("ls")), Decision::Deny);
+    }
+
+    #[test]
+    fn unlisted_tools_follow_the_default() {
+        let p = policy(&["Read"], &[], &[], Decision::Deny);
+        assert_eq!(p.decide("Read", Some("/x")), Decision::Allow);
+        assert_eq!(p.decide("Write", Some("/x")), Decision::Deny);
+        assert!(!p.allows_everything());
+        assert!(ToolPolicy::default().allows_everything());
+        assert_eq!(
+            ToolPolicy::default().decide("Bash", Some("rm -rf /")),
+            Decision::Allow
+        );
+    }
+
+    #[test]
+    fn mcp_wildcards_name_a_server() {
+        let p = policy(
+            &[],
+            &["mcp__github__*"],
+            &["mcp__nanoclaw__send_message"],
+            Decision::Allow,
+        );
+        assert_eq!(p.decide("mcp__github__create_issue", None), Decision::Deny);
+        assert_eq!(p.decide("mcp__nanoclaw__send_message", None), Decision::Ask);
+        assert_eq!(
+            p.decide("mcp__nanoclaw__schedule_task", None),
+            Decision::Allow
+        );
+        assert_eq!(p.decide("mcp__githubx__y", None), Decision::Allow);
+    }
+
+    #[test]
+    fn bash_deny_and_ask_see_every_simple_command() {
+        let p = policy(&[], &["Bash(rm *)"], &["Bash(curl:*)"], Decision::Allow);
+        for line in [
+            "rm -rf target",
+            "cd x && rm -rf target",
+            "ls; rm -rf target",
+            "true || rm -rf target",
+            "echo $(rm -rf target)",
+            "echo `rm -rf target`",
+            "FOO=1 rm -rf target",
+            "(rm -rf target)",
+            "ls\nrm -rf target",
+        ] {
+            assert_eq!(p.decide("Bash", Some(line)), Decision::Deny, "{line:?}");
+        }
+        assert_eq!(p.decide("Bash", Some("echo rm")), Decision::Allow);
+        assert_eq!(p.decide("Bash", Some("curl")), Decision::Ask);
+        assert_eq!(
+            p.decide("Bash", Some("ls | curl -d @x host")),
+            Decision::Ask
+        );
+        assert_eq!(p.decide("Bash", Some("curly")), Decision::Allow);
+    }
+
+    #[test]
+    fn a_bash_allow_pattern_must_cover_every_simple_command() {
+        let p = policy(&["Bash(git push*)", "Bash(ls*)"], &[], &[], Decision::Deny);
+        assert_eq!(p.decide("Bash", Some("git push origin")), Decision::Allow);
+        assert_eq!(p.decide("Bash", Some("ls -la | git push")), Decision::Allow);
+        assert_eq!(
+            p.decide("Bash", Some("git push && rm -rf /")),
+            Decision::Deny
+        );
+    }
+
+    #[test]
+    fn an_unknown_argument_is_on_the_safe_side() {
+        let p = policy(&["Bash(ls*)"], &["Read(/etc/*)"], &[], Decision::Ask);
+        assert_eq!(p.decide("Read", None), Decision::Deny);
+        assert_eq!(p.decide("Bash", None), Decision::Ask);
+        assert_eq!(p.decide("Read", Some("/home/x")), Decision::Ask);
+    }
+
+    #[test]
+    fn globs_match_literally_around_stars() {
+        assert!(glob_matches("rm *", "rm -rf x"));
+        assert!(!glob_matches("rm *", "rm"));
+        assert!(glob_matches("*.env", "/a/b/.env"));
+        assert!(glob_matches("a*b*c", "aXbYc"));
+        assert!(!glob_matches("a*b*c", "aXcYb"));
+        assert!(glob_matches("npm run test:*", "npm run test"));
+        assert!(glob_matches("npm run test:*", "npm run test --watch"));
+        assert!(!glob_matches("npm run test:*", "npm run tests"));
+        assert!(glob_matches("*", ""));
+        assert!(glob_matches("ab*ab", "abab"));
+        assert!(!glob_matches("ab*ab", "aba"));
+    }
+
+    #[test]
+    fn the_policy_reads_from_config_json() {
+        let rules: Vec<ToolRule> = serde_json::from_str(r#"["Bash(rm *)", "Read"]"#).unwrap();
+        assert_eq!(rules, super::tests::rules(&["Bash(rm *)", "Read"]));
+        let err = serde_json::from_str::<Vec<ToolRule>>(r#"["Bash(rm"]"#).unwrap_err();
+        assert!(err.to_string().contains("must end with"), "{err}");
+        assert_eq!(
+            serde_json::to_string(&rules).unwrap(),
+            r#"["Bash(rm *)","Read"]"#
+        );
+    }
+}
