@@ -188,6 +188,10 @@ async fn run(config: Config) -> Result<()> {
         tracing::warn!("{err}");
     }
     let settings = config.settings()?;
+    // Remote MCP servers' header values: read here, once, like the secret files (a missing one
+    // stops the start), and kept in the runner (the proxy serves them).
+    let remote_mcp =
+        crate::remote_mcp::resolve(&settings.remote_mcp_servers, &std::env::vars().collect())?;
     // The configuration and its secret files are read (`load_config`); nothing is opened or
     // started yet, so everything from here on happens as the `runAs` user.
     crate::privileges::drop_privileges(settings.run_as.as_deref(), &settings.workspace)?;
@@ -213,8 +217,8 @@ async fn run(config: Config) -> Result<()> {
             .context(format!("opening the session DB {}", db_path.display())),
     })?;
     // Lives as long as the runner: the CLI reaches the model only through it (issue 10, point 4).
-    let model_proxy = crate::model_proxy::start(&settings).await?;
-    let provider = create_provider(&settings, model_proxy.as_ref())?;
+    let model_proxy = crate::model_proxy::start(&settings, &remote_mcp).await?;
+    let provider = create_provider(&settings, model_proxy.as_ref(), &remote_mcp)?;
     tracing::info!(
         provider = provider.name(),
         db = %db_path.display(),
@@ -238,6 +242,7 @@ async fn run(config: Config) -> Result<()> {
         progress: settings.progress,
         model_endpoint: model_endpoint(&settings),
         turn_control: settings.turn_control.clone(),
+        ask_timeout: settings.tool_policy.ask_timeout,
         budgets: crate::budget::BudgetOptions {
             limits: settings.budgets.clone(),
             reload: Some(config.budget_reload()),
@@ -395,13 +400,14 @@ fn model_endpoint(settings: &Settings) -> String {
 }
 
 /// Creates the configured provider; with a credential proxy, the CLI gets the proxy's URL and
-/// token instead of the configured base URL and key.
+/// token instead of the configured base URL and key (and remote MCP servers' headers).
 fn create_provider(
     settings: &Settings,
     model_proxy: Option<&credproxy::CredProxy>,
+    remote_mcp: &BTreeMap<String, crate::remote_mcp::ResolvedServer>,
 ) -> Result<Arc<dyn AgentProvider>> {
     let mut provider_settings = provider_settings(settings);
-    crate::model_proxy::apply(model_proxy, &mut provider_settings, settings);
+    crate::model_proxy::apply(model_proxy, &mut provider_settings, settings, remote_mcp);
     provider::create(settings.provider, provider_settings, settings.mock.clone())
         .map_err(|err| anyhow::anyhow!("{err}"))
 }
@@ -456,6 +462,9 @@ fn provider_settings(settings: &Settings) -> ProviderSettings {
         assistant_name: settings.assistant_name.clone(),
         auth_hint: settings.auth_hint(),
         max_turns_per_query: settings.max_turns_per_query,
+        tool_policy: settings.tool_policy.clone(),
+        approval_stop_tools: settings.approval_stop_tools.clone(),
+        elicitation: settings.elicitation,
         ..ProviderSettings::for_workspace(&settings.workspace, settings.provider.name())
     }
 }

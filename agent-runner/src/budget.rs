@@ -129,6 +129,8 @@ impl Exhausted {
                 self.spent, self.max, self.window
             )),
             budget: Some(self.limit.to_owned()),
+            approval: None,
+            question_id: None,
         }
     }
 }

@@ -18,7 +18,9 @@ use chrono_tz::Tz;
 use credproxy::Api;
 use provider::process::EnvPolicy;
 use provider::redact::{self, mask};
-use provider::{McpServer, MockSettings, ProviderKind};
+use provider::{
+    Decision, ElicitationMode, McpServer, MockSettings, ProviderKind, ToolPolicy, ToolRule,
+};
 use serde_json::Value;
 
 use crate::budget::{BudgetLimits, BudgetReload};
@@ -261,7 +263,7 @@ const FIELDS: &[Field] = &[
         "NANOCLAW_MCP_SERVERS",
         Kind::Object,
         "",
-        "extra MCP servers {name: {command, args, env}}",
+        "extra MCP servers {name: {command, args, env}} or remote {name: {\"type\": \"http\", \"url\", \"headers\": {\"H\": \"value\" | {\"env\": \"VAR\"} | {\"file\": \"/path\"}}}}",
     ),
     field(
         "envScrubPatterns",
@@ -474,6 +476,27 @@ const FIELDS: &[Field] = &[
         "most model requests (steps) one turn may make; the turn is stopped there (0 = no limit)",
     ),
     field(
+        "toolPolicy",
+        "NANOCLAW_TOOL_POLICY",
+        Kind::Object,
+        "",
+        "which tool calls run: {\"allow\": [..], \"deny\": [..], \"ask\": [..], \"default\": \"allow\"|\"deny\"|\"ask\", \"askTimeoutSeconds\": 300}, rules like Bash(git push*) or mcp__github__* (unset: everything runs)",
+    ),
+    field(
+        "approvalStopTools",
+        "NANOCLAW_APPROVAL_STOP_TOOLS",
+        Kind::List,
+        "",
+        "MCP tools (mcp__<server>__<tool>) after whose result the turn ends; the next message continues the session",
+    ),
+    field(
+        "elicitation",
+        "NANOCLAW_ELICITATION",
+        Kind::Text,
+        "decline",
+        "MCP elicitations that are no tool approval: decline | ask (a question in the chat)",
+    ),
+    field(
         "logFormat",
         logging::LOG_FORMAT_ENV,
         Kind::Text,
@@ -520,7 +543,7 @@ const FIELDS: &[Field] = &[
         "NANOCLAW_MOCK_SCRIPT",
         Kind::Json,
         "",
-        "mock provider: steps [{\"step\":\"echo\"|\"reply\"|\"fail\",..}]",
+        "mock provider: steps [{\"step\":\"echo\"|\"reply\"|\"fail\"|\"parts\"|\"ask\"|\"elicit\"|\"approvalStop\",..}]",
     ),
     field(
         "mockEchoSystemPrompt",
@@ -717,6 +740,10 @@ impl Config {
                 bail!("progress ({}): {err}", self.source_of("progress"));
             }
         }
+        self.tool_policy()?;
+        self.approval_stop_tools()?;
+        self.elicitation()?;
+        self.remote_mcp_servers()?;
         for key in ["anthropicBaseUrl", "openaiBaseUrl"] {
             let Some(url) = self.text(key) else { continue };
             let parsed = reqwest::Url::parse(&url);
@@ -823,7 +850,7 @@ impl Config {
         if !canonical(file).starts_with(canonical(&self.workspace)) {
             return Vec::new();
         }
-        FIELDS
+        let mut warnings: Vec<String> = FIELDS
             .iter()
             .filter(|f| f.secret)
             .filter(|f| matches!(self.values.get(f.key), Some((_, Source::File))))
@@ -837,7 +864,19 @@ impl Config {
                     f.env
                 )
             })
-            .collect()
+            .collect();
+        if matches!(self.values.get("mcpServers"), Some((_, Source::File))) {
+            let servers = self.remote_mcp_servers().unwrap_or_default();
+            warnings.extend(crate::remote_mcp::literal_headers(&servers).map(|header| {
+                format!(
+                    "{header} is written in {}, inside the workspace, where the agent can read \
+                     it: use {{\"env\": \"NAME\"}} or {{\"file\": \"/path\"}} outside the \
+                     workspace instead",
+                    file.display()
+                )
+            }));
+        }
+        warnings
     }
 
     /// A field's value as printed: a secret setting masked whole, any other with the secrets in
@@ -847,6 +886,9 @@ impl Config {
         match value {
             Value::String(text) if field.secret => Value::String(mask(text)),
             other if field.secret => Value::String(mask(&other.to_string())),
+            other if field.key == "mcpServers" => {
+                crate::remote_mcp::redact(other, redact::redact_value(other))
+            }
             other => redact::redact_value(other),
         }
     }
@@ -951,8 +993,11 @@ pub struct Settings {
     pub cli_paths: CliPaths,
     /// The mcp-tools binary (`mcpToolsPath`); beside agent-runner when `None`.
     pub mcp_tools_path: Option<PathBuf>,
-    /// Extra MCP servers (`mcpServers`).
+    /// Extra MCP servers (`mcpServers`), the stdio ones.
     pub mcp_servers: BTreeMap<String, McpServer>,
+    /// The remote (streamable HTTP) ones of `mcpServers`; their header values are read at
+    /// startup ([`crate::remote_mcp::resolve`]).
+    pub remote_mcp_servers: BTreeMap<String, crate::remote_mcp::RemoteServer>,
     /// Variables passed to and scrubbed from the CLI's and scripts' environment
     /// (`envPassthrough`, `envScrubPatterns`).
     pub env_policy: EnvPolicy,
@@ -1002,6 +1047,12 @@ pub struct Settings {
     /// Stopping a turn and its progress rows (`stopCommand`, `stoppedReply`, `progress`,
     /// `progressIntervalSecs`).
     pub turn_control: TurnControlOptions,
+    /// Which tool calls run, and how long an ask waits (`toolPolicy`).
+    pub tool_policy: ToolPolicy,
+    /// MCP tools after whose result the turn ends (`approvalStopTools`).
+    pub approval_stop_tools: Vec<String>,
+    /// What happens to general MCP elicitations (`elicitation`).
+    pub elicitation: ElicitationMode,
 }
 
 /// Variables for the CLI's environment (`cliEnv`); `Debug` masks the values of names that look
@@ -1233,8 +1284,9 @@ impl Config {
         let timezone_name = self.timezone_name();
         let timezone = schema::cron::parse_tz(&timezone_name)
             .with_context(|| format!("timezone ({})", self.source_of("timezone")))?;
+        let remote_mcp_servers = self.remote_mcp_servers()?;
         let mcp_servers = match self.object("mcpServers") {
-            Some(servers) => serde_json::from_value(servers)
+            Some(servers) => serde_json::from_value(crate::remote_mcp::stdio_only(servers))
                 .context("mcpServers: expected {name: {command, args, env}}")?,
             None => BTreeMap::new(),
         };
@@ -1298,8 +1350,12 @@ impl Config {
             mcp_servers,
             env_policy: EnvPolicy {
                 passthrough: self.list("envPassthrough"),
-                scrub_patterns: self.list("envScrubPatterns"),
+                scrub_patterns: crate::remote_mcp::scrubbed_sources(
+                    self.list("envScrubPatterns"),
+                    &remote_mcp_servers,
+                ),
             },
+            remote_mcp_servers,
             run_as: self.text("runAs"),
             dirs: Dirs {
                 agent: self.path_or_default("agentDir"),
@@ -1362,6 +1418,9 @@ impl Config {
                     interval: self.secs("progressIntervalSecs"),
                 },
             },
+            tool_policy: self.tool_policy()?,
+            approval_stop_tools: self.approval_stop_tools()?,
+            elicitation: self.elicitation()?,
         })
     }
 
@@ -1375,6 +1434,123 @@ impl Config {
                 .map_or("", |f| f.default);
             self.workspace.join(default)
         })
+    }
+}
+
+/// The remote MCP servers of `mcpServers` (issue 16, point 5).
+impl Config {
+    /// The remote entries of `mcpServers`, checked; their values are not read here
+    /// ([`crate::remote_mcp::parse`]).
+    fn remote_mcp_servers(&self) -> Result<BTreeMap<String, crate::remote_mcp::RemoteServer>> {
+        crate::remote_mcp::parse(
+            self.values.get("mcpServers").map(|(value, _)| value),
+            &self.source_of("mcpServers"),
+        )
+    }
+}
+
+/// The tool settings of issue 16 (`toolPolicy`, `approvalStopTools`, `elicitation`): shapes the
+/// table cannot check, read by [`Config::validate`] (so `agent-runner config` refuses them too)
+/// and by [`Config::settings`].
+impl Config {
+    /// `toolPolicy`; every rule read by [`ToolRule::parse`], the one owner of their form.
+    fn tool_policy(&self) -> Result<ToolPolicy> {
+        let Some(value) = self.object("toolPolicy") else {
+            return Ok(ToolPolicy::default());
+        };
+        let origin = format!("toolPolicy ({})", self.source_of("toolPolicy"));
+        let expected = "expected {\"allow\": [rules], \"deny\": [rules], \"ask\": [rules], \
+                        \"default\": \"allow\"|\"deny\"|\"ask\", \"askTimeoutSeconds\": seconds}";
+        let Value::Object(map) = value else {
+            bail!("{origin}: {expected}");
+        };
+        let mut policy = ToolPolicy::default();
+        for (key, value) in &map {
+            match key.as_str() {
+                "allow" | "deny" | "ask" => {
+                    let Some(items) = value.as_array() else {
+                        bail!("{origin}: {key} must be a list of rules, got {value}");
+                    };
+                    let mut rules = Vec::with_capacity(items.len());
+                    for (index, item) in items.iter().enumerate() {
+                        let Some(text) = item.as_str() else {
+                            bail!("{origin}: {key}[{index}] must be a rule as text, got {item}");
+                        };
+                        rules.push(
+                            ToolRule::parse(text)
+                                .with_context(|| format!("{origin}: {key}[{index}]"))?,
+                        );
+                    }
+                    match key.as_str() {
+                        "allow" => policy.allow = rules,
+                        "deny" => policy.deny = rules,
+                        _ => policy.ask = rules,
+                    }
+                }
+                "default" => {
+                    policy.default = match value.as_str() {
+                        Some("allow") => Decision::Allow,
+                        Some("deny") => Decision::Deny,
+                        Some("ask") => Decision::Ask,
+                        _ => bail!(
+                            "{origin}: default must be \"allow\", \"deny\" or \"ask\", got {value}"
+                        ),
+                    }
+                }
+                "askTimeoutSeconds" => {
+                    let secs = value
+                        .as_u64()
+                        .filter(|secs| (1..=MAX_TIMER_SECS).contains(secs));
+                    let Some(secs) = secs else {
+                        bail!(
+                            "{origin}: askTimeoutSeconds must be a whole number of seconds from 1 \
+                             to {MAX_TIMER_SECS}, got {value}"
+                        );
+                    };
+                    policy.ask_timeout = Duration::from_secs(secs);
+                }
+                other => bail!("{origin}: unknown key {other:?}; {expected}"),
+            }
+        }
+        Ok(policy)
+    }
+
+    /// `approvalStopTools`: canonical MCP tool names, `mcp__<server>__<tool>`, no wildcards
+    /// (the drivers compare names exactly).
+    fn approval_stop_tools(&self) -> Result<Vec<String>> {
+        let names = self.list("approvalStopTools");
+        let name_chars = |part: &str| {
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        };
+        for name in &names {
+            let well_formed = name
+                .strip_prefix("mcp__")
+                .and_then(|rest| rest.split_once("__"))
+                .is_some_and(|(server, tool)| name_chars(server) && name_chars(tool));
+            if !well_formed {
+                bail!(
+                    "approvalStopTools ({}): {name:?} is not an MCP tool name; expected \
+                     mcp__<server>__<tool>, e.g. mcp__nanoclaw__send_message (no wildcards)",
+                    self.source_of("approvalStopTools")
+                );
+            }
+        }
+        Ok(names)
+    }
+
+    /// `elicitation`: `decline` or `ask`.
+    fn elicitation(&self) -> Result<ElicitationMode> {
+        match self.text("elicitation").as_deref().map(str::trim) {
+            None | Some("decline") => Ok(ElicitationMode::Decline),
+            Some("ask") => Ok(ElicitationMode::Ask),
+            Some(other) => bail!(
+                "elicitation ({}) = {other:?}: expected decline or ask",
+                self.source_of("elicitation")
+            ),
+        }
     }
 }
 
@@ -1604,9 +1780,10 @@ fn check_file_value(field: &Field, value: &Value) -> Result<()> {
             .is_some_and(|items| items.iter().all(Value::is_string)),
         Kind::Object => match value.as_object() {
             None => false,
-            Some(servers) if field.key == "mcpServers" => servers
-                .iter()
-                .all(|(_, server)| server.get("command").is_some_and(Value::is_string)),
+            Some(servers) if field.key == "mcpServers" => servers.iter().all(|(_, server)| {
+                crate::remote_mcp::is_remote(server)
+                    || server.get("command").is_some_and(Value::is_string)
+            }),
             Some(_) => true,
         },
         Kind::Json => true,
@@ -1619,7 +1796,8 @@ fn check_file_value(field: &Field, value: &Value) -> Result<()> {
             Kind::Bool => "true or false",
             Kind::List => "an array of strings",
             Kind::Object if field.key == "mcpServers" => {
-                "an object of {\"command\": string, \"args\"?: [..], \"env\"?: {..}}"
+                "an object of {\"command\": string, \"args\"?: [..], \"env\"?: {..}} or \
+                 {\"type\": \"http\", \"url\": string, \"headers\"?: {..}}"
             }
             Kind::Object => "an object",
             Kind::Json => "JSON",
@@ -1669,6 +1847,10 @@ mod tests {
                             let mode = ["tools", "text", "off"][n as usize % 3];
                             (mode.into(), Value::from(mode))
                         }
+                        "elicitation" => {
+                            let mode = ["ask", "decline"][n as usize % 2];
+                            (mode.into(), Value::from(mode))
+                        }
                         "timezone" => {
                             let z =
                                 ["Europe/Paris", "Asia/Tokyo", "America/Denver"][n as usize % 3];
@@ -1692,10 +1874,18 @@ mod tests {
                         n.is_multiple_of(2).to_string(),
                         Value::from(n.is_multiple_of(2)),
                     ),
+                    Kind::List if field.key == "approvalStopTools" => (
+                        format!("mcp__s{n}__a,mcp__s{n}__b"),
+                        serde_json::json!([format!("mcp__s{n}__a"), format!("mcp__s{n}__b")]),
+                    ),
                     Kind::List => (
                         format!("a{n},b{n}"),
                         serde_json::json!([format!("a{n}"), format!("b{n}")]),
                     ),
+                    Kind::Object if field.key == "toolPolicy" => {
+                        let v = serde_json::json!({ "deny": [format!("Bash(rm {n}*)")] });
+                        (v.to_string(), v)
+                    }
                     Kind::Object => {
                         let v = serde_json::json!({ format!("s{n}"): { "command": "x" } });
                         (v.to_string(), v)
@@ -2150,6 +2340,9 @@ mod tests {
                 ("timezone", _) => "Asia/Tokyo".to_owned(),
                 ("cliEnv", _) => r#"{"SAMPLE": "1"}"#.to_owned(),
                 ("mockUsage", _) => r#"{"inputTokens": 3}"#.to_owned(),
+                ("toolPolicy", _) => r#"{"ask": ["Bash"], "askTimeoutSeconds": 5}"#.to_owned(),
+                ("approvalStopTools", _) => "mcp__nanoclaw__send_message".to_owned(),
+                ("elicitation", _) => "ask".to_owned(),
                 (key, _) if key.ends_with("BaseUrl") => "http://127.0.0.1:9/v1".to_owned(),
                 (_, Kind::Text) => "sample-text".to_owned(),
                 (_, Kind::Path) => "/sample/path".to_owned(),
@@ -2276,5 +2469,107 @@ mod tests {
         let provider = FIELDS.iter().find(|f| f.key == "provider").unwrap();
         assert_eq!(provider.help, ProviderKind::names(" | "));
         assert!(provider.default.parse::<ProviderKind>().is_ok());
+    }
+
+    #[test]
+    fn the_tool_settings_are_typed_from_every_source() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{"toolPolicy": {"allow": ["Read"], "deny": ["Bash(rm *)"], "ask": ["Bash",
+                "mcp__github__*"], "default": "deny", "askTimeoutSeconds": 30},
+                "approvalStopTools": ["mcp__nanoclaw__send_message"]}"#,
+        )
+        .unwrap();
+        let settings = Config::load(&inputs(dir.path(), &[], &[("NANOCLAW_ELICITATION", "ask")]))
+            .unwrap()
+            .settings()
+            .unwrap();
+        let rule = |text: &str| ToolRule::parse(text).unwrap();
+        assert_eq!(
+            settings.tool_policy,
+            ToolPolicy {
+                allow: vec![rule("Read")],
+                deny: vec![rule("Bash(rm *)")],
+                ask: vec![rule("Bash"), rule("mcp__github__*")],
+                default: Decision::Deny,
+                ask_timeout: Duration::from_secs(30),
+            }
+        );
+        assert_eq!(
+            settings.approval_stop_tools,
+            vec!["mcp__nanoclaw__send_message".to_owned()]
+        );
+        assert_eq!(settings.elicitation, ElicitationMode::Ask);
+        std::fs::remove_file(dir.path().join("config.json")).unwrap();
+        let defaults = Config::load(&inputs(dir.path(), &[], &[]))
+            .unwrap()
+            .settings()
+            .unwrap();
+        assert!(defaults.tool_policy.allows_everything());
+        assert!(defaults.approval_stop_tools.is_empty());
+        assert_eq!(defaults.elicitation, ElicitationMode::Decline);
+    }
+
+    #[test]
+    fn bad_tool_settings_are_refused_naming_the_key_the_value_and_the_form() {
+        let dir = tempfile::tempdir().unwrap();
+        for (key, value, expected) in [
+            (
+                "toolPolicy",
+                r#"{"deny": ["Bash(rm *"]}"#,
+                "toolPolicy (from flag): deny[0]: tool rule \"Bash(rm *\": the pattern must end \
+                 with `)` (expected Name or Name(pattern)",
+            ),
+            (
+                "toolPolicy",
+                r#"{"ask": ["Bash", "rm -rf"]}"#,
+                "ask[1]: tool rule \"rm -rf\"",
+            ),
+            (
+                "toolPolicy",
+                r#"{"allow": "Bash"}"#,
+                "allow must be a list of rules",
+            ),
+            (
+                "toolPolicy",
+                r#"{"default": "maybe"}"#,
+                "default must be \"allow\", \"deny\" or \"ask\"",
+            ),
+            (
+                "toolPolicy",
+                r#"{"askTimeoutSeconds": 0}"#,
+                "askTimeoutSeconds must be a whole number of seconds from 1",
+            ),
+            (
+                "toolPolicy",
+                r#"{"asks": ["Bash"]}"#,
+                "unknown key \"asks\"",
+            ),
+            (
+                "approvalStopTools",
+                "send_message",
+                "\"send_message\" is not an MCP tool name; expected mcp__<server>__<tool>",
+            ),
+            ("approvalStopTools", "mcp__nanoclaw__*", "(no wildcards)"),
+            ("approvalStopTools", "mcp__nanoclaw", "not an MCP tool name"),
+            ("elicitation", "accept", "expected decline or ask"),
+        ] {
+            let err = Config::load(&inputs(dir.path(), &[(key, value)], &[])).unwrap_err();
+            assert!(
+                format!("{err:#}").contains(expected),
+                "{key}={value}: {err:#}"
+            );
+        }
+        let err = Config::load(&inputs(
+            dir.path(),
+            &[],
+            &[("NANOCLAW_APPROVAL_STOP_TOOLS", "mcp__a__b,Bash")],
+        ))
+        .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("approvalStopTools (from NANOCLAW_APPROVAL_STOP_TOOLS)"),
+            "{err:#}"
+        );
     }
 }

@@ -17,6 +17,10 @@ enum What {
     Tool(String),
     ToolEnded(usize),
     Activity,
+    /// An approval question about this tool (or `<server> asks`).
+    Asked(String),
+    /// A call of this tool refused by the policy.
+    Denied(String),
     Notice(String),
     Error(String),
 }
@@ -35,7 +39,11 @@ impl LastEventCell {
             ProviderEvent::Result { .. } => What::Result,
             ProviderEvent::Output | ProviderEvent::Text { .. } => What::Output,
             ProviderEvent::Interrupted { .. } => What::Result,
-            ProviderEvent::ApprovalRequest(_) | ProviderEvent::ToolDenied { .. } => What::Activity,
+            ProviderEvent::ApprovalRequest(request) => What::Asked(match &request.kind {
+                provider::ApprovalKind::ToolCall { tool, .. } => tool.clone(),
+                provider::ApprovalKind::Elicitation { server, .. } => format!("{server} asks"),
+            }),
+            ProviderEvent::ToolDenied { tool, .. } => What::Denied(tool.clone()),
             ProviderEvent::Activity {
                 tool: Some(tool), ..
             } => What::Tool(tool.clone()),
@@ -71,6 +79,8 @@ fn describe(what: &What) -> String {
         What::ToolEnded(0) => "tool ended".to_owned(),
         What::ToolEnded(running) => format!("tool ended ({running} still running)"),
         What::Activity => "agent activity".to_owned(),
+        What::Asked(subject) => format!("asked the user about {subject}"),
+        What::Denied(tool) => format!("tool {tool} denied by the policy"),
         What::Notice(message) => message.clone(),
         What::Error(message) => format!("error: {message}"),
     }
@@ -107,5 +117,28 @@ mod tests {
             at,
         );
         assert_eq!(cell.take_new().unwrap().what, "tool Bash started");
+        cell.note(
+            &ProviderEvent::ApprovalRequest(provider::ApprovalRequest {
+                id: "r1".into(),
+                kind: provider::ApprovalKind::ToolCall {
+                    tool: "Bash".into(),
+                    summary: None,
+                    argument: None,
+                },
+            }),
+            at,
+        );
+        assert_eq!(cell.take_new().unwrap().what, "asked the user about Bash");
+        cell.note(
+            &ProviderEvent::ToolDenied {
+                tool: "Write".into(),
+                summary: None,
+            },
+            at,
+        );
+        assert_eq!(
+            cell.take_new().unwrap().what,
+            "tool Write denied by the policy"
+        );
     }
 }

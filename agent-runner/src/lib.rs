@@ -13,6 +13,7 @@ pub mod media;
 pub mod model_proxy;
 pub mod privileges;
 pub mod progress;
+pub mod remote_mcp;
 pub mod reply;
 pub mod runner;
 pub mod script;

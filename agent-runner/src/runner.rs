@@ -36,6 +36,8 @@ use crate::system_prompt::{build_system_prompt, PromptSources};
 use crate::turn_control::{self as control, TurnCommand, TurnControlOptions};
 use crate::turn_log::{Outcome, TurnLog};
 
+mod approval;
+
 /// The runner's notion of "now", injectable so timer tests can run on paused tokio time.
 pub type Clock = Arc<dyn Fn() -> chrono::DateTime<Utc> + Send + Sync>;
 
@@ -93,6 +95,8 @@ pub struct RunnerOptions {
     pub turn_control: TurnControlOptions,
     /// Spending limits (`maxCostUsdPerSession`, `maxCostUsdPerDay`, `maxTokensPerDay`).
     pub budgets: BudgetOptions,
+    /// How long an approval question waits for the user (`toolPolicy.askTimeoutSeconds`).
+    pub ask_timeout: Duration,
 }
 
 /// When a turn that makes no progress is ended (zero turns a limit off). Model output is
@@ -148,6 +152,7 @@ impl RunnerOptions {
             model_endpoint: "the model API".to_owned(),
             turn_control: TurnControlOptions::default(),
             budgets: BudgetOptions::default(),
+            ask_timeout: provider::policy::DEFAULT_ASK_TIMEOUT,
             workspace,
         }
     }
@@ -233,9 +238,13 @@ enum QueryEnd {
     Done,
     /// Shutdown requested.
     Shutdown,
-    /// The turn was stopped (the stop command, the host's interrupt row, or the turn's step
-    /// limit): the prompts the model saw are answered; the others (`uncovered`) run next.
-    Stopped { uncovered: Vec<Prepared> },
+    /// The turn was stopped (the stop command, the host's interrupt row, the turn's step
+    /// limit, or an approval-stop tool): the prompts the model saw are answered; the others
+    /// (`uncovered`) run next.
+    Stopped {
+        uncovered: Vec<Prepared>,
+        reason: InterruptReason,
+    },
     /// Failed; the uncovered prompts are returned for a retry.
     Failed {
         message: String,
@@ -276,6 +285,8 @@ pub struct Runner {
     /// Whether the running query is the first with a model chosen by `/model` (confirmed by
     /// its success, reverted by its failure).
     model_on_trial: bool,
+    /// The running query's approval questions (issue 16).
+    approvals: approval::Approvals,
 }
 
 impl Runner {
@@ -287,6 +298,7 @@ impl Runner {
     ) -> Result<Self> {
         let watcher = DbWatcher::new(&db).context("watching the session DB")?;
         let budget = Budget::new(options.budgets.clone(), options.timezone);
+        let approvals = approval::Approvals::new(options.ask_timeout);
         Ok(Self {
             db,
             provider,
@@ -303,6 +315,7 @@ impl Runner {
             ledger: TurnLedger::default(),
             budget,
             model_on_trial: false,
+            approvals,
         })
     }
 
@@ -742,7 +755,11 @@ impl Runner {
             self.ledger.start();
             let span = self.turn.start(&prepared.seqs);
             let provider = self.provider.name();
-            let (report, next) = match self.drive_query(prepared, stop).instrument(span).await? {
+            let end = self.drive_query(prepared, stop).instrument(span).await?;
+            // Questions still open when the query ended (it failed, or the runner stops): the
+            // driver denied their calls; the chat learns it and the questions are withdrawn.
+            self.withdraw_approvals(None, None).await?;
+            let (report, next) = match end {
                 QueryEnd::Done => {
                     if std::mem::take(&mut self.model_on_trial) {
                         self.call(control::confirm_model).await?;
@@ -754,8 +771,14 @@ impl Runner {
                     self.turn.end(provider, Outcome::Stopped);
                     (None, Next::Return(true))
                 }
-                QueryEnd::Stopped { uncovered } => {
-                    self.turn.end(provider, Outcome::Interrupted);
+                QueryEnd::Stopped { uncovered, reason } => {
+                    let outcome = match reason {
+                        InterruptReason::ApprovalStop => Outcome::ApprovalStop,
+                        InterruptReason::Stopped | InterruptReason::MaxTurns => {
+                            Outcome::Interrupted
+                        }
+                    };
+                    self.turn.end(provider, outcome);
                     // Prompts pushed and never seen by the model start the next turn.
                     match merge(uncovered) {
                         Some(merged) => (None, Next::Retry(Box::new(merged), Duration::ZERO)),
@@ -947,6 +970,7 @@ impl Runner {
                 })
             }
         };
+        let approver = query.approver();
         let mut in_flight = VecDeque::from([InFlight {
             id: 0,
             prepared: first,
@@ -972,6 +996,10 @@ impl Runner {
                                 "stop requested: interrupting the turn"
                             );
                             query.interrupt();
+                            // Approvals still asked are denied (`by: "stop"`) after the
+                            // interrupt: the CLI must not go on with a refusal first.
+                            self.withdraw_approvals(Some(&approver), Some(&mut progress))
+                                .await?;
                             stopping = Some((stops, Instant::now() + STOP_GRACE));
                             // An `ask_user_question` of the turn is withdrawn with it.
                             let withdrawn = self.call(|db| db.close_open_questions()).await?;
@@ -1026,6 +1054,9 @@ impl Runner {
                     let covers = in_flight.front().map(|f| f.id);
                     return self.finish_stopped(in_flight, covers, stops, None, InterruptReason::Stopped).await;
                 }
+                () = sleep_until_some(self.approvals.next_deadline()) => {
+                    self.expire_approvals(&approver, &mut progress).await?;
+                }
                 () = sleep_until_some(progress_rows.flush_at().filter(|_| !self.batch_finished)) => {
                     if let Some(payload) = progress_rows.flush(Instant::now()) {
                         self.write_progress(payload, &in_flight).await?;
@@ -1076,11 +1107,12 @@ impl Runner {
                     }
                     match event {
                         ProviderEvent::Output | ProviderEvent::ToolEnded { .. } => {}
-                        // Issue 16 wires approvals; until then a request is denied at once.
                         ProviderEvent::ApprovalRequest(request) => {
-                            query.approver().answer(&request.id, provider::ApprovalAnswer::Deny { reason: "approvals are not wired yet".into() });
+                            self.ask_approval(request, &in_flight, &mut progress).await?;
                         }
-                        ProviderEvent::ToolDenied { .. } => {}
+                        ProviderEvent::ToolDenied { tool, summary } => {
+                            self.record_denied(&tool, summary.as_deref(), &in_flight).await?;
+                        }
                         ProviderEvent::Text { text } => {
                             if !finished {
                                 self.deliver_blocks(&text, &in_flight, start_seq).await?;
@@ -1149,9 +1181,13 @@ impl Runner {
                         }
                     }
                 }
-                changed = self.watcher.wait(next_poll.saturating_duration_since(Instant::now())), if !ended => {
+                changed = self.watcher.wait(next_poll.saturating_duration_since(Instant::now())), if !ended || self.approvals.waiting() => {
                     let _ = changed;
                     next_poll = Instant::now() + self.options.active_poll;
+                    self.poll_approvals(&approver, &mut progress).await?;
+                    if ended {
+                        continue;
+                    }
                     if let Some(prepared) = self.follow_up().await? {
                         let mut ids = in_flight.iter().flat_map(|f| f.prepared.row_ids.clone()).collect::<Vec<_>>();
                         ids.extend(prepared.row_ids.iter().cloned());
@@ -1391,12 +1427,12 @@ impl Runner {
         // The ledger row of the stopped turn (its `message_ids`: the rows it answered), written
         // with the completion and counted by the budget once written, as a result's is.
         let series_id = covered.iter().find_map(|p| p.series_id.clone());
-        let ledger = self.ledger_row(
-            usage.as_ref(),
-            UsageOutcome::Aborted,
-            answered.clone(),
-            series_id,
-        );
+        // An approval stop is the turn's answer (its tool's result), not an abort.
+        let outcome = match reason {
+            InterruptReason::ApprovalStop => UsageOutcome::Result,
+            InterruptReason::Stopped | InterruptReason::MaxTurns => UsageOutcome::Aborted,
+        };
+        let ledger = self.ledger_row(usage.as_ref(), outcome, answered.clone(), series_id);
         let now = (self.options.clock)();
         let budget = self.budget.clone();
         self.call(move |db| {
@@ -1412,7 +1448,7 @@ impl Runner {
             run_next = uncovered.iter().map(|p| p.row_ids.len()).sum::<usize>(),
             "turn stopped"
         );
-        Ok(QueryEnd::Stopped { uncovered })
+        Ok(QueryEnd::Stopped { uncovered, reason })
     }
 
     /// A turn's ledger row, built by the one ledger helper (`crate::ledger`), its tokens noted
@@ -1827,6 +1863,9 @@ struct TurnProgress {
     last_notice: Option<String>,
     /// Whether `waiting_on` is written (and must be cleared on output).
     shown: bool,
+    /// Whether the CLI waits for the user's answer to an approval question: the silence is
+    /// the user's, not the model's (only the turn's cap applies).
+    asking: bool,
 }
 
 impl TurnProgress {
@@ -1839,6 +1878,7 @@ impl TurnProgress {
             notices: 0,
             last_notice: None,
             shown: false,
+            asking: false,
         }
     }
 
@@ -1899,7 +1939,7 @@ impl TurnProgress {
         if let Some(cap) = on(limits.max_turn) {
             candidates.push((self.started + cap, Stall::TurnCap));
         }
-        if self.tools == 0 {
+        if self.tools == 0 && !self.asking {
             if let Some(silence) = on(limits.silence) {
                 candidates.push((self.last + silence, Stall::Silence));
             }
@@ -1912,7 +1952,7 @@ impl TurnProgress {
 
     /// When `waiting_on` should be written, if it is not yet.
     fn show_at(&self) -> Option<Instant> {
-        (!self.shown && self.tools == 0).then(|| self.last + WAITING_SHOWN_AFTER)
+        (!self.shown && self.tools == 0 && !self.asking).then(|| self.last + WAITING_SHOWN_AFTER)
     }
 
     fn waiting_on(&self, endpoint: &str) -> WaitingOn {
@@ -1922,6 +1962,8 @@ impl TurnProgress {
             notices: self.notices,
             last_notice: self.last_notice.clone(),
             budget: None,
+            approval: None,
+            question_id: None,
         }
     }
 

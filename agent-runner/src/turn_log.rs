@@ -18,6 +18,9 @@ pub(crate) enum Outcome<'a> {
     /// The turn was interrupted (`/stop`, the host's interrupt, the step limit): what the model
     /// saw is answered, the rest runs next.
     Interrupted,
+    /// An approval-stop tool returned its result: the turn ended there, answered by the tool
+    /// (issue 16); the session goes on with the next message.
+    ApprovalStop,
     /// Failed; the runner runs the unanswered prompts again after `backoff`.
     Retrying {
         attempt: u32,
@@ -36,6 +39,7 @@ impl Outcome<'_> {
             Outcome::Answered => "answered",
             Outcome::Stopped => "stopped",
             Outcome::Interrupted => "interrupted",
+            Outcome::ApprovalStop => "approval_stop",
             Outcome::Retrying { .. } => "retrying",
             Outcome::Failed { .. } => "failed",
         }
@@ -114,7 +118,7 @@ impl TurnLog {
         let name = outcome.name();
         // Fields of a failure only; `None` is left out of the line.
         let (level, class, error, attempt, retry_in_ms) = match outcome {
-            Outcome::Answered | Outcome::Stopped | Outcome::Interrupted => {
+            Outcome::Answered | Outcome::Stopped | Outcome::Interrupted | Outcome::ApprovalStop => {
                 (Level::INFO, None, None, None, None)
             }
             Outcome::Retrying {

@@ -2,140 +2,19 @@
 //! docs/contract/db.md#status, follow-ups, commands, reply dispatch, errors and bad input.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use agent_runner::runner::{Runner, RunnerOptions, CLEARED_REPLY};
+use agent_runner::runner::CLEARED_REPLY;
 use chrono::Utc;
-use provider::mock::{MockProvider, MockStep};
+use provider::mock::MockStep;
 use provider::ErrorClass;
 use schema::time::format_ts;
-use schema::{
-    Destination, MessageIn, MessageOut, NewMessageIn, NewMessageOut, OutKind, Routing, SessionDb,
-};
+use schema::{Destination, MessageOut, NewMessageIn, NewMessageOut, OutKind, Routing};
 use serde_json::{json, Value};
-use tokio::sync::oneshot;
 
-struct Fixture {
-    _dir: tempfile::TempDir,
-    db: SessionDb,
-    mock: MockProvider,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
-}
+mod common;
 
-fn options(dir: &std::path::Path) -> RunnerOptions {
-    let mut options = RunnerOptions::for_workspace(dir);
-    options.idle_poll = Duration::from_millis(200);
-    options.active_poll = Duration::from_millis(50);
-    options.heartbeat = Duration::from_secs(1);
-    options.query_retries = 1;
-    options
-}
-
-impl Fixture {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let db = SessionDb::open(dir.path().join("session.db")).unwrap();
-        Self {
-            _dir: dir,
-            db,
-            mock: MockProvider::new(),
-            stop: None,
-            task: None,
-        }
-    }
-
-    fn with_delay(delay: Duration) -> Self {
-        let mut fixture = Self::new();
-        fixture.mock = MockProvider::with_delay(delay);
-        fixture
-    }
-
-    fn start(&mut self) {
-        self.start_with(|_| {});
-    }
-
-    fn start_with(&mut self, tweak: impl FnOnce(&mut RunnerOptions)) {
-        let mut opts = options(self._dir.path());
-        tweak(&mut opts);
-        let runner = Runner::new(self.db.clone(), Arc::new(self.mock.clone()), opts).unwrap();
-        let (tx, rx) = oneshot::channel::<()>();
-        self.stop = Some(tx);
-        self.task = Some(tokio::spawn(runner.run(async move {
-            let _ = rx.await;
-        })));
-    }
-
-    async fn stop(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(task) = self.task.take() {
-            tokio::time::timeout(Duration::from_secs(5), task)
-                .await
-                .unwrap()
-                .unwrap()
-                .unwrap();
-        }
-    }
-
-    fn insert(&self, row: NewMessageIn) -> String {
-        self.db.insert_in(&row).unwrap().id
-    }
-
-    fn chat(&self, text: &str) -> String {
-        self.insert(chat(text))
-    }
-
-    fn row(&self, id: &str) -> MessageIn {
-        self.db.message_in(id).unwrap().unwrap()
-    }
-
-    fn outs(&self) -> Vec<MessageOut> {
-        self.db.all_messages_out().unwrap()
-    }
-
-    async fn wait_for(&self, what: &str, mut cond: impl FnMut(&Self) -> bool) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while !cond(self) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    async fn wait_completed(&self, id: &str) {
-        self.wait_for("completion", |f| f.row(id).status == "completed")
-            .await;
-    }
-}
-
-fn routing() -> Routing {
-    Routing {
-        channel_type: Some("slack".into()),
-        platform_id: Some("C1".into()),
-        thread_id: Some("T9".into()),
-    }
-}
-
-fn chat(text: &str) -> NewMessageIn {
-    let mut row = NewMessageIn::new(
-        "chat",
-        json!({"sender": "Ann", "senderId": "u1", "text": text}).to_string(),
-    );
-    row.routing = routing();
-    row
-}
-
-fn text_of(row: &MessageOut) -> String {
-    serde_json::from_str::<Value>(&row.content).unwrap()["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
-}
+use common::{chat, routing, text_of, Fixture};
 
 #[tokio::test]
 async fn a_chat_is_answered_with_routing_and_in_reply_to_copied() {

@@ -17,6 +17,10 @@
 //! read the token, and the proxy should not lend it the key's other powers (files, batches of
 //! other APIs, admin). The token dies with the proxy: it is made per start and the proxy stops
 //! with the runner.
+//!
+//! Remote MCP servers whose headers hold secrets are served the same way at `/mcp/<name>`
+//! ([`McpUpstream`], [`CredProxy::start_with`]): the CLI connects with the token as
+//! `Authorization: Bearer`, the proxy adds the server's configured headers.
 
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -26,11 +30,16 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::serve::ListenerExt;
 use axum::Router;
 use futures::TryStreamExt;
+
+mod mcp;
+
+pub use mcp::{valid_name as valid_mcp_name, McpUpstream, MCP_PREFIX};
 
 /// The largest request body forwarded. The CLIs' requests are JSON conversations (tens of KB,
 /// a few MB with images); the APIs themselves refuse more than 32 MB.
@@ -61,6 +70,15 @@ pub enum Error {
     /// The loopback listener could not be opened.
     #[error("cannot listen on 127.0.0.1: {0}")]
     Bind(#[source] std::io::Error),
+    /// A remote MCP server's URL, name or headers cannot be used (the header values are never
+    /// named).
+    #[error("remote MCP server {name:?}: {reason}; fix its mcpServers entry")]
+    BadMcpServer {
+        /// The server's name.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The HTTP client for the gateway could not be built (TLS setup).
     #[error("cannot build the upstream HTTP client: {0}")]
     Client(#[source] reqwest::Error),
@@ -155,6 +173,7 @@ impl fmt::Debug for Upstream {
 
 struct Inner {
     upstreams: Vec<Upstream>,
+    mcp: Vec<mcp::McpRoute>,
     token: String,
     client: reqwest::Client,
     open: AtomicBool,
@@ -173,6 +192,10 @@ impl fmt::Debug for CredProxy {
         f.debug_struct("CredProxy")
             .field("addr", &self.addr)
             .field("upstreams", &self.inner.upstreams)
+            .field(
+                "mcp",
+                &self.inner.mcp.iter().map(|r| &r.name).collect::<Vec<_>>(),
+            )
             .field("token", &"<redacted>")
             .finish()
     }
@@ -182,9 +205,22 @@ impl CredProxy {
     /// Starts serving `upstreams` on 127.0.0.1 (ephemeral port) with a fresh token. Must run
     /// inside a tokio runtime; the server is a task of it.
     pub async fn start(upstreams: Vec<Upstream>) -> Result<Self, Error> {
+        Self::start_with(upstreams, Vec::new()).await
+    }
+
+    /// Starts serving the model `upstreams` and the remote MCP servers `mcp` (each at
+    /// [`CredProxy::mcp_url`]). Checks every upstream first: nothing listens when one is unusable.
+    pub async fn start_with(
+        upstreams: Vec<Upstream>,
+        mcp: Vec<McpUpstream>,
+    ) -> Result<Self, Error> {
         for upstream in &upstreams {
             check_base_url(upstream)?;
         }
+        let mcp = mcp
+            .into_iter()
+            .map(mcp::McpRoute::new)
+            .collect::<Result<Vec<_>, _>>()?;
         let token = new_token()?;
         let client = reqwest::Client::builder()
             // A redirect would be followed with the real key; the CLI sees it instead.
@@ -198,6 +234,7 @@ impl CredProxy {
         let addr = listener.local_addr().map_err(Error::Bind)?;
         let inner = Arc::new(Inner {
             upstreams,
+            mcp,
             token,
             client,
             open: AtomicBool::new(true),
@@ -221,6 +258,12 @@ impl CredProxy {
             .upstreams
             .iter()
             .map(|u| format!("/{} -> {}", u.api.prefix(), u.base_url))
+            .chain(
+                inner
+                    .mcp
+                    .iter()
+                    .map(|r| format!("/{MCP_PREFIX}/{} (remote MCP server)", r.name)),
+            )
             .collect();
         tracing::info!(
             listen = %addr,
@@ -243,6 +286,16 @@ impl CredProxy {
     /// The base URL the CLI gets for `api` (`http://127.0.0.1:<port>/<prefix>`).
     pub fn base_url(&self, api: Api) -> String {
         format!("http://{}/{}", self.addr, api.prefix())
+    }
+
+    /// The URL the CLI gets for the remote MCP server `name`
+    /// (`http://127.0.0.1:<port>/mcp/<name>`), when the proxy serves it.
+    pub fn mcp_url(&self, name: &str) -> Option<String> {
+        self.inner
+            .mcp
+            .iter()
+            .any(|r| r.name == name)
+            .then(|| format!("http://{}/{MCP_PREFIX}/{name}", self.addr))
     }
 
     /// True when the proxy serves `api`.
@@ -415,12 +468,16 @@ async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
         Some(at) => (&trimmed[..at], &trimmed[at..]),
         None => (trimmed, ""),
     };
+    if prefix == MCP_PREFIX {
+        let rest = rest.to_owned();
+        return handle_mcp(&inner, &rest, parts, body).await;
+    }
     let Some(api) = Api::from_prefix(prefix) else {
         return error(
             None,
             StatusCode::NOT_FOUND,
             "not_found_error",
-            format!("credential proxy: no route for {path}; the routes are /anthropic/... and /openai/..."),
+            format!("credential proxy: no route for {path}; the routes are /anthropic/..., /openai/... and /mcp/<server>"),
         );
     };
     let Some(upstream) = inner.upstreams.iter().find(|u| u.api == api) else {
@@ -521,18 +578,11 @@ async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
         }
     }
     tracing::debug!(method = %parts.method, endpoint = %endpoint, "credential proxy: forwarding");
-    let sent = inner
-        .client
-        .request(parts.method.clone(), url)
-        .headers(headers)
-        .body(body)
-        .send()
-        .await;
-    let upstream_response = match sent {
+    let upstream_response = match send(&inner, parts.method.clone(), url, headers, body.into())
+        .await
+    {
         Ok(response) => response,
-        Err(err) => {
-            // The endpoint is named once, in the message below.
-            let cause = logging::error_chain(&err.without_url());
+        Err(cause) => {
             tracing::warn!(endpoint = %endpoint, error = %cause, "credential proxy: the model gateway is unreachable");
             return error(
                 Some(api),
@@ -542,20 +592,71 @@ async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
             );
         }
     };
+    streamed_back(
+        upstream_response,
+        format!("the model gateway at {endpoint}"),
+    )
+}
+
+/// Sends a request upstream; on failure, its cause without the URL (the caller names the
+/// endpoint once, without secrets).
+async fn send(
+    inner: &Inner,
+    method: axum::http::Method,
+    url: reqwest::Url,
+    headers: HeaderMap,
+    body: reqwest::Body,
+) -> Result<reqwest::Response, String> {
+    inner
+        .client
+        .request(method, url)
+        .headers(headers)
+        .body(body)
+        .send()
+        .await
+        .map_err(|err| logging::error_chain(&err.without_url()))
+}
+
+/// The upstream's response passed back as it arrives: its status, its end-to-end headers, its
+/// body chunk by chunk. A break mid-body is logged naming `upstream`.
+fn streamed_back(upstream_response: reqwest::Response, upstream: String) -> Response {
     let status = upstream_response.status();
     let response_headers = filtered(upstream_response.headers(), DROPPED_RESPONSE_HEADERS);
-    let stream_endpoint = endpoint.clone();
     let stream = upstream_response.bytes_stream().inspect_err(move |err| {
         tracing::warn!(
-            endpoint = %stream_endpoint,
             error = %logging::error_chain(err),
-            "credential proxy: the model gateway broke off the response"
+            "credential proxy: {upstream} broke off the response"
         );
     });
     let mut response = Response::new(Body::from_stream(stream));
     *response.status_mut() = status;
     *response.headers_mut() = response_headers;
     response
+}
+
+/// The `/mcp/<name>` route: the same token check as the model routes, then [`mcp::forward`].
+async fn handle_mcp(inner: &Inner, rest: &str, parts: Parts, body: Body) -> Response {
+    if !inner.open.load(Ordering::SeqCst) {
+        return mcp::error(
+            StatusCode::UNAUTHORIZED,
+            "credential proxy: the session has ended; its token is no longer valid".into(),
+        );
+    }
+    match presented_token(&parts.headers) {
+        None => mcp::error(
+            StatusCode::UNAUTHORIZED,
+            "credential proxy: no session token; send it as Authorization: Bearer".into(),
+        ),
+        Some((token, _)) if !constant_time_eq(token.as_bytes(), inner.token.as_bytes()) => {
+            tracing::warn!(route = %parts.uri.path(), "credential proxy: refused an MCP request with a wrong session token");
+            mcp::error(
+                StatusCode::UNAUTHORIZED,
+                "credential proxy: wrong session token (tokens are valid for one run of one session)"
+                    .into(),
+            )
+        }
+        Some(_) => mcp::forward(inner, rest, parts, body).await,
+    }
 }
 
 #[cfg(test)]

@@ -3,82 +3,33 @@
 //! an unreachable gateway is a 502 naming the endpoint.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::{Arc, Mutex};
+mod common;
+
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
-use axum::http::HeaderMap;
 use axum::response::Response;
-use axum::Router;
+use common::{client, held_stream, upstream as recording_upstream, Seen, UpstreamState};
 use credproxy::{Api, CredProxy, Upstream};
-use futures::StreamExt;
-use tokio::sync::{mpsc, Notify};
 
 const REAL_KEY: &str = "sk-real-upstream-key";
-
-#[derive(Debug, Clone)]
-struct Seen {
-    method: String,
-    path_and_query: String,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-#[derive(Default)]
-struct UpstreamState {
-    seen: Mutex<Vec<Seen>>,
-    /// The SSE stream's second event waits for this.
-    release: Notify,
-}
 
 /// A loopback upstream: records every request; answers with an SSE stream whose first event goes
 /// out at once and whose second waits for `release`.
 async fn upstream() -> (String, Arc<UpstreamState>) {
-    let state = Arc::new(UpstreamState::default());
-    let app = Router::new()
-        .fallback(record)
-        .with_state(Arc::clone(&state));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (format!("http://{addr}"), state)
+    recording_upstream(sse_answer).await
 }
 
-async fn record(State(state): State<Arc<UpstreamState>>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
-    state.seen.lock().unwrap().push(Seen {
-        method: parts.method.to_string(),
-        path_and_query: parts
-            .uri
-            .path_and_query()
-            .map(|p| p.to_string())
-            .unwrap_or_default(),
-        headers: parts.headers,
-        body,
-    });
-    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(4);
-    let state = Arc::clone(&state);
-    tokio::spawn(async move {
-        let _ = tx
-            .send(Ok(Bytes::from_static(b"event: first\ndata: {\"n\":1}\n\n")))
-            .await;
-        state.release.notified().await;
-        let _ = tx
-            .send(Ok(Bytes::from_static(
-                b"event: second\ndata: {\"n\":2}\n\n",
-            )))
-            .await;
-    });
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    });
+fn sse_answer(_: &Seen, state: &Arc<UpstreamState>) -> Response {
     Response::builder()
         .status(200)
         .header("content-type", "text/event-stream")
         .header("x-upstream", "yes")
-        .body(Body::from_stream(stream))
+        .body(held_stream(
+            state,
+            b"event: first\ndata: {\"n\":1}\n\n",
+            b"event: second\ndata: {\"n\":2}\n\n",
+        ))
         .unwrap()
 }
 
@@ -87,10 +38,6 @@ async fn anthropic_proxy(base: &str) -> CredProxy {
     CredProxy::start(vec![Upstream::new(Api::Anthropic, Some(base), REAL_KEY)])
         .await
         .unwrap()
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder().build().unwrap()
 }
 
 async fn json_of(response: reqwest::Response) -> serde_json::Value {
@@ -265,28 +212,10 @@ async fn sse_chunks_arrive_before_the_upstream_finishes() {
         .expect("the response starts while the upstream is still streaming")
         .unwrap();
     assert_eq!(response.status(), 200);
-    let mut stream = response.bytes_stream();
-    // The upstream holds its second event until released: a proxy that reads the whole body
-    // first never delivers the first one.
-    let first = tokio::time::timeout(Duration::from_secs(10), stream.next())
-        .await
-        .expect("the first event arrives while the upstream is still streaming")
-        .unwrap()
-        .unwrap();
-    assert!(
-        String::from_utf8_lossy(&first).contains("event: first"),
-        "{first:?}"
-    );
-    assert!(!String::from_utf8_lossy(&first).contains("event: second"));
-    state.release.notify_one();
-    let mut rest = Vec::new();
-    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(10), stream.next())
-        .await
-        .unwrap()
-    {
-        rest.extend_from_slice(&chunk.unwrap());
-    }
-    assert!(String::from_utf8_lossy(&rest).contains("event: second"));
+    let (first, rest) = common::read_held(response, &state).await;
+    assert!(first.contains("event: first"), "{first:?}");
+    assert!(!first.contains("event: second"));
+    assert!(rest.contains("event: second"), "{rest:?}");
 }
 
 #[tokio::test]

@@ -514,6 +514,24 @@ fn hints(
 
 /// "the model at URL for 42 s (3 retry notices; last: …)".
 fn waiting_text(waiting: &WaitingOn, secs: Option<i64>) -> String {
+    // A turn whose CLI waits for the user's approval (issue 16): the open question to answer.
+    if let Some(subject) = &waiting.approval {
+        let (asked, options) = match subject.strip_suffix(" asks") {
+            Some(server) => (format!("the user's answer to {server}"), "<answer>"),
+            None => (format!("the user's approval of {subject}"), "Approve|Deny"),
+        };
+        let since = match secs {
+            Some(secs) => format!("for {secs} s"),
+            None => format!("since {:?}", waiting.since),
+        };
+        return match &waiting.question_id {
+            Some(id) => format!(
+                "{asked} {since}: question {id} (nanoclaw answer --question {id} --option \
+                 {options})"
+            ),
+            None => format!("{asked} {since}"),
+        };
+    }
     // An idle runner held by a spending limit (the runner's budget hold).
     if let Some(limit) = &waiting.budget {
         let detail = waiting.last_notice.as_deref().unwrap_or_default();
@@ -909,6 +927,29 @@ mod tests {
                 session DB  /ws/session.db
                 runner      waiting_user for 5m 0s, pid 7, provider codex, in tool ask_user_question, heartbeat 2s ago
                 last event  5m 0s ago: tool ask_user_question started
+                queue       0 pending (0 due), 2 processing, 0 paused, 0 failed
+                processing  in-1 (seq 2, chat) for 5m 3s, try 1
+                            in-2 (seq 4, chat) for 5m 0s, try 2
+                next due    nothing pending
+                tasks       none
+                usage       today no turn; session no turn
+                health      ok
+            "#]]);
+    }
+
+    #[test]
+    fn waiting_for_an_approval() {
+        Scene::new(Some(("waiting_user", 40, 2)))
+            .sql(PROCESSING)
+            .sql(
+                "UPDATE runner_state SET waiting_on = '{\"endpoint\":\"the user''s approval of \
+                 Bash\",\"since\":\"{40}\",\"notices\":0,\"approval\":\"Bash\",\
+                 \"questionId\":\"q-42\"}'",
+            )
+            .check(expect![[r#"
+                session DB  /ws/session.db
+                runner      waiting_user for 40s, pid 7, provider codex, heartbeat 2s ago
+                waiting on  the user's approval of Bash for 40 s: question q-42 (nanoclaw answer --question q-42 --option Approve|Deny)
                 queue       0 pending (0 due), 2 processing, 0 paused, 0 failed
                 processing  in-1 (seq 2, chat) for 5m 3s, try 1
                             in-2 (seq 4, chat) for 5m 0s, try 2

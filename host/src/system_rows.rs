@@ -1,6 +1,7 @@
 //! The runner's `system` rows a host shows as they are: `progress` (what the agent is doing,
-//! to drive a typing indicator) and `budget_exceeded` (why rows stay pending), read once here
-//! for `watch` and `status` (shapes: docs/contract/host-cli.md#progress-and-budget-rows).
+//! to drive a typing indicator), `budget_exceeded` (why rows stay pending) and `tool_decision`
+//! (a tool call allowed or refused by the user, the timeout, the policy or a stop), read once
+//! here for `watch` and `status` (shapes: docs/contract/host-cli.md#progress-and-budget-rows).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -109,5 +110,49 @@ impl BudgetExceeded {
             amount(self.spent),
             amount(self.max)
         )
+    }
+}
+
+/// A `tool_decision` row's payload: `{"tool","summary","decision","by"}` (issue 16).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct ToolDecision {
+    /// The tool, canonical name.
+    pub tool: String,
+    /// What the call does (the command line, the path), short.
+    #[serde(default)]
+    pub summary: Option<String>,
+    /// `allow` or `deny`.
+    pub decision: String,
+    /// `user`, `timeout`, `policy` or `stop`.
+    #[serde(default)]
+    pub by: Option<String>,
+}
+
+impl ToolDecision {
+    /// The payload of a `tool_decision` row (`None` without `tool` and `decision`).
+    pub fn from_payload(payload: &Value) -> Option<Self> {
+        serde_json::from_value(payload.clone()).ok()
+    }
+
+    /// `Bash: rm -rf target — denied by the user`.
+    pub fn text(&self) -> String {
+        let mut out = self.tool.clone();
+        if let Some(summary) = self.summary.as_deref().filter(|s| !s.is_empty()) {
+            out.push_str(&format!(": {}", crate::send::excerpt(summary, 120)));
+        }
+        let verdict = match self.decision.as_str() {
+            "allow" => "allowed",
+            "deny" => "denied",
+            other => other,
+        };
+        let by = match self.by.as_deref() {
+            Some("user") => " by the user".to_owned(),
+            Some("timeout") => ": no answer in time".to_owned(),
+            Some("policy") => " by the tool policy".to_owned(),
+            Some("stop") => ": the turn was stopped before the answer".to_owned(),
+            Some(other) => format!(" (by {other})"),
+            None => String::new(),
+        };
+        format!("{out} — {verdict}{by}")
     }
 }

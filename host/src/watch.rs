@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::init::format_routing;
-use crate::system_rows::{BudgetExceeded, Progress};
+use crate::system_rows::{BudgetExceeded, Progress, ToolDecision};
 
 /// Rows read per query.
 const PAGE: usize = 200;
@@ -338,6 +338,10 @@ fn render_system(value: &Value) -> String {
         "progress" if let Some(progress) = Progress::from_payload(payload) => {
             format!("(progress {}) {}", progress.elapsed_text(), progress.text())
         }
+        "tool_decision" => match ToolDecision::from_payload(payload) {
+            Some(decision) => format!("(tool) {}", decision.text()),
+            None => format!("(tool decision) {}", fields(payload)),
+        },
         "budget_exceeded" => match BudgetExceeded::from_payload(payload) {
             Some(budget) => format!("(budget exceeded) {}", budget.text()),
             None => format!("(budget exceeded) {}", fields(payload)),
@@ -471,6 +475,18 @@ mod tests {
                 "limit": "maxTokensPerDay", "spent": 120500, "max": 100000,
                 "window": "day", "resetsAt": "2026-11-24T05:00:00.000Z"}}),
             json!({"action": "budget_exceeded", "payload": {"window": "day"}}),
+            json!({"action": "tool_decision", "payload": {
+                "tool": "Bash", "summary": "rm -rf target", "decision": "deny", "by": "user"}}),
+            json!({"action": "tool_decision", "payload": {
+                "tool": "Bash", "summary": "git push", "decision": "allow", "by": "user"}}),
+            json!({"action": "tool_decision", "payload": {
+                "tool": "Bash", "summary": "make deploy", "decision": "deny", "by": "timeout"}}),
+            json!({"action": "tool_decision", "payload": {
+                "tool": "mcp__github__create_issue", "summary": null, "decision": "deny",
+                "by": "policy"}}),
+            json!({"action": "tool_decision", "payload": {
+                "tool": "Write", "summary": "src/lib.rs", "decision": "deny", "by": "stop"}}),
+            json!({"action": "tool_decision", "payload": {"tool": "Bash"}}),
             json!({"action": "register_agent_group", "payload": {
                 "name": "research", "folder": "research", "requestedBy": "U1"}}),
             json!({"action": "query_error"}),
@@ -494,6 +510,12 @@ mod tests {
             (budget exceeded) maxCostUsdPerSession: spent $0.0123 of $0.0100 in this session; service resumes when the limit is raised
             (budget exceeded) maxTokensPerDay: spent 120500 tokens of 100000 tokens today; service resumes at 2026-11-24T05:00:00.000Z, or when the limit is raised
             (budget exceeded) window=day
+            (tool) Bash: rm -rf target — denied by the user
+            (tool) Bash: git push — allowed by the user
+            (tool) Bash: make deploy — denied: no answer in time
+            (tool) mcp__github__create_issue — denied by the tool policy
+            (tool) Write: src/lib.rs — denied: the turn was stopped before the answer
+            (tool decision) tool=Bash
             (system register_agent_group) folder=research name=research requestedBy=U1
             (query error: ?) ?"#]]
         .assert_eq(&lines.join("\n"));

@@ -11,13 +11,17 @@ use futures::future::BoxFuture;
 use tokio::time::sleep;
 
 use crate::{
-    AgentProvider, AgentQuery, Control, ErrorClass, InterruptReason, Prompt, PromptId,
-    ProviderError, ProviderEvent, QueryHandle, QueryInput, Usage,
+    AgentProvider, AgentQuery, ApprovalAnswer, ApprovalKind, ApprovalRequest, Control, ErrorClass,
+    InterruptReason, Prompt, PromptId, ProviderError, ProviderEvent, QueryHandle, QueryInput,
+    Usage,
 };
 
 /// What the mock does with one prompt. In JSON (`NANOCLAW_MOCK_SCRIPT`):
 /// `{"step":"echo","delayMs":100}`, `{"step":"reply","text":"hi","delayMs":0}`,
-/// `{"step":"fail","message":"boom","retryable":true,"classification":"Api"}`.
+/// `{"step":"fail","message":"boom","retryable":true,"classification":"Api"}`,
+/// `{"step":"ask","tool":"Bash","argument":"rm -rf target"}`,
+/// `{"step":"elicit","server":"deploy","message":"Which?","options":["a","b"]}`,
+/// `{"step":"approvalStop","tool":"mcp__nanoclaw__send_message"}`.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(tag = "step", rename_all = "camelCase")]
 pub enum MockStep {
@@ -58,13 +62,48 @@ pub enum MockStep {
         #[serde(rename = "delayMs", default, deserialize_with = "millis")]
         delay: Duration,
     },
+    /// Ask the runner to approve a tool call ([`ProviderEvent::ApprovalRequest`]) and wait for
+    /// the answer; the result says what happened: `ran <tool>` when allowed, `refused <tool>:
+    /// <reason>` when denied.
+    Ask {
+        /// Canonical tool name.
+        tool: String,
+        /// The whole argument (the command line).
+        #[serde(default)]
+        argument: Option<String>,
+    },
+    /// An MCP elicitation ([`ApprovalKind::Elicitation`]); the result is `answered <text>` or
+    /// `declined: <reason>`.
+    Elicit {
+        /// The MCP server's name.
+        server: String,
+        /// What it asks.
+        message: String,
+        /// The choices; empty for free text.
+        #[serde(default)]
+        options: Vec<String>,
+    },
+    /// Call an approval-stop tool: its `Activity`, then the turn ends with
+    /// [`InterruptReason::ApprovalStop`] (no result text), as the CLI drivers do.
+    ApprovalStop {
+        /// The tool (canonical MCP name).
+        tool: String,
+    },
 }
 
-/// A piece of a [`MockStep::Parts`] turn: a text piece, or a tool call (canonical name and
-/// summary).
+/// A piece of a [`MockStep::Parts`] turn: a text piece, a tool call (canonical name and
+/// summary), or a call the policy refused (`{"denied":"Bash","summary":"rm -rf target"}`).
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(untagged)]
 pub enum MockPart {
+    /// A [`ProviderEvent::ToolDenied`].
+    Denied {
+        /// The tool refused.
+        denied: String,
+        /// What the call would have done.
+        #[serde(default)]
+        summary: Option<String>,
+    },
     /// A `Text` event.
     Text {
         /// The complete piece.
@@ -301,10 +340,60 @@ async fn run_query(
                             tool: Some(tool),
                             summary,
                         },
+                        MockPart::Denied { denied, summary } => ProviderEvent::ToolDenied {
+                            tool: denied,
+                            summary,
+                        },
                     };
                     let _ = handle.events.send(event).await;
                 }
                 (text, delay)
+            }
+            MockStep::Ask { tool, argument } => {
+                let kind = ApprovalKind::ToolCall {
+                    summary: argument
+                        .as_deref()
+                        .and_then(crate::activity::one_line_summary),
+                    tool,
+                    argument,
+                };
+                match asked(&mut handle, id, kind, &mut queue, &mut ended, usage.clone()).await {
+                    Some(text) => (text, Duration::ZERO),
+                    None => return,
+                }
+            }
+            MockStep::Elicit {
+                server,
+                message,
+                options,
+            } => {
+                let kind = ApprovalKind::Elicitation {
+                    server,
+                    message,
+                    options,
+                };
+                match asked(&mut handle, id, kind, &mut queue, &mut ended, usage.clone()).await {
+                    Some(text) => (text, Duration::ZERO),
+                    None => return,
+                }
+            }
+            MockStep::ApprovalStop { tool } => {
+                let _ = handle
+                    .events
+                    .send(ProviderEvent::Activity {
+                        tool: Some(tool),
+                        summary: None,
+                    })
+                    .await;
+                let _ = handle
+                    .events
+                    .send(ProviderEvent::Interrupted {
+                        covers: id,
+                        usage,
+                        reason: InterruptReason::ApprovalStop,
+                    })
+                    .await;
+                return;
             }
             MockStep::Fail {
                 message,
@@ -367,6 +456,99 @@ async fn run_query(
             return;
         }
         answered = id;
+    }
+}
+
+/// Asks (see [`ask`]) and says what happened as the turn's result text (`ran Bash`, `refused
+/// Bash: <reason>`, `answered <text>`, `declined: <reason>`); `None` when the query ended
+/// meanwhile (its last event sent).
+async fn asked(
+    handle: &mut QueryHandle,
+    id: PromptId,
+    kind: ApprovalKind,
+    queue: &mut VecDeque<(PromptId, Prompt)>,
+    ended: &mut bool,
+    usage: Option<Usage>,
+) -> Option<String> {
+    let tool = match &kind {
+        ApprovalKind::ToolCall { tool, .. } => Some(tool.clone()),
+        ApprovalKind::Elicitation { .. } => None,
+    };
+    let answer = match ask(handle, id, kind, queue, ended).await {
+        Asked::Answer(answer) => answer,
+        over => {
+            if let Some(event) = over.ending(id, usage) {
+                let _ = handle.events.send(event).await;
+            }
+            return None;
+        }
+    };
+    Some(match (tool, answer) {
+        (Some(tool), ApprovalAnswer::Allow) => format!("ran {tool}"),
+        (Some(tool), ApprovalAnswer::Deny { reason }) => format!("refused {tool}: {reason}"),
+        (None, ApprovalAnswer::Reply(text)) => format!("answered {text}"),
+        (None, ApprovalAnswer::Deny { reason }) => format!("declined: {reason}"),
+        (_, other) => format!("unexpected answer {other:?}"),
+    })
+}
+
+/// How an [`ask`] ended.
+#[derive(Debug)]
+enum Asked {
+    /// The runner's answer.
+    Answer(ApprovalAnswer),
+    /// The runner interrupted the turn meanwhile (the request counts as denied, as in every
+    /// driver).
+    Interrupted,
+    /// The query was aborted meanwhile.
+    Aborted,
+}
+
+impl Asked {
+    /// The event that ends the query when the wait did not end with an answer.
+    fn ending(&self, id: PromptId, usage: Option<Usage>) -> Option<ProviderEvent> {
+        match self {
+            Self::Answer(_) => None,
+            Self::Interrupted => Some(interrupted(id, usage)),
+            Self::Aborted => Some(aborted(usage)),
+        }
+    }
+}
+
+/// Sends an approval request for prompt `id` and waits for its answer, queueing pushes and
+/// honouring `end`, `interrupt` and `abort` meanwhile (a CLI waits the same way).
+async fn ask(
+    handle: &mut QueryHandle,
+    id: PromptId,
+    kind: ApprovalKind,
+    queue: &mut VecDeque<(PromptId, Prompt)>,
+    ended: &mut bool,
+) -> Asked {
+    let request_id = format!("mock-approval-{id}");
+    let request = ApprovalRequest {
+        id: request_id.clone(),
+        kind,
+    };
+    if handle
+        .events
+        .send(ProviderEvent::ApprovalRequest(request))
+        .await
+        .is_err()
+    {
+        return Asked::Aborted;
+    }
+    loop {
+        match handle.control.recv().await {
+            Some(Control::Approval {
+                id: answered,
+                answer,
+            }) if answered == request_id => return Asked::Answer(answer),
+            Some(Control::Approval { .. }) => {}
+            Some(Control::Push { id, prompt }) => queue.push_back((id, prompt)),
+            Some(Control::End) => *ended = true,
+            Some(Control::Interrupt) => return Asked::Interrupted,
+            Some(Control::Abort) | None => return Asked::Aborted,
+        }
     }
 }
 
@@ -590,6 +772,75 @@ mod tests {
             "{events:?}"
         );
         assert_eq!(mock.prompts().len(), 1, "the push was not consumed");
+    }
+
+    #[tokio::test]
+    async fn an_ask_waits_for_the_answer_and_an_approval_stop_ends_the_turn() {
+        let mock = MockProvider::new();
+        let script: Vec<MockStep> = serde_json::from_str(
+            r#"[{"step": "ask", "tool": "Bash", "argument": "rm -rf target\nls"},
+                {"step": "ask", "tool": "Bash"},
+                {"step": "approvalStop", "tool": "mcp__nanoclaw__send_message"}]"#,
+        )
+        .unwrap();
+        mock.script(script);
+        let start = |text: &str| {
+            mock.query(QueryInput {
+                prompt: Prompt::text(text),
+                ..Default::default()
+            })
+            .unwrap()
+        };
+        let mut query = start("a");
+        let request = loop {
+            match query.next_event().await {
+                Some(ProviderEvent::ApprovalRequest(request)) => break request,
+                Some(_) => {}
+                None => panic!("no approval request"),
+            }
+        };
+        assert_eq!(
+            request.kind,
+            ApprovalKind::ToolCall {
+                tool: "Bash".into(),
+                summary: Some("rm -rf target".into()),
+                argument: Some("rm -rf target\nls".into()),
+            }
+        );
+        assert!(query.approver().answer(&request.id, ApprovalAnswer::Allow));
+        query.end();
+        let events = collect(&mut query).await;
+        assert!(
+            events.contains(&ProviderEvent::Result {
+                text: "ran Bash".into(),
+                covers: 0,
+                usage: None
+            }),
+            "{events:?}"
+        );
+        // Interrupted while asked: the turn ends, the request unanswered.
+        let mut query = start("b");
+        while !matches!(
+            query.next_event().await,
+            Some(ProviderEvent::ApprovalRequest(_)) | None
+        ) {}
+        query.interrupt();
+        assert!(matches!(
+            collect(&mut query).await.last(),
+            Some(ProviderEvent::Interrupted {
+                reason: InterruptReason::Stopped,
+                ..
+            })
+        ));
+        let mut query = start("c");
+        assert_eq!(
+            collect(&mut query).await.last(),
+            Some(&ProviderEvent::Interrupted {
+                covers: 0,
+                usage: None,
+                reason: InterruptReason::ApprovalStop
+            })
+        );
     }
 
     #[test]

@@ -429,7 +429,7 @@ mod tests {
         let p = policy(&["Bash(ls*)"], &["Read(/etc/*)"], &[], Decision::Ask);
         assert_eq!(p.decide("Read", None), Decision::Deny);
         assert_eq!(p.decide("Bash", None), Decision::Ask);
-        assert_eq!(p.decide("Read", Some("/home/x")), Decision::Ask);
+        assert_eq!(p.decide("Read", Some("src/x.rs")), Decision::Ask);
     }
 
     #[test]

@@ -180,6 +180,8 @@ mod tests {
             notices: 1,
             last_notice: None,
             budget: None,
+            approval: None,
+            question_id: None,
         };
         db.set_waiting_on(Some(&waiting)).unwrap();
         let inserted = db.finish_batch(Some(&report())).unwrap().unwrap();

@@ -298,6 +298,12 @@ pub mod out {
         })
     }
 
+    /// One option of an [`ask_question`] row: what the user sees (`label`), what the chat shows
+    /// once chosen (`selected_label`) and what the answer carries (`value`).
+    pub fn question_option(label: &str, selected_label: &str, value: &str) -> Value {
+        json!({ "label": label, "selectedLabel": selected_label, "value": value })
+    }
+
     /// A host action (kind `system`).
     pub fn system_action(action: &str, payload: Value) -> Value {
         json!({ "action": action, "payload": payload })

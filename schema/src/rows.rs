@@ -632,6 +632,13 @@ pub struct WaitingOn {
     /// runner waits on a budget rather than on the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<String>,
+    /// What the user is asked to approve (`Bash`, or `github asks` for an MCP elicitation),
+    /// when the turn waits on an approval question rather than on the model (issue 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<String>,
+    /// The approval question's id, for `nanoclaw answer --question`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question_id: Option<String>,
 }
 
 /// Routing and reply target of the batch the runner is working on, stored as `current_batch` so

@@ -511,6 +511,29 @@ impl Session {
         }
     }
 
+    /// Writes `config` as the session's config.json, atomically (a running runner reads it
+    /// again: it must never see half a file).
+    pub fn write_config(&self, config: &Value) {
+        let tmp = self.workspace.join("config.json.tmp");
+        if let Err(err) = std::fs::write(&tmp, config.to_string()) {
+            panic!("writing config.json: {err}");
+        }
+        if let Err(err) = std::fs::rename(&tmp, self.workspace.join("config.json")) {
+            panic!("replacing config.json: {err}");
+        }
+    }
+
+    /// Answers the question `question_id` with `option` through the host CLI (`nanoclaw answer`),
+    /// as a user would; panics when the CLI fails.
+    pub fn answer_question(&self, question_id: &str, option: &str) {
+        let out = self.nanoclaw(&["answer", "--question", question_id, "--option", option]);
+        assert!(
+            out.status.success(),
+            "nanoclaw answer: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Runs the host CLI `nanoclaw` against this session's DB.
     pub fn nanoclaw(&self, args: &[&str]) -> Output {
         match Command::new(bin("nanoclaw"))

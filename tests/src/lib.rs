@@ -19,13 +19,21 @@
 //!   holds the queue, a crash before the ledger write; re-exported by [`scenarios`] too.
 //! * [`turn_scenarios`]: turn control (issue 15): `/stop`, message blocks delivered as they are
 //!   written, progress rows, `/model`; re-exported by [`scenarios`] too.
+//! * [`remote_mcp`]: a small streamable-HTTP MCP server on loopback that records the headers it
+//!   gets (issue 16, remote MCP servers); [`remote_mcp_scenarios`]: every CLI calls it through
+//!   the runner's proxy with a header secret it never holds (`remote_mcp_scenario_tests!`).
+//! * [`policy_scenarios`]: tool policy (issue 16): a deny rule, ask answered Deny / Approve / not
+//!   at all or stopped, an approval stop; re-exported by [`scenarios`] too.
 
 pub mod credentials;
 pub mod fake_model;
 pub mod harness;
 pub mod leftovers;
+pub mod policy_scenarios;
 pub mod provider_harness;
 pub mod provider_scenarios;
+pub mod remote_mcp;
+pub mod remote_mcp_scenarios;
 pub mod scenarios;
 pub mod secrets;
 pub mod stalls;

@@ -381,6 +381,17 @@ pub fn results(events: &[ProviderEvent]) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// Every `ToolDenied` as (tool, summary).
+pub fn tool_denials(events: &[ProviderEvent]) -> Vec<(String, Option<String>)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ProviderEvent::ToolDenied { tool, summary } => Some((tool.clone(), summary.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Every turn-ending `Error` as (classification, retryable, message).
 pub fn final_errors(events: &[ProviderEvent]) -> Vec<(ErrorClass, bool, String)> {
     events
@@ -426,5 +437,22 @@ pub fn answer(db: &SessionDb, question_id: &str, option: &str) {
         json!({"type": "question_response", "questionId": question_id, "selectedOption": option});
     if let Err(err) = db.insert_in(&NewMessageIn::new("system", answer.to_string())) {
         panic!("inserting the answer: {err}");
+    }
+}
+
+/// A tool policy of `deny` and `ask` rules (`Bash(rm *)`, `mcp__nanoclaw__*`), default allow.
+pub fn tool_policy(deny: &[&str], ask: &[&str]) -> provider::ToolPolicy {
+    let rules = |list: &[&str]| {
+        list.iter()
+            .map(|rule| match provider::ToolRule::parse(rule) {
+                Ok(rule) => rule,
+                Err(err) => panic!("{err}"),
+            })
+            .collect()
+    };
+    provider::ToolPolicy {
+        deny: rules(deny),
+        ask: rules(ask),
+        ..provider::ToolPolicy::default()
     }
 }

@@ -15,6 +15,7 @@ use serde_json::json;
 
 pub use crate::credentials::*;
 pub use crate::leftovers::*;
+pub use crate::policy_scenarios::*;
 pub use crate::secrets::*;
 pub use crate::stalls::*;
 pub use crate::stops::*;
@@ -562,12 +563,7 @@ pub fn ask_user_question_answered_with_env(
         1,
         "{waiter} still waits for the tool"
     );
-    let out = session.nanoclaw(&["answer", "--question", &question_id, "--option", "Yes"]);
-    assert!(
-        out.status.success(),
-        "nanoclaw answer: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    session.answer_question(&question_id, "Yes");
     let reply = session.wait_reply(&id, WAIT);
     assert_eq!(text_of(&reply), "Deploying now.");
     let request = some(model.model_requests().pop(), "a model request");

@@ -11,7 +11,6 @@
 //! (Codex never computes one; OpenCode's is 0 without prices in its model config, which the
 //! provider records as unknown).
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use schema::{UsageGroup, UsageTotals};
@@ -191,20 +190,6 @@ pub fn multi_step_turn_records_the_sum_once(provider: &str) {
     session.stop_runner();
 }
 
-/// Writes `config` as the session's config.json, atomically (the runner reads it again while a
-/// budget holds the queue: it must never see half a file).
-fn write_config(workspace: &Path, config: &Value) {
-    let tmp = workspace.join("config.json.tmp");
-    ok(
-        std::fs::write(&tmp, config.to_string()),
-        "writing config.json",
-    );
-    ok(
-        std::fs::rename(&tmp, workspace.join("config.json")),
-        "replacing config.json",
-    );
-}
-
 /// Budget end to end: a limit that the first message's turn stays under and the first two
 /// reach; the first two are answered, the third stays `pending` with exactly one
 /// `budget_exceeded` row, and raising the limit in config.json serves it without a restart.
@@ -238,7 +223,7 @@ pub fn budget_holds_the_third_message_until_the_limit_is_raised(provider: &str) 
         ("maxTokensPerDay", json!(1_000), json!(1_000_000_000u64))
     };
     let mut session = Session::new();
-    write_config(&session.workspace, &json!({ key: limit }));
+    session.write_config(&json!({ key: limit }));
     session.start_runner(provider, &model, &[]);
     for text in ["first", "second"] {
         let id = session.send_chat(text).id;
@@ -276,7 +261,7 @@ pub fn budget_holds_the_third_message_until_the_limit_is_raised(provider: &str) 
     assert_eq!(chat_outs(&session).len(), 2);
 
     let runner = session.runner_pid();
-    write_config(&session.workspace, &json!({ key: raised }));
+    session.write_config(&json!({ key: raised }));
     let reply = session.wait_reply(&third, WAIT);
     assert_eq!(text_of(&reply), "Third answer.");
     assert_eq!(session.runner_pid(), runner, "no restart");

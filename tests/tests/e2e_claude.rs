@@ -193,6 +193,10 @@ e2e::usage_scenario_tests! { CLI }
 // Issue 15: turn control (tests/src/turn_scenarios.rs), declared in `e2e::turn_scenario_tests!`.
 e2e::turn_scenario_tests! { CLI }
 
+// Issue 16: tool policy, approvals, approval stops (tests/src/policy_scenarios.rs), declared in
+// `e2e::policy_scenario_tests!`.
+e2e::policy_scenario_tests! { CLI }
+
 /// Issue 13: Claude selected without its key warns at start naming the variable, and the
 /// message's `query_error` says the same instead of Claude's "Please run /login" (advice a
 /// runner's user cannot follow). Claude refuses before any request: the model is never called.
@@ -230,3 +234,7 @@ fn without_a_key_the_start_warns_and_the_query_error_names_the_variable() {
     assert!(model.model_requests().is_empty());
     session.stop_runner();
 }
+
+// Issue 16: a remote MCP server behind the runner's proxy (tests/src/remote_mcp_scenarios.rs),
+// declared in `e2e::remote_mcp_scenario_tests!`.
+e2e::remote_mcp_scenario_tests! { CLI }

@@ -69,3 +69,11 @@ e2e::usage_scenario_tests! { CLI }
 
 // Issue 15: turn control (tests/src/turn_scenarios.rs), declared in `e2e::turn_scenario_tests!`.
 e2e::turn_scenario_tests! { CLI }
+
+// Issue 16: tool policy, approvals, approval stops (tests/src/policy_scenarios.rs), declared in
+// `e2e::policy_scenario_tests!`.
+e2e::policy_scenario_tests! { CLI }
+
+// Issue 16: a remote MCP server behind the runner's proxy (tests/src/remote_mcp_scenarios.rs),
+// declared in `e2e::remote_mcp_scenario_tests!`.
+e2e::remote_mcp_scenario_tests! { CLI }

@@ -17,15 +17,15 @@ use e2e::fake_model::{Step, StepUsage};
 use e2e::harness::claude_user_texts as user_texts;
 use e2e::provider_harness::{
     answer, ask, ask_with, drain, ends_turn, final_errors, input, is_result, question_id, results,
-    session_id, until,
+    session_id, tool_denials, until,
 };
 use e2e::provider_scenarios::{
     assert_first_text_reply, setup, start, ApiErrorCase, ExpectedClass, WatchdogCase,
 };
 use provider::claude::ClaudeProvider;
 use provider::{
-    AgentProvider, ErrorClass, InterruptReason, MediaFile, Prompt, PromptId, ProviderEvent,
-    QueryInput, Usage,
+    AgentProvider, ApprovalAnswer, ApprovalKind, ErrorClass, InterruptReason, MediaFile, Prompt,
+    PromptId, ProviderEvent, QueryInput, ToolRule, Usage,
 };
 use serde_json::{json, Value};
 
@@ -754,5 +754,276 @@ async fn model_per_query_switches_by_set_model() {
         texts.contains("first") && texts.contains("second") && texts.contains("fourth"),
         "one session across the switches: {texts}"
     );
+    provider.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 16: the tool policy, approvals and approval stops
+// ---------------------------------------------------------------------------------------------
+
+/// Rules for `settings.tool_policy`.
+fn rules(list: &[&str]) -> Vec<ToolRule> {
+    list.iter().map(|r| ToolRule::parse(r).unwrap()).collect()
+}
+
+/// `deny: ["Bash(rm *)", "Read(/etc/*)"]`: `rm -rf target` is refused by Claude's own deny
+/// list, `Read /etc/hostname` by the driver's `PreToolUse` hook; the directory survives, each
+/// refusal is one `ToolDenied`, and the model gets both refusals as tool results.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denied_calls_do_not_run_and_the_model_gets_the_refusal() {
+    let Some(cli) = start::<Cli>("denied_calls_do_not_run_and_the_model_gets_the_refusal") else {
+        return;
+    };
+    let mut s = setup::<Cli>("claude", cli);
+    s.settings.tool_policy.deny = rules(&["Bash(rm *)", "Read(/etc/*)"]);
+    let target = s.settings.agent_dir.join("target");
+    std::fs::create_dir_all(&target).unwrap();
+    s.fake.push_all([
+        Step::raw_tool_call(
+            "Bash",
+            json!({"command": "rm -rf target", "description": "clean"}),
+        ),
+        Step::raw_tool_call("Read", json!({"file_path": "/etc/hostname"})),
+        Step::text("gave up"),
+    ]);
+    let provider = s.provider::<Cli>();
+    let events = ask(&provider, "clean up", None).await;
+    s.print_log();
+    assert_eq!(results(&events), vec![("gave up".to_owned(), 0)]);
+    assert!(target.is_dir(), "the directory survives");
+    assert_eq!(
+        tool_denials(&events),
+        vec![
+            ("Bash".to_owned(), Some("rm -rf target".to_owned())),
+            ("Read".to_owned(), Some("/etc/hostname".to_owned())),
+        ]
+    );
+    let requests = s.fake.model_requests();
+    assert_eq!(requests.len(), 3);
+    let refusals = requests[2].tool_results();
+    assert!(
+        refusals[0].contains("denied") && refusals[1].contains("tool policy"),
+        "{refusals:?}"
+    );
+    provider.shutdown().await;
+}
+
+/// `ask: ["Bash"]`: the call waits for the runner's answer (an `ApprovalRequest` naming the
+/// whole command); Allow runs it, Deny (next query, same process) leaves the file system
+/// unchanged and the model gets the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asked_calls_wait_for_the_answer() {
+    let Some(cli) = start::<Cli>("asked_calls_wait_for_the_answer") else {
+        return;
+    };
+    let mut s = setup::<Cli>("claude", cli);
+    s.settings.tool_policy.ask = rules(&["Bash"]);
+    s.fake.push_all([
+        Step::raw_tool_call(
+            "Bash",
+            json!({"command": "touch approved.txt", "description": "a"}),
+        ),
+        Step::text("made it"),
+        Step::raw_tool_call(
+            "Bash",
+            json!({"command": "touch refused.txt", "description": "b"}),
+        ),
+        Step::text("could not"),
+    ]);
+    let provider = s.provider::<Cli>();
+    let agent_dir = s.settings.agent_dir.clone();
+
+    let mut session = None;
+    for (file, answer, reply) in [
+        ("approved.txt", ApprovalAnswer::Allow, "made it"),
+        (
+            "refused.txt",
+            ApprovalAnswer::Deny {
+                reason: "denied by the user".into(),
+            },
+            "could not",
+        ),
+    ] {
+        let mut query = provider
+            .query(input("touch a file", session.as_deref()))
+            .unwrap();
+        let mut events = until(&mut query, |e| {
+            matches!(e, ProviderEvent::ApprovalRequest(_))
+        })
+        .await;
+        let Some(ProviderEvent::ApprovalRequest(request)) = events.last().cloned() else {
+            unreachable!()
+        };
+        assert_eq!(
+            request.kind,
+            ApprovalKind::ToolCall {
+                tool: "Bash".into(),
+                summary: Some(format!("touch {file}")),
+                argument: Some(format!("touch {file}")),
+            }
+        );
+        // The CLI waits: nothing ran, no further model request.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!agent_dir.join(file).exists());
+        assert!(query.approver().answer(&request.id, answer));
+        events.extend(until(&mut query, ends_turn).await);
+        query.end();
+        events.extend(drain(&mut query).await);
+        assert_eq!(results(&events), vec![(reply.to_owned(), 0)], "{events:#?}");
+        session = Some(session_id(&events));
+    }
+    s.print_log();
+    assert!(agent_dir.join("approved.txt").exists(), "approved: it ran");
+    assert!(
+        !agent_dir.join("refused.txt").exists(),
+        "denied: it did not"
+    );
+    let last = s.fake.model_requests().pop().unwrap();
+    let outputs = last.tool_results();
+    assert!(
+        outputs
+            .last()
+            .is_some_and(|r| r.contains("denied by the user")),
+        "{outputs:?}"
+    );
+    provider.shutdown().await;
+}
+
+/// A call still waiting when the runner interrupts does not run and the CLI does not hang on
+/// it: the turn ends `Interrupted { Stopped }` without another model request, and the next query
+/// runs on the same process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_call_is_refused_when_the_turn_is_interrupted() {
+    let Some(cli) = start::<Cli>("an_unanswered_call_is_refused_when_the_turn_is_interrupted")
+    else {
+        return;
+    };
+    let mut s = setup::<Cli>("claude", cli);
+    s.settings.tool_policy.ask = rules(&["Bash"]);
+    s.fake.push_all([
+        Step::raw_tool_call(
+            "Bash",
+            json!({"command": "touch never.txt", "description": "a"}),
+        ),
+        Step::text("after the stop"),
+    ]);
+    let provider = s.provider::<Cli>();
+    let mut query = provider.query(input("touch it", None)).unwrap();
+    let mut events = until(&mut query, |e| {
+        matches!(e, ProviderEvent::ApprovalRequest(_))
+    })
+    .await;
+    query.interrupt();
+    events.extend(drain(&mut query).await);
+    let pid = provider.pid().await;
+    assert!(pid.is_some(), "the process outlives the interrupt");
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            ProviderEvent::Interrupted {
+                reason: InterruptReason::Stopped,
+                ..
+            }
+        )),
+        "{events:#?}"
+    );
+    assert!(!s.settings.agent_dir.join("never.txt").exists());
+    assert_eq!(
+        s.fake.model_requests().len(),
+        1,
+        "the refusal did not reach the model"
+    );
+    let events = ask(&provider, "carry on", Some(&session_id(&events))).await;
+    s.print_log();
+    assert_eq!(results(&events), vec![("after the stop".to_owned(), 0)]);
+    assert_eq!(provider.pid().await, pid, "the process lives on");
+    provider.shutdown().await;
+}
+
+/// `approvalStopTools: ["mcp__nanoclaw__send_message"]`: the turn ends right after the tool's
+/// result (`Interrupted { ApprovalStop }` covering the prompt) with NO model request after it;
+/// the process lives on and the next prompt continues the same session, with the tool result
+/// in its history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_stop_ends_the_turn_after_the_tool_result() {
+    let Some(cli) = start::<Cli>("an_approval_stop_ends_the_turn_after_the_tool_result") else {
+        return;
+    };
+    let mut s = setup::<Cli>("claude", cli);
+    s.settings.approval_stop_tools = vec!["mcp__nanoclaw__send_message".into()];
+    s.fake.push_all([
+        Step::tool_call(
+            "send_message",
+            json!({"text": "the plan: step 1", "channel": "slack", "platformId": "C1"}),
+        ),
+        Step::text("approved, carrying on"),
+    ]);
+    let provider = s.provider::<Cli>();
+    let mut query = provider.query(input("make a plan", None)).unwrap();
+    let events = drain(&mut query).await;
+    assert!(
+        matches!(
+            events.last(),
+            Some(ProviderEvent::Interrupted {
+                covers: 0,
+                reason: InterruptReason::ApprovalStop,
+                usage: Some(_),
+            })
+        ),
+        "{events:#?}"
+    );
+    assert!(
+        results(&events).is_empty(),
+        "no reply of its own: {events:#?}"
+    );
+    let session = session_id(&events);
+    let pid = provider.pid().await;
+    assert_eq!(
+        s.fake.model_requests().len(),
+        1,
+        "no request after the tool result"
+    );
+
+    let events = ask(&provider, "approved", Some(&session)).await;
+    s.print_log();
+    assert_eq!(
+        results(&events),
+        vec![("approved, carrying on".to_owned(), 0)]
+    );
+    assert_eq!(session_id(&events), session);
+    assert_eq!(provider.pid().await, pid, "the same process");
+    let requests = s.fake.model_requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[1].last_user_text().as_deref(), Some("approved"));
+    assert!(
+        requests[1]
+            .tool_results()
+            .iter()
+            .any(|r| !r.contains("rror")),
+        "the tool's result is in the history: {:?}",
+        requests[1].tool_results()
+    );
+    provider.shutdown().await;
+}
+
+/// With the policy's hooks to register, a stored continuation Claude does not have (it exits
+/// before reading the `initialize`) still starts a new session for the same prompt, which then
+/// runs under the policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_continuation_with_a_policy_starts_a_new_session() {
+    let Some(cli) = start::<Cli>("a_stale_continuation_with_a_policy_starts_a_new_session") else {
+        return;
+    };
+    let mut s = setup::<Cli>("claude", cli);
+    s.settings.tool_policy.deny = rules(&["Read(/etc/*)"]);
+    s.fake.push(Step::text("fresh answer"));
+    let provider = s.provider::<Cli>();
+    e2e::provider_scenarios::assert_stale_continuation_replaced(
+        &s,
+        &provider,
+        "11111111-2222-4333-8444-555555555555",
+        "not found",
+    )
+    .await;
     provider.shutdown().await;
 }

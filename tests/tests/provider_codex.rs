@@ -567,3 +567,370 @@ async fn the_query_model_reaches_the_request_and_an_unknown_one_is_an_error() {
     );
     provider.shutdown().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Tool policy, approvals, approval stops (issue 16)
+// ---------------------------------------------------------------------------------------------
+
+fn policy(deny: &[&str], ask: &[&str]) -> provider::ToolPolicy {
+    let rules = |list: &[&str]| {
+        list.iter()
+            .map(|r| provider::ToolRule::parse(r).unwrap())
+            .collect()
+    };
+    provider::ToolPolicy {
+        deny: rules(deny),
+        ask: rules(ask),
+        ..provider::ToolPolicy::default()
+    }
+}
+
+/// Codex's shell tool running `command`.
+fn shell(command: &str) -> Step {
+    Step::raw_tool_call("exec_command", json!({ "cmd": command }))
+}
+
+/// The approval requests among the events.
+fn approval_requests(events: &[ProviderEvent]) -> Vec<provider::ApprovalRequest> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ProviderEvent::ApprovalRequest(request) => Some(request.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Events until the query's first `ApprovalRequest`, and that request.
+async fn first_approval(
+    query: &mut provider::AgentQuery,
+) -> (Vec<ProviderEvent>, provider::ApprovalRequest) {
+    let events = until(query, |e| matches!(e, ProviderEvent::ApprovalRequest(_))).await;
+    let request = approval_requests(&events).remove(0);
+    (events, request)
+}
+
+/// Answers `request`, then reads the query to its end into `events`.
+async fn answer_and_finish(
+    query: &mut provider::AgentQuery,
+    request: &provider::ApprovalRequest,
+    answer: provider::ApprovalAnswer,
+    events: &mut Vec<ProviderEvent>,
+) {
+    assert!(query.approver().answer(&request.id, answer));
+    events.extend(until(query, ends_turn).await);
+    query.end();
+    events.extend(drain(query).await);
+}
+
+/// `deny: ["Bash(rm *)"]`: Codex (under `untrusted`) hands the command over, the driver
+/// declines it: the directory survives, the model reads the refusal, the runner hears of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denied_command_never_runs_and_the_model_reads_the_refusal() {
+    let Some(cli) = start::<Cli>("denied_command_never_runs_and_the_model_reads_the_refusal")
+    else {
+        return;
+    };
+    let mut s = setup::<Cli>("policy_deny", cli);
+    s.settings.tool_policy = policy(&["Bash(rm *)"], &[]);
+    let target = s.settings.agent_dir.join("target");
+    std::fs::create_dir_all(&target).unwrap();
+    s.fake
+        .push_all([shell("rm -rf target"), Step::text("could not delete it")]);
+    let provider = s.provider::<Cli>();
+    let events = ask(&provider, "delete target", None).await;
+    s.print_log();
+    assert!(target.is_dir(), "the directory survives");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, ProviderEvent::ToolDenied { tool, summary }
+            if tool == "Bash" && summary.as_deref() == Some("rm -rf target"))),
+        "{events:#?}"
+    );
+    assert!(approval_requests(&events).is_empty(), "{events:#?}");
+    assert_eq!(
+        results(&events),
+        vec![("could not delete it".to_owned(), 0)]
+    );
+    let refusal = s.fake.model_requests()[1].tool_results();
+    assert!(
+        refusal.iter().any(|r| r.contains("rejected")),
+        "{refusal:?}"
+    );
+    provider.shutdown().await;
+}
+
+/// `ask: ["Bash"]`: the command waits for the runner's answer (longer than the watchdog, which
+/// must not fire meanwhile); Allow runs it, Deny leaves the file system alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asked_command_waits_for_the_answer() {
+    let Some(cli) = start::<Cli>("asked_command_waits_for_the_answer") else {
+        return;
+    };
+    let mut s = setup::<Cli>("policy_ask", cli);
+    s.settings.tool_policy = policy(&[], &["Bash"]);
+    s.settings.watchdog = Duration::from_secs(2);
+    s.fake.push_all([
+        shell("touch approved.txt"),
+        Step::text("made it"),
+        shell("touch refused.txt"),
+        Step::text("was refused"),
+    ]);
+    let provider = s.provider::<Cli>();
+    let mut thread = None;
+    for (file, answer, reply) in [
+        ("approved.txt", provider::ApprovalAnswer::Allow, "made it"),
+        (
+            "refused.txt",
+            provider::ApprovalAnswer::Deny {
+                reason: "denied by the user".into(),
+            },
+            "was refused",
+        ),
+    ] {
+        let mut query = provider
+            .query(input(&format!("make {file}"), thread.as_deref()))
+            .unwrap();
+        let (mut events, request) = first_approval(&mut query).await;
+        thread = Some(session_id(&events));
+        assert_eq!(
+            request.kind,
+            provider::ApprovalKind::ToolCall {
+                tool: "Bash".into(),
+                summary: Some(format!("touch {file}")),
+                argument: Some(format!("touch {file}")),
+            }
+        );
+        // Longer than the watchdog: the CLI waits for the user, it is not hung. (The running
+        // command already extends the watchdog to the tool timeout; the driver also pauses it
+        // while an approval is open, for ask timeouts beyond that.)
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(!s.settings.agent_dir.join(file).exists());
+        answer_and_finish(&mut query, &request, answer, &mut events).await;
+        assert_eq!(results(&events), vec![(reply.to_owned(), 0)], "{events:#?}");
+    }
+    s.print_log();
+    assert!(s.settings.agent_dir.join("approved.txt").exists());
+    assert!(!s.settings.agent_dir.join("refused.txt").exists());
+    provider.shutdown().await;
+}
+
+/// An approval still open when the runner stops the turn is declined: the command never runs,
+/// the turn ends as stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_approval_is_declined_when_the_turn_is_stopped() {
+    let Some(cli) = start::<Cli>("open_approval_is_declined_when_the_turn_is_stopped") else {
+        return;
+    };
+    let mut s = setup::<Cli>("policy_stop", cli);
+    s.settings.tool_policy = policy(&[], &["Bash"]);
+    s.fake
+        .push_all([shell("touch never.txt"), Step::text("unexpected")]);
+    let provider = s.provider::<Cli>();
+    let mut query = provider.query(input("make it", None)).unwrap();
+    until(&mut query, |e| {
+        matches!(e, ProviderEvent::ApprovalRequest(_))
+    })
+    .await;
+    query.interrupt();
+    let events = drain_for(&mut query, Duration::from_secs(5)).await;
+    s.print_log();
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            ProviderEvent::Interrupted {
+                reason: InterruptReason::Stopped,
+                ..
+            }
+        )),
+        "{events:#?}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!s.settings.agent_dir.join("never.txt").exists());
+    provider.shutdown().await;
+}
+
+/// An approval-stop tool: its result is delivered (the row is written), the turn ends with
+/// `Interrupted(ApprovalStop)` and no model request follows; the next prompt continues the
+/// thread and the model then reads the tool's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approval_stop_tool_ends_the_turn_after_its_result() {
+    let Some(cli) = start::<Cli>("approval_stop_tool_ends_the_turn_after_its_result") else {
+        return;
+    };
+    let mut s = setup::<Cli>("approval_stop", cli);
+    s.settings.approval_stop_tools = vec!["mcp__nanoclaw__send_message".into()];
+    s.fake.push_all([
+        Step::tool_call("send_message", json!({ "text": "here is the plan" })),
+        Step::text("must not be asked for"),
+    ]);
+    let provider = s.provider::<Cli>();
+    let mut query = provider.query(input("plan it", None)).unwrap();
+    let mut events = until(&mut query, ends).await;
+    query.end();
+    events.extend(drain(&mut query).await);
+    let thread = session_id(&events);
+    // Time for a request that should not come.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    s.print_log();
+    let stopped: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            ProviderEvent::Interrupted { covers, reason, .. } => Some((*covers, *reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        stopped,
+        vec![(0, InterruptReason::ApprovalStop)],
+        "{events:#?}"
+    );
+    assert!(results(&events).is_empty(), "{events:#?}");
+    assert_eq!(
+        s.fake.model_requests().len(),
+        1,
+        "no request after the result"
+    );
+    let rows = s.db.all_messages_out().unwrap();
+    assert!(
+        rows.iter().any(|r| r.content.contains("here is the plan")),
+        "{rows:?}"
+    );
+
+    s.fake.set_script([Step::text("continuing")]);
+    let events = ask(&provider, "looks good", Some(&thread)).await;
+    assert_eq!(session_id(&events), thread);
+    assert_eq!(results(&events), vec![("continuing".to_owned(), 0)]);
+    let request = s.fake.model_requests().pop().unwrap();
+    // Codex records the interrupted call as aborted; the driver's note gives the model the
+    // real result.
+    let system = request.system_text();
+    assert!(
+        system.contains("ended for the user's review") && system.contains("Message sent (seq"),
+        "{system}"
+    );
+    assert_eq!(
+        user_texts(&request).last().map(String::as_str),
+        Some("looks good")
+    );
+    provider.shutdown().await;
+}
+
+/// A remote (streamable HTTP) MCP server from `remote_mcp_servers`: Codex lists and calls its
+/// tool with the configured header, which is read from the private config file and never put
+/// on the command line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_mcp_server_is_called_with_its_header() {
+    use e2e::remote_mcp::{RemoteMcp, ECHO_MARKER, ECHO_TOOL};
+    let Some(cli) = start::<Cli>("remote_mcp_server_is_called_with_its_header") else {
+        return;
+    };
+    let mut s = setup::<Cli>("remote_mcp", cli);
+    let remote = RemoteMcp::start().unwrap();
+    let token = "Bearer codex-remote-token-81d2";
+    s.settings.remote_mcp_servers.insert(
+        "docs".into(),
+        provider::RemoteMcpServer {
+            url: remote.url(),
+            headers: std::collections::BTreeMap::from([(
+                "Authorization".to_owned(),
+                token.to_owned(),
+            )]),
+        },
+    );
+    s.fake.push_all([
+        Step::raw_tool_call(ECHO_TOOL, json!({ "text": "ping" })).namespace("mcp__docs"),
+        Step::text("echoed"),
+    ]);
+    let provider = s.provider::<Cli>();
+    let mut query = provider.query(input("call the remote tool", None)).unwrap();
+    let mut events = until(&mut query, |e| matches!(e, ProviderEvent::Init { .. })).await;
+    let pid = provider.pid().await.unwrap();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    events.extend(until(&mut query, ends_turn).await);
+    query.end();
+    events.extend(drain(&mut query).await);
+    s.print_log();
+    assert_eq!(
+        results(&events),
+        vec![("echoed".to_owned(), 0)],
+        "{events:#?}"
+    );
+    let offered = s.fake.model_requests()[0].tool_names();
+    assert!(
+        offered.contains(&format!("mcp__docs__{ECHO_TOOL}")),
+        "the remote tool is listed: {offered:?}"
+    );
+    assert_eq!(remote.echo_calls(), vec!["ping".to_owned()]);
+    assert!(
+        remote
+            .header_values("authorization")
+            .iter()
+            .all(|v| v == token)
+            && !remote.header_values("authorization").is_empty()
+    );
+    let results = s.fake.model_requests()[1].tool_results();
+    assert!(
+        results.iter().any(|r| r.contains(ECHO_MARKER)),
+        "{results:?}"
+    );
+    let secret = "codex-remote-token-81d2".as_bytes();
+    for (what, bytes) in [("command line", &cmdline), ("environment", &environ)] {
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret),
+            "the header's value is in codex's {what}"
+        );
+    }
+    provider.shutdown().await;
+}
+
+/// `elicitation: ask`: an MCP server's elicitation with one choice becomes an
+/// `ApprovalRequest(Elicitation)`; the runner's `Reply` reaches the server as the chosen
+/// value. (Codex first asks to approve the MCP call itself: the policy allows it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elicitation_is_asked_and_the_reply_reaches_the_server() {
+    let Some(cli) = start::<Cli>("elicitation_is_asked_and_the_reply_reaches_the_server") else {
+        return;
+    };
+    let mut s = setup::<Cli>("elicitation", cli);
+    s.settings.elicitation = provider::ElicitationMode::Ask;
+    s.settings.extra_mcp_servers.insert(
+        "forms".into(),
+        provider::McpServer {
+            command: env!("CARGO_BIN_EXE_elicit-mcp").into(),
+            args: Vec::new(),
+            env: std::collections::BTreeMap::new(),
+        },
+    );
+    s.fake.push_all([
+        Step::raw_tool_call("pick_color", json!({})).namespace("mcp__forms"),
+        Step::text("got it"),
+    ]);
+    let provider = s.provider::<Cli>();
+    let mut query = provider.query(input("ask me a color", None)).unwrap();
+    let (mut events, request) = first_approval(&mut query).await;
+    assert_eq!(
+        request.kind,
+        provider::ApprovalKind::Elicitation {
+            server: "forms".into(),
+            message: "Pick a color".into(),
+            options: vec!["red".into(), "blue".into()],
+        }
+    );
+    let reply = provider::ApprovalAnswer::Reply("blue".into());
+    answer_and_finish(&mut query, &request, reply, &mut events).await;
+    s.print_log();
+    assert_eq!(
+        results(&events),
+        vec![("got it".to_owned(), 0)],
+        "{events:#?}"
+    );
+    let results = s.fake.model_requests()[1].tool_results();
+    assert!(
+        results.iter().any(|r| r.contains("picked: blue")),
+        "{results:?}"
+    );
+    provider.shutdown().await;
+}

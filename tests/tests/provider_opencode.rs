@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use e2e::fake_model::{Step, StepUsage};
 use e2e::harness::{descendants, live_processes, processes_with, processes_with_env};
 use e2e::provider_harness::{
-    answer, ask_for, drain_for, ends_turn, final_errors, input, results, session_id, until_for,
-    MARKER_VALUE, MARKER_VAR,
+    answer, ask_for, drain_for, ends_turn, final_errors, input, results, session_id, tool_denials,
+    tool_policy, until_for, MARKER_VALUE, MARKER_VAR,
 };
 use e2e::provider_scenarios::{
     assert_first_text_reply, assert_send_message_wrote_a_row, assert_stale_continuation_replaced,
@@ -681,5 +681,362 @@ async fn model_per_query() {
     let events = ask(&provider, "and you", Some(&session)).await;
     assert_eq!(results(&events), vec![("default answer".to_owned(), 0)]);
     assert_eq!(s.turns().pop().unwrap().model(), Some("fake-model"));
+    provider.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tool policy, approvals and approval stops (issue 16)
+// ---------------------------------------------------------------------------------------------
+
+fn bash(command: &str) -> Step {
+    Step::raw_tool_call("bash", json!({"command": command, "description": "run it"}))
+}
+
+/// The one `ApprovalRequest` of `events`: (id, tool, argument).
+fn approval_request(events: &[ProviderEvent]) -> (String, String, Option<String>) {
+    let requests: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            ProviderEvent::ApprovalRequest(provider::ApprovalRequest {
+                id,
+                kind: provider::ApprovalKind::ToolCall { tool, argument, .. },
+            }) => Some((id.clone(), tool.clone(), argument.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(requests.len(), 1, "{events:#?}");
+    requests[0].clone()
+}
+
+/// A query on `session` until its `ApprovalRequest`: the query, its events and (id, tool,
+/// argument).
+async fn until_approval(
+    provider: &OpenCodeProvider,
+    text: &str,
+    session: Option<&str>,
+) -> (
+    AgentQuery,
+    Vec<ProviderEvent>,
+    (String, String, Option<String>),
+) {
+    let mut query = provider.query(input(text, session)).unwrap();
+    let events = until(&mut query, |e| {
+        matches!(e, ProviderEvent::ApprovalRequest(_))
+    })
+    .await;
+    let request = approval_request(&events);
+    (query, events, request)
+}
+
+/// Answers request `id`, then reads the turn to its end (and ends the query): its events.
+async fn answer_approval(
+    query: &mut AgentQuery,
+    id: &str,
+    answer: provider::ApprovalAnswer,
+) -> Vec<ProviderEvent> {
+    assert!(query.approver().answer(id, answer));
+    let events = until(query, ends_turn).await;
+    query.end();
+    drain(query).await;
+    events
+}
+
+/// `deny: ["Bash(rm *)", "Read(*secret*)"]`, `ask: ["Bash(touch *)"]` against the real CLI:
+/// OpenCode refuses `rm -rf target` by its own config (the directory survives, the model gets
+/// the refusal, `ToolDenied`); a read the config asks about is refused by the driver with the
+/// policy's message; an asked `touch` waits for the answer: Allow
+/// runs it, Deny leaves the file system as it was and the model gets the reason; every turn
+/// goes on to the model's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_policy_denies_and_asks() {
+    let Some(cli) = start::<Cli>("tool_policy_denies_and_asks") else {
+        return;
+    };
+    let mut s = setup::<Cli>("tool_policy", cli);
+    s.settings.tool_policy = tool_policy(
+        &["Bash(rm *)", "Read(*secret*)"],
+        &["Bash(touch *)", "mcp__nanoclaw__send_message"],
+    );
+    let agent = s.settings.agent_dir.clone();
+    std::fs::create_dir_all(agent.join("target")).unwrap();
+    std::fs::write(agent.join("secret.txt"), "the secret").unwrap();
+    let secret = agent.join("secret.txt").display().to_string();
+    s.fake.push_all([
+        bash("rm -rf target"),
+        Step::text("could not remove it"),
+        Step::raw_tool_call("read", json!({"filePath": secret})),
+        Step::text("could not read it"),
+        bash("touch approved.txt"),
+        Step::text("touched"),
+        bash("touch refused.txt"),
+        Step::text("was refused"),
+        Step::tool_call(
+            "send_message",
+            json!({"text": "asked first", "channel": "slack", "platformId": "C1"}),
+        ),
+        Step::text("sent"),
+    ]);
+    let provider = s.provider::<Cli>();
+
+    let events = ask(&provider, "clean up", None).await;
+    let session = session_id(&events);
+    assert_eq!(
+        results(&events),
+        vec![("could not remove it".to_owned(), 0)]
+    );
+    assert_eq!(
+        tool_denials(&events),
+        vec![("Bash".to_owned(), Some("rm -rf target".to_owned()))]
+    );
+    assert!(agent.join("target").is_dir(), "the directory survives");
+    let refusal = s.turns().pop().unwrap().tool_results().join("\n");
+    assert!(refusal.contains("prevents you from using"), "{refusal}");
+
+    let events = ask(&provider, "read the secret", Some(&session)).await;
+    assert_eq!(results(&events), vec![("could not read it".to_owned(), 0)]);
+    assert_eq!(
+        tool_denials(&events),
+        vec![("Read".to_owned(), Some(secret.clone()))]
+    );
+    let refusal = s.turns().pop().unwrap().tool_results().join("\n");
+    assert!(refusal.contains("denied by the tool policy"), "{refusal}");
+    assert!(!refusal.contains("the secret"), "{refusal}");
+
+    // Ask, answered Allow a moment later (the watchdog's part: `driver.rs`'s unit test; OpenCode
+    // reports the tool running during the wait, which extends it too).
+    let (mut query, _, (id, tool, argument)) =
+        until_approval(&provider, "touch one", Some(&session)).await;
+    assert_eq!(
+        (tool.as_str(), argument.as_deref()),
+        ("Bash", Some("touch approved.txt"))
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!agent.join("approved.txt").exists(), "waits for the answer");
+    let events = answer_approval(&mut query, &id, provider::ApprovalAnswer::Allow).await;
+    assert_eq!(results(&events), vec![("touched".to_owned(), 0)]);
+    assert!(agent.join("approved.txt").is_file());
+
+    // Ask, answered Deny: nothing runs, the model gets the reason and goes on.
+    let (mut query, _, (id, _, _)) = until_approval(&provider, "touch two", Some(&session)).await;
+    let reason = "denied by the user".to_owned();
+    let deny = provider::ApprovalAnswer::Deny { reason };
+    let events = answer_approval(&mut query, &id, deny).await;
+    s.print_log();
+    assert_eq!(results(&events), vec![("was refused".to_owned(), 0)]);
+    assert!(!agent.join("refused.txt").exists());
+    let refusal = s.turns().pop().unwrap().tool_results().join("\n");
+    assert!(refusal.contains("denied by the user"), "{refusal}");
+
+    // An MCP tool asked about: the user sees its arguments (OpenCode asks before it publishes
+    // them; the request waits for them).
+    let (mut query, _, (id, tool, argument)) =
+        until_approval(&provider, "send it", Some(&session)).await;
+    assert_eq!(tool, "mcp__nanoclaw__send_message");
+    let argument: serde_json::Value = serde_json::from_str(&argument.unwrap()).unwrap();
+    assert_eq!(argument["text"], "asked first", "{argument}");
+    let events = answer_approval(&mut query, &id, provider::ApprovalAnswer::Allow).await;
+    assert_eq!(results(&events), vec![("sent".to_owned(), 0)]);
+    let rows = s.db.all_messages_out().unwrap();
+    assert!(
+        rows.iter().any(|row| row.content.contains("asked first")),
+        "{rows:#?}"
+    );
+    provider.shutdown().await;
+}
+
+/// An approval asked and never answered: the query's abort rejects it, and the next prompt of
+/// the session is answered normally (the request does not linger in OpenCode).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_approval_is_denied_when_the_query_ends() {
+    let Some(cli) = start::<Cli>("an_unanswered_approval_is_denied_when_the_query_ends") else {
+        return;
+    };
+    let mut s = setup::<Cli>("unanswered_approval", cli);
+    s.settings.tool_policy = tool_policy(&[], &["Bash"]);
+    let agent = s.settings.agent_dir.clone();
+    s.fake
+        .push_all([bash("touch never.txt"), Step::text("next answer")]);
+    let provider = s.provider::<Cli>();
+    let (mut query, events, (id, _, _)) = until_approval(&provider, "touch it", None).await;
+    let session = session_id(&events);
+    query.abort();
+    let events = drain(&mut query).await;
+    assert!(
+        matches!(
+            events.last(),
+            Some(ProviderEvent::Error {
+                classification: ErrorClass::Aborted,
+                ..
+            })
+        ),
+        "{events:#?}"
+    );
+    // A late answer changes nothing.
+    query
+        .approver()
+        .answer(&id, provider::ApprovalAnswer::Allow);
+    assert!(!agent.join("never.txt").exists());
+    assert_eq!(s.turns().len(), 1, "no model request after the abort");
+    let events = ask(&provider, "hello", Some(&session)).await;
+    s.print_log();
+    assert_eq!(results(&events), vec![("next answer".to_owned(), 0)]);
+    assert!(!agent.join("never.txt").exists());
+    assert_eq!(s.turns().len(), 2);
+    provider.shutdown().await;
+}
+
+/// `approvalStopTools: ["mcp__nanoclaw__send_message"]`: the tool runs (its row is written),
+/// the turn ends `Interrupted { ApprovalStop }` with no model request after the tool result;
+/// the next prompt continues the same session, whose history holds the call and its result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_stop_ends_the_turn_after_the_tool_result() {
+    let Some(cli) = start::<Cli>("an_approval_stop_ends_the_turn_after_the_tool_result") else {
+        return;
+    };
+    let mut s = setup::<Cli>("approval_stop", cli);
+    s.settings.approval_stop_tools = vec!["mcp__nanoclaw__send_message".into()];
+    s.fake.push_all([
+        Step::text("warm"),
+        Step::tool_call(
+            "send_message",
+            json!({"text": "the plan: sent by the tool", "channel": "slack", "platformId": "C1"}),
+        ),
+        Step::text("must not be asked for"),
+    ]);
+    let provider = s.provider::<Cli>();
+    let events = ask(&provider, "warm up", None).await;
+    let session = session_id(&events);
+    let pid = provider.server_pid().unwrap();
+
+    let mut query = provider
+        .query(input("present the plan", Some(&session)))
+        .unwrap();
+    let events = until(&mut query, |e| {
+        matches!(
+            e,
+            ProviderEvent::Interrupted { .. }
+                | ProviderEvent::Error {
+                    ends_turn: true,
+                    ..
+                }
+        )
+    })
+    .await;
+    let rest = drain(&mut query).await;
+    assert!(rest.is_empty(), "the stream closes after it: {rest:#?}");
+    // The step was cut by the abort: OpenCode reports no usage for it.
+    assert!(
+        matches!(
+            events.last(),
+            Some(ProviderEvent::Interrupted {
+                covers: 0,
+                reason: InterruptReason::ApprovalStop,
+                ..
+            })
+        ),
+        "{events:#?}"
+    );
+    assert!(results(&events).is_empty(), "{events:#?}");
+    let rows = s.db.all_messages_out().unwrap();
+    assert!(
+        rows.iter()
+            .any(|row| row.content.contains("the plan: sent by the tool")),
+        "{rows:#?}"
+    );
+    // No request after the tool result, even a while later.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    s.print_log();
+    assert_eq!(
+        s.turns().len(),
+        2,
+        "warm-up + the tool call, nothing after it"
+    );
+
+    s.fake.set_script([Step::text("going ahead")]);
+    let events = ask(&provider, "approved", Some(&session)).await;
+    s.print_log();
+    assert_eq!(session_id(&events), session);
+    assert_eq!(results(&events), vec![("going ahead".to_owned(), 0)]);
+    let last = s.turns().pop().unwrap();
+    assert_eq!(
+        last.user_texts(),
+        vec![
+            "warm up".to_owned(),
+            "present the plan".to_owned(),
+            "approved".to_owned()
+        ]
+    );
+    assert!(
+        last.tool_results().join("\n").contains("Message sent"),
+        "{:?}",
+        last.tool_results()
+    );
+    assert_eq!(provider.server_pid(), Some(pid), "the server lives on");
+    provider.shutdown().await;
+}
+
+/// A remote (streamable HTTP) MCP server in `remote_mcp_servers`: OpenCode lists its tool, the
+/// model's call reaches it with the configured header (read from the private file the config
+/// names), and its result reaches the model; the header's value is in no environment variable
+/// of the server (and so of the agent's shells).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_mcp_server_is_listed_and_called_with_its_header() {
+    let Some(cli) = start::<Cli>("a_remote_mcp_server_is_listed_and_called_with_its_header") else {
+        return;
+    };
+    let remote = e2e::remote_mcp::RemoteMcp::start().unwrap();
+    let mut s = setup::<Cli>("remote_mcp", cli);
+    let secret = "Bearer remote-header-7f3a";
+    s.settings.remote_mcp_servers.insert(
+        "docs".into(),
+        provider::RemoteMcpServer {
+            url: remote.url(),
+            headers: std::collections::BTreeMap::from([("Authorization".into(), secret.into())]),
+        },
+    );
+    s.fake.push_all([
+        Step::raw_tool_call(
+            format!("docs_{}", e2e::remote_mcp::ECHO_TOOL),
+            json!({"text": "over http"}),
+        ),
+        Step::text("done"),
+    ]);
+    let provider = s.provider::<Cli>();
+    let events = ask(&provider, "call the remote tool", None).await;
+    s.print_log();
+    assert_eq!(results(&events), vec![("done".to_owned(), 0)]);
+    assert!(
+        events.iter().any(|e| matches!(e, ProviderEvent::Activity { tool: Some(t), .. } if t == "mcp__docs__remote_echo")),
+        "{events:#?}"
+    );
+    let requests = s.turns();
+    assert!(
+        requests[0]
+            .tool_names()
+            .iter()
+            .any(|t| t == "docs_remote_echo"),
+        "{:?}",
+        requests[0].tool_names()
+    );
+    assert!(
+        requests[1]
+            .tool_results()
+            .join("\n")
+            .contains(e2e::remote_mcp::ECHO_MARKER),
+        "{:?}",
+        requests[1].tool_results()
+    );
+    assert_eq!(remote.echo_calls(), vec!["over http".to_owned()]);
+    let auth = remote.header_values("authorization");
+    assert!(
+        !auth.is_empty() && auth.iter().all(|v| v == secret),
+        "{auth:?}"
+    );
+    let pid = provider.server_pid().unwrap();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    assert!(
+        !String::from_utf8_lossy(&environ).contains("remote-header-7f3a"),
+        "the header value is in the server's environment"
+    );
     provider.shutdown().await;
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use schema::content::out;
 use schema::{DbWatcher, NewMessageOut, OutKind, QuestionAnswer, RunnerStatus};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::{Mutex, Notify};
 use tokio_util::sync::CancellationToken;
 
@@ -280,13 +280,15 @@ fn normalize_options(options: &Value) -> ToolResult<Vec<Value>> {
             )));
         }
         values.push(value.clone());
-        normalized.push(json!({ "label": label, "selectedLabel": selected, "value": value }));
+        normalized.push(out::question_option(&label, &selected, &value));
     }
     Ok(normalized)
 }
 
 #[cfg(test)]
 mod tests {
+
+    use serde_json::json;
 
     use super::*;
 

@@ -155,6 +155,18 @@ pub(crate) fn mcp_config_json(settings: &ProviderSettings) -> Value {
             json!({"type": "stdio", "command": server.command, "args": server.args, "env": server.env}),
         );
     }
+    // Remote servers: streamable HTTP with the headers the runner gave (the proxy's token when
+    // a header carries a secret). They live in this 0600 file, never on the command line.
+    for (name, server) in &settings.remote_mcp_servers {
+        if servers.contains_key(name) {
+            tracing::warn!(server = %name, "a remote MCP server has the name of another server; ignored");
+            continue;
+        }
+        servers.insert(
+            name.clone(),
+            json!({"type": "http", "url": server.url, "headers": server.headers}),
+        );
+    }
     json!({ "mcpServers": servers })
 }
 
@@ -235,17 +247,21 @@ pub(crate) fn args(
     args.push("--mcp-config".into());
     args.push(files.mcp_config.display().to_string());
     let mut allowed = vec![format!("mcp__{NANOCLAW_SERVER}__*")];
-    allowed.extend(
-        settings
-            .extra_mcp_servers
-            .keys()
-            .filter(|name| name.as_str() != NANOCLAW_SERVER)
-            .map(|name| format!("mcp__{name}__*")),
-    );
+    let servers = settings
+        .extra_mcp_servers
+        .keys()
+        .chain(settings.remote_mcp_servers.keys());
+    for rule in servers.map(|name| format!("mcp__{name}__*")) {
+        if !allowed.contains(&rule) {
+            allowed.push(rule);
+        }
+    }
     args.push("--allowedTools".into());
     args.push(allowed.join(","));
+    let mut disallowed: Vec<String> = DISALLOWED_TOOLS.iter().map(|t| (*t).to_owned()).collect();
+    disallowed.extend(cli_deny_rules(settings));
     args.push("--disallowedTools".into());
-    args.push(DISALLOWED_TOOLS.join(","));
+    args.push(disallowed.join(","));
     args.push("--settings".into());
     args.push(settings_json(settings, files).to_string());
     let model = launch.model.as_deref().or(settings.model.as_deref());
@@ -279,6 +295,34 @@ pub(crate) fn args(
         args.push(session.clone());
     }
     args
+}
+
+/// The policy's deny rules that Claude's own `--disallowedTools` says the same way or wider, so
+/// the CLI refuses those calls even before asking the driver's `PreToolUse` hook (which sees
+/// every call and decides by [`crate::ToolPolicy::decide`] in any case): a tool name (the tool
+/// is then not offered to the model at all), `mcp__<server>__*`, and `Bash(<pattern>)` (Claude
+/// reads `*` as any run of characters and `prefix:*` as ours; it also splits compound commands).
+/// Path patterns of Read/Write/Edit (gitignore style in Claude) and the URL forms of WebFetch
+/// differ, and a rule with a comma would split the list: those stay with the hook alone.
+fn cli_deny_rules(settings: &ProviderSettings) -> Vec<String> {
+    settings
+        .tool_policy
+        .deny
+        .iter()
+        .filter(|rule| {
+            let server_wildcard = rule.tool.starts_with("mcp__")
+                && rule.tool.ends_with("__*")
+                && rule.tool.matches('*').count() == 1
+                && rule.tool.matches("__").count() == 2;
+            let plain_name = !rule.tool.contains('*') || server_wildcard;
+            let pattern_ok = match &rule.pattern {
+                None => true,
+                Some(pattern) => rule.tool == "Bash" && !pattern.contains([',', '(', ')']),
+            };
+            plain_name && pattern_ok
+        })
+        .map(ToString::to_string)
+        .collect()
 }
 
 /// The environment: the inherited allow-list (minus scrubbed names), then the provider's own
@@ -654,6 +698,78 @@ mod tests {
         );
         settings.runner_exe = None;
         assert!(settings_json(&settings, &files()).get("hooks").is_none());
+    }
+
+    /// Issue 16: deny rules Claude says the same way (or wider) join its own deny list; the
+    /// others stay with the driver's hook. Remote MCP servers are allowed like the others.
+    #[test]
+    fn deny_rules_and_remote_servers_on_the_command_line() {
+        let mut settings = settings();
+        let rules = |list: &[&str]| {
+            list.iter()
+                .map(|r| crate::ToolRule::parse(r).unwrap())
+                .collect()
+        };
+        settings.tool_policy.deny = rules(&[
+            "Bash(rm *)",
+            "Bash(git push:*)",
+            "WebFetch",
+            "mcp__github__*",
+            "mcp__git*",
+            "Read(/etc/*)",
+            "Bash(a,b)",
+        ]);
+        settings.tool_policy.ask = rules(&["Bash"]);
+        settings.remote_mcp_servers.insert(
+            "docs".into(),
+            crate::RemoteMcpServer {
+                url: "http://127.0.0.1:4000/mcp/docs".into(),
+                headers: BTreeMap::from([("Authorization".into(), "Bearer tok".into())]),
+            },
+        );
+        let args = args(&settings, &Launch::default(), &files());
+        let value = |flag: &str| {
+            args.windows(2)
+                .find(|w| w[0] == flag)
+                .map(|w| w[1].clone())
+                .unwrap_or_default()
+        };
+        expect!["mcp__nanoclaw__*,mcp__github__*,mcp__docs__*"].assert_eq(&value("--allowedTools"));
+        expect!["AskUserQuestion,CronCreate,CronDelete,CronList,ScheduleWakeup,Monitor,Workflow,EnterPlanMode,ExitPlanMode,EnterWorktree,ExitWorktree,SendMessage,ListAgents,Bash(rm *),Bash(git push:*),WebFetch,mcp__github__*"]
+            .assert_eq(&value("--disallowedTools"));
+        // The mode stays: the hook decides, and bypassPermissions runs as root with IS_SANDBOX.
+        assert_eq!(value("--permission-mode"), "bypassPermissions");
+        // The remote server's header is in the MCP config file only.
+        assert!(!args.iter().any(|a| a.contains("Bearer")), "{args:?}");
+    }
+
+    #[test]
+    fn remote_mcp_servers_are_streamable_http_entries() {
+        let mut settings = settings();
+        for (name, url) in [
+            ("docs", "http://127.0.0.1:4000/mcp/docs"),
+            ("github", "http://x"),
+        ] {
+            settings.remote_mcp_servers.insert(
+                name.into(),
+                crate::RemoteMcpServer {
+                    url: url.into(),
+                    headers: BTreeMap::from([("Authorization".into(), "Bearer tok".into())]),
+                },
+            );
+        }
+        let config = mcp_config_json(&settings);
+        // `github` is a stdio server already: the remote one of that name is left out.
+        assert_eq!(config["mcpServers"]["github"]["type"], "stdio");
+        expect![[r#"
+            {
+              "headers": {
+                "Authorization": "Bearer tok"
+              },
+              "type": "http",
+              "url": "http://127.0.0.1:4000/mcp/docs"
+            }"#]]
+        .assert_eq(&serde_json::to_string_pretty(&config["mcpServers"]["docs"]).unwrap());
     }
 
     #[test]

@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, OwnedMutexGuard};
 use tokio::time::{sleep_until, timeout, Instant};
 use tokio_util::sync::CancellationToken;
 
+use super::approval::{self, Action, Waiting};
 use super::command::{self, Launch};
 use super::media;
 use super::protocol::{self, OutLine};
@@ -30,8 +31,8 @@ use super::translate::{Signal, Translated, Translator};
 use crate::classify::classify;
 use crate::process::CliProcess;
 use crate::{
-    Control, ErrorClass, InterruptReason, Prompt, PromptId, ProviderError, ProviderEvent,
-    ProviderSettings, QueryHandle, QueryInput, Usage,
+    ApprovalAnswer, Control, ErrorClass, InterruptReason, Prompt, PromptId, ProviderError,
+    ProviderEvent, ProviderSettings, QueryHandle, QueryInput, Usage,
 };
 
 /// Grace between TERM and KILL when stopping the process group.
@@ -43,6 +44,8 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(5);
 const INTERRUPT_TIMEOUT: Duration = Duration::from_millis(1500);
 /// How long a `set_model` may take: Claude checks the model with a one-token request first.
 const MODEL_SWITCH_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the CLI may take to accept the `initialize` that registers the policy's hooks.
+const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a write to the CLI's stdin may block.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest a Bash tool call may run in Claude Code (its own cap is 10 minutes).
@@ -155,7 +158,7 @@ impl Live {
                 tail.push_back(line);
             }
         });
-        Ok(Live {
+        let mut live = Live {
             process,
             stdin: Some(stdin),
             lines,
@@ -164,7 +167,35 @@ impl Live {
             model: launch.model.clone(),
             launch,
             next_request: 0,
-        })
+        };
+        if let Some(hooks) = approval::initialize_hooks(settings) {
+            if let Err(err) = live.initialize(&hooks).await {
+                if live.lines.is_closed() || live.process.try_wait().is_some() {
+                    // It exited before reading input (a `--resume` of a session it does not
+                    // have): the query reads the exit and its stderr as without hooks.
+                    tracing::debug!(%err, "claude exited before the initialize");
+                    return Ok(live);
+                }
+                live.terminate().await;
+                return Err(ProviderError::Spawn(err));
+            }
+        }
+        Ok(live)
+    }
+
+    /// Registers the hooks of the tool policy and the approval stops, before any prompt: a CLI
+    /// that does not take them would run every call unchecked, so it is not used.
+    async fn initialize(&mut self, hooks: &Value) -> Result<(), String> {
+        let request_id = self.request_id();
+        let request = protocol::initialize(&request_id, hooks);
+        self.write(&request).await?;
+        match await_answer(self, &request_id, INITIALIZE_TIMEOUT).await {
+            Ok(None) => Ok(()),
+            Ok(Some(refusal)) => Err(format!("claude refused the tool policy's hooks: {refusal}")),
+            Err(err) => Err(format!(
+                "claude did not register the tool policy's hooks: {err}"
+            )),
+        }
     }
 
     /// The leader's pid (also the process group id).
@@ -261,6 +292,8 @@ struct Query {
     last_activity: Option<Instant>,
     /// When the last `Output` went to the runner (throttled like activity).
     last_model_output: Option<Instant>,
+    /// The CLI's requests waiting for the runner's answer (approvals, elicitations).
+    waiting: Waiting,
 }
 
 /// Runs one query to its end. Takes the process slot for the whole query.
@@ -288,6 +321,7 @@ pub(crate) async fn run_query(
         last_output: Instant::now(),
         last_activity: None,
         last_model_output: None,
+        waiting: Waiting::default(),
     };
     if shared.stop.is_cancelled() {
         query
@@ -301,6 +335,9 @@ pub(crate) async fn run_query(
         return;
     }
     let end = query.run(&mut slot, input.prompt).await;
+    if let Some(live) = slot.as_mut() {
+        query.refuse_waiting(live).await;
+    }
     if let End::Stop = end {
         if let Some(live) = slot.take() {
             live.terminate().await;
@@ -393,8 +430,9 @@ impl Query {
             };
             let watchdog = self.watchdog();
             let deadline = self.last_output + watchdog;
-            // Only while a prompt waits for its answer: an idle CLI is silent by design.
-            let watching = !self.translator.all_covered();
+            // Only while a prompt waits for its answer: an idle CLI is silent by design, and so
+            // is one that waits for the user's approval.
+            let watching = !self.translator.all_covered() && !self.waiting.any();
             tokio::select! {
                 _ = self.shared.stop.cancelled() => {
                     self.fail("the provider is shutting down", false, ErrorClass::Aborted).await;
@@ -427,8 +465,9 @@ impl Query {
                         return end;
                     }
                     Some(Control::Interrupt) => return self.interrupt(slot).await,
-                    // No approval requests yet (issue 16 wires them).
-                    Some(Control::Approval { .. }) => {}
+                    Some(Control::Approval { id, answer }) => {
+                        self.on_approval(slot, &id, &answer).await;
+                    }
                     None => {
                         tracing::debug!("the runner dropped the query; interrupting claude");
                         return self.settle(slot).await;
@@ -497,17 +536,12 @@ impl Query {
             }
             Some(Signal::ControlRequest {
                 request_id,
-                subtype,
+                request,
+                ..
             }) => {
-                tracing::warn!(%request_id, %subtype, "claude asked the host a question; refusing");
-                if let Some(live) = slot.as_mut() {
-                    let refusal = protocol::control_error(
-                        request_id,
-                        "this host answers no control requests",
-                    );
-                    if let Err(err) = live.write(&refusal).await {
-                        tracing::warn!(%err, "cannot answer claude's control request");
-                    }
+                let runner_listens = self.on_control_request(slot, request_id, request).await;
+                if !runner_listens {
+                    return Some(self.settle(slot).await);
                 }
             }
             _ => {}
@@ -527,6 +561,80 @@ impl Query {
             return Some(End::Keep);
         }
         None
+    }
+
+    /// Answers the CLI's control request (a hook of the tool policy or the approval stops, an
+    /// elicitation): now, or once the runner answers. False when the runner dropped the query.
+    async fn on_control_request(
+        &mut self,
+        slot: &mut OwnedMutexGuard<Option<Live>>,
+        request_id: &str,
+        request: &Value,
+    ) -> bool {
+        let (response, events) =
+            match approval::on_request(&self.shared.settings, request_id, request) {
+                Action::Answer { response, events } => {
+                    (protocol::control_success(request_id, response), events)
+                }
+                Action::Stop { response } => {
+                    tracing::info!("an approval-stop tool returned; ending the turn");
+                    self.translator.approval_stop();
+                    (protocol::control_success(request_id, response), Vec::new())
+                }
+                Action::Ask(pending) => {
+                    let event = ProviderEvent::ApprovalRequest(pending.request.clone());
+                    self.waiting.insert(pending);
+                    return self.handle.events.send(event).await.is_ok();
+                }
+                Action::Refuse(why) => {
+                    tracing::warn!(%request_id, %why, "claude asked the host a question; refusing");
+                    (protocol::control_error(request_id, &why), Vec::new())
+                }
+            };
+        for event in events {
+            if self.handle.events.send(event).await.is_err() {
+                return false;
+            }
+        }
+        if let Some(live) = slot.as_mut() {
+            if let Err(err) = live.write(&response).await {
+                tracing::warn!(%err, "cannot answer claude's control request");
+            }
+        }
+        true
+    }
+
+    /// The runner's answer to a waiting request; the CLI carries on, so the watchdog starts
+    /// measuring again.
+    async fn on_approval(
+        &mut self,
+        slot: &mut OwnedMutexGuard<Option<Live>>,
+        id: &str,
+        answer: &ApprovalAnswer,
+    ) {
+        let Some(pending) = self.waiting.take(id) else {
+            tracing::debug!(%id, "an answer to no waiting request (denied already)");
+            return;
+        };
+        self.last_output = Instant::now();
+        if let Some(live) = slot.as_mut() {
+            let response = protocol::control_success(id, pending.response(answer));
+            if let Err(err) = live.write(&response).await {
+                tracing::warn!(%err, "cannot answer claude's approval request");
+            }
+        }
+    }
+
+    /// Refuses every request still waiting for the runner (the query ends), so the CLI does not
+    /// hang on it.
+    async fn refuse_waiting(&mut self, live: &mut Live) {
+        for pending in self.waiting.drain() {
+            tracing::info!(id = %pending.request.id, "the query ends before the approval; refusing the call");
+            let response = protocol::control_success(&pending.request.id, pending.unanswered());
+            if let Err(err) = live.write(&response).await {
+                tracing::warn!(%err, "cannot answer claude's approval request");
+            }
+        }
     }
 
     /// Sends events to the runner; false when it dropped the query.
@@ -677,10 +785,15 @@ impl Query {
             return End::Keep;
         };
         if !self.translator.outstanding() {
+            self.refuse_waiting(live).await;
             return End::Keep;
         }
         let request_id = live.request_id();
-        if let Err(err) = live.write(&protocol::interrupt(&request_id)).await {
+        let interrupted = live.write(&protocol::interrupt(&request_id)).await;
+        // A call waiting for the user is refused after the interrupt, which already cancels
+        // the wait (measured): refused first, the CLI would take the refusal to the model.
+        self.refuse_waiting(live).await;
+        if let Err(err) = interrupted {
             tracing::warn!(%err, "cannot interrupt claude; stopping it");
             return End::Stop;
         }

@@ -23,10 +23,17 @@
 //!   next query; no output for `settings.watchdog` during a turn → the group is killed,
 //!   `Error { Watchdog }`; a missing session on `--resume` → a new session for the same prompts,
 //!   with a `Progress` notice and a new `Init`.
+//! * **Tool policy** (issue 16, [`approval`]). With a restricting policy or approval-stop tools,
+//!   the process gets an `initialize` control request with `PreToolUse` / `PostToolUse` hook
+//!   callbacks: every tool call is decided by `ToolPolicy::decide` (deny →
+//!   `ToolDenied`, ask → `ApprovalRequest`, answered on `Control::Approval`), a stop tool's result
+//!   ends the turn (`Interrupted { ApprovalStop }`); MCP elicitations are declined or asked.
+//!   Claude's own refusals (`--disallowedTools`) → `ToolDenied`.
 //! * **Archiving** (issue 5). With `settings.runner_exe` set, `--settings` carries a
 //!   `PreCompact` hook running `agent-runner archive-hook`, which writes the transcript to
 //!   `<agent dir>/conversations/` before Claude compacts it (`/compact` or automatically).
 
+mod approval;
 mod command;
 mod driver;
 pub(crate) mod history;

@@ -370,7 +370,25 @@ pub(crate) fn set_model(request_id: &str, model: Option<&str>) -> Value {
     })
 }
 
-/// A refusal of a control request the CLI sent us (we never prompt: permissions are bypassed).
+/// The SDK host's `initialize`: registers the hook callbacks the CLI then asks us about
+/// (`hook_callback` control requests, [`super::approval`]).
+pub(crate) fn initialize(request_id: &str, hooks: &Value) -> Value {
+    json!({
+        "type": "control_request",
+        "request_id": request_id,
+        "request": {"subtype": "initialize", "hooks": hooks},
+    })
+}
+
+/// Our answer to the CLI's control request `request_id`.
+pub(crate) fn control_success(request_id: &str, response: Value) -> Value {
+    json!({
+        "type": "control_response",
+        "response": {"subtype": "success", "request_id": request_id, "response": response},
+    })
+}
+
+/// A refusal of a control request the CLI sent us that nothing here answers.
 pub(crate) fn control_error(request_id: &str, message: &str) -> Value {
     json!({
         "type": "control_response",

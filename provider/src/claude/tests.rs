@@ -5,10 +5,11 @@ use std::path::PathBuf;
 
 use expect_test::{expect, Expect};
 
+use super::approval;
 use super::media;
 use super::protocol;
 use super::translate::{Signal, Translator};
-use crate::{MediaFile, Prompt, ProviderEvent, Usage};
+use crate::{MediaFile, Prompt, ProviderEvent, ProviderSettings, ToolRule, Usage};
 
 fn fixture(name: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -25,6 +26,12 @@ fn uuid(n: u64) -> String {
 /// Runs a fixture through a translator that wrote `prompts` prompts, and renders the events and
 /// signals one per line (runs of `Activity(None)` folded into one line with a count).
 fn check(name: &str, prompts: u64, expect: Expect) {
+    check_with(name, prompts, None, expect);
+}
+
+/// [`check`], answering the CLI's control requests as the driver does for `settings`
+/// ([`approval::on_request`], shown after the request's line).
+fn check_with(name: &str, prompts: u64, settings: Option<&ProviderSettings>, expect: Expect) {
     let mut translator = Translator::new();
     for id in 0..prompts {
         translator.register(&uuid(id), id);
@@ -68,8 +75,17 @@ fn check(name: &str, prompts: u64, expect: Expect) {
                 Signal::ControlRequest {
                     request_id,
                     subtype,
+                    request,
                 } => {
-                    format!("-- control request {request_id} {subtype}")
+                    let mut line = format!("-- control request {request_id} {subtype}");
+                    if let Some(settings) = settings {
+                        let action = approval::on_request(settings, &request_id, &request);
+                        if let approval::Action::Stop { .. } = action {
+                            translator.approval_stop();
+                        }
+                        line.push_str(&format!("\n   -> {action:?}"));
+                    }
+                    line
                 }
             });
         }
@@ -436,6 +452,74 @@ fn text_then_tool_then_text() {
             -- turn ended
             Activity ×1
             == all covered: true, outstanding: false, seen: 0
+        "#]],
+    );
+}
+
+/// Issue 16: `--disallowedTools Bash(rm *)` refuses `rm -rf target`: Claude's own
+/// `permission_denied` line is a `ToolDenied` with the call's summary; the turn goes on.
+#[test]
+fn a_cli_refusal_is_a_tool_denied() {
+    check(
+        "permission_denied",
+        1,
+        expect![[r#"
+            Activity ×2
+            Init a54558c2-d73c-4e03-87aa-6463c87378a6
+            Activity ×1
+            Output ×3
+            Activity(Bash) "rm -rf target"
+            Output ×2
+            ToolDenied(Bash) Some("rm -rf target")
+            Output ×1
+            ToolEnded running=0
+            Activity ×1
+            Output ×3
+            Text "done"
+            Output ×4
+            Result covers=0 "done" [in=20 out=10 cache_read=0 cache_write=0 reasoning=0 cost=0.000280 model=claude-opus-5-5 requests=2]
+            -- turn ended
+            == all covered: true, outstanding: true, seen: 0
+        "#]],
+    );
+}
+
+/// Issue 16: the `PreToolUse` hook lets `echo hi` run, the `PostToolUse` hook of an
+/// approval-stop tool answers `continue: false`: the turn ends at the tool result with an
+/// empty `success` result (`terminal_reason: hook_stopped`), which is
+/// `Interrupted { ApprovalStop }`; the next prompt is an ordinary turn of the same session.
+#[test]
+fn an_approval_stop_ends_the_turn_after_the_tool_result() {
+    let mut settings = ProviderSettings::for_workspace("/w", "claude");
+    settings.tool_policy.ask =
+        vec![ToolRule::parse("Bash(rm *)").unwrap_or_else(|e| panic!("{e}"))];
+    settings.approval_stop_tools = vec!["Bash".into()];
+    check_with(
+        "approval_stop",
+        2,
+        Some(&settings),
+        expect![[r#"
+            -- control response init1
+            Activity ×2
+            Init 8fbff281-05fb-4c0c-843e-10c091b8d8f0
+            Activity ×1
+            Output ×3
+            Activity(Bash) "echo hi"
+            -- control request def952cd-6918-4d15-a6c4-216690568ea5 hook_callback
+               -> Answer { response: Object {}, events: [] }
+            Output ×3
+            -- control request 73bbc803-43f7-4fbe-ba88-e88a7650af67 hook_callback
+               -> Stop { response: Object {"continue": Bool(false), "stopReason": String("Bash is an approval stop: the turn ends with its result")} }
+            ToolEnded running=0
+            Interrupted covers=0 ApprovalStop [in=10 out=5 cache_read=0 cache_write=0 reasoning=0 cost=0.000140 model=claude-opus-5-5 requests=1]
+            -- turn ended
+            Activity ×4
+            Output ×3
+            Text "after-tool"
+            Output ×4
+            Result covers=1 "after-tool" [in=10 out=5 cache_read=0 cache_write=0 reasoning=0 cost=0.000140 model=claude-opus-5-5 requests=1]
+            -- turn ended
+            == all covered: true, outstanding: true, seen: 1
         "#]],
     );
 }

@@ -64,6 +64,8 @@ pub(crate) enum Signal {
         request_id: String,
         /// Its subtype, for the log.
         subtype: String,
+        /// The whole request (`hook_callback`, `elicitation`, ...).
+        request: Value,
     },
 }
 
@@ -131,6 +133,11 @@ pub(crate) struct Translator {
     lifecycle_seen: bool,
     /// Main-thread tools that started and have no result yet (id → name).
     tools: HashMap<String, String>,
+    /// The summary of each main-thread tool call of the turn (id → summary), for a refusal.
+    summaries: HashMap<String, Option<String>>,
+    /// The driver ended the turn after an approval-stop tool: its result is
+    /// `Interrupted { ApprovalStop }`.
+    approval_stop: bool,
     /// The delay of the last `api_retry` for a rate limit (Claude honours `retry-after`), the
     /// best known reset time when the CLI then gives up.
     rate_limit_delay_ms: Option<u64>,
@@ -159,6 +166,8 @@ impl Translator {
             .collect();
         self.lifecycle_seen = false;
         self.tools.clear();
+        self.summaries.clear();
+        self.approval_stop = false;
         self.consumed = self.reported;
         self.seen = self.reported;
     }
@@ -186,6 +195,11 @@ impl Translator {
     /// True while a main-thread tool runs (an MCP tool may block up to the tool timeout).
     pub(crate) fn tool_in_flight(&self) -> bool {
         !self.tools.is_empty()
+    }
+
+    /// The driver told the CLI to end the turn after a tool of `approvalStopTools`.
+    pub(crate) fn approval_stop(&mut self) {
+        self.approval_stop = true;
     }
 
     /// Translates one stdout line.
@@ -229,6 +243,7 @@ impl Translator {
                 signal: Some(Signal::ControlRequest {
                     subtype: request.subtype().to_owned(),
                     request_id: request.request_id,
+                    request: request.request,
                 }),
             },
             OutLine::Other(kind) => {
@@ -349,6 +364,21 @@ impl Translator {
                     message: system.content.unwrap_or_default(),
                 })
             }
+            // The CLI refused a call by its own rule (`--disallowedTools`).
+            "permission_denied" => {
+                let tool = system
+                    .extra
+                    .get("tool_name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                let summary = system
+                    .extra
+                    .get("tool_use_id")
+                    .and_then(Value::as_str)
+                    .and_then(|id| self.summaries.get(id).cloned().flatten());
+                Translated::event(ProviderEvent::ToolDenied { tool, summary })
+            }
             "model_fallback" | "model_refusal_fallback" | "model_refusal_no_fallback" => {
                 Translated::event(ProviderEvent::Progress {
                     message: format!("claude reported {}", system.subtype),
@@ -379,7 +409,8 @@ impl Translator {
                     let summary = tool_summary(&block);
                     let name = block.name.unwrap_or_default();
                     if let Some(id) = block.id {
-                        self.tools.insert(id, name.clone());
+                        self.tools.insert(id.clone(), name.clone());
+                        self.summaries.insert(id, summary.clone());
                     }
                     events.push(ProviderEvent::Activity {
                         tool: Some(name),
@@ -450,6 +481,8 @@ impl Translator {
 
     fn on_result(&mut self, result: ResultLine) -> Translated {
         self.tools.clear();
+        self.summaries.clear();
+        let approval_stop = std::mem::take(&mut self.approval_stop);
         let errors = result.errors.join("; ");
         if let Some(pattern) = SESSION_NOT_FOUND
             .iter()
@@ -471,14 +504,23 @@ impl Translator {
             events: Vec::new(),
             signal: Some(Signal::TurnEnded),
         };
-        if result.subtype == "error_max_turns" {
-            // `--max-turns` stopped the turn: not a failure of the prompts it consumed.
+        // `--max-turns` or an approval stop (the `PostToolUse` answer `continue: false`,
+        // measured: a `success` result with `terminal_reason: hook_stopped`, no text) ended the
+        // turn: not a failure of the prompts it consumed.
+        let stopped = if result.subtype == "error_max_turns" {
+            Some(InterruptReason::MaxTurns)
+        } else if approval_stop && !result.is_error {
+            Some(InterruptReason::ApprovalStop)
+        } else {
+            None
+        };
+        if let Some(reason) = stopped {
             let covers = self.seen_by_model();
             self.reported = self.reported.max(Some(covers));
             translated.events.push(ProviderEvent::Interrupted {
                 covers,
                 usage,
-                reason: InterruptReason::MaxTurns,
+                reason,
             });
             return translated;
         }
@@ -631,7 +673,21 @@ fn busiest_model(models: &BTreeMap<String, ModelUsage>) -> Option<String> {
 /// What a tool call works on, from its input: the command line, the path, the pattern, the
 /// URL or the query; `None` for any other tool.
 fn tool_summary(block: &ContentBlock) -> Option<String> {
-    let field = match block.name.as_deref()? {
+    let name = block.name.as_deref()?;
+    if name.starts_with("mcp__") {
+        return None;
+    }
+    one_line_summary(&tool_argument(name, block.input.as_ref()?)?)
+}
+
+/// The whole argument the tool policy matches a call of `tool` on
+/// ([`crate::ToolPolicy::decide`]): the command line, the path, the pattern, the URL, the
+/// query, or an MCP tool's compact JSON input; `None` for any other tool.
+pub(super) fn tool_argument(tool: &str, input: &Value) -> Option<String> {
+    if tool.starts_with("mcp__") {
+        return Some(input.to_string());
+    }
+    let field = match tool {
         "Bash" => "command",
         "Read" | "Write" | "Edit" => "file_path",
         "Glob" | "Grep" => "pattern",
@@ -639,8 +695,7 @@ fn tool_summary(block: &ContentBlock) -> Option<String> {
         "WebSearch" => "query",
         _ => return None,
     };
-    let value = block.input.as_ref()?.get(field)?.as_str()?;
-    one_line_summary(value)
+    input.get(field)?.as_str().map(str::to_owned)
 }
 
 fn is_terminal(state: &str) -> bool {

@@ -85,10 +85,21 @@ pub(super) fn config_args(settings: &ProviderSettings) -> Vec<String> {
         inline_table(&provider),
     );
 
-    // The runner is the only user: nobody is there to approve anything, and the container is the
-    // sandbox.
-    set("approval_policy", toml_str("never"));
+    // Without a tool policy nobody is there to approve anything, and the container is the
+    // sandbox. With one, Codex hands every call to the driver (`approvals.rs`).
+    // 0.169 refuses `untrusted` in the config ("no longer supported") but honours it in
+    // `thread/start` / `thread/resume`, which set it for the thread; `on-request` here is only
+    // the fallback, never `never`.
+    let config_policy = match approval_policy(settings) {
+        "never" => "never",
+        _ => "on-request",
+    };
+    set("approval_policy", toml_str(config_policy));
     set("sandbox_mode", toml_str("danger-full-access"));
+    // Codex's web search runs at the model provider, past any approval: off unless allowed.
+    if settings.tool_policy.decide("WebSearch", None) != crate::Decision::Allow {
+        set("web_search", toml_str("disabled"));
+    }
     // Traffic off: plugins make Codex resolve chatgpt.com and github.com on every start
     // (docs/contract/providers.md#codex); analytics and the update check would phone home too.
     set("features.plugins", "false".into());
@@ -151,6 +162,55 @@ pub(super) fn config_args(settings: &ProviderSettings) -> Vec<String> {
         .into_iter()
         .flat_map(|(key, value)| ["-c".to_owned(), format!("{key}={value}")])
         .collect()
+}
+
+/// The thread's approval policy (`thread/start`, `thread/resume`): `never` without a tool
+/// policy (every call runs), `untrusted` with one: Codex then asks for
+/// every command (known-safe ones included), file change and MCP tool call, and forwards MCP
+/// elicitations instead of declining them.
+pub(super) fn approval_policy(settings: &ProviderSettings) -> &'static str {
+    if super::approvals::gated(&settings.tool_policy, settings.elicitation) {
+        "untrusted"
+    } else {
+        "never"
+    }
+}
+
+/// `CODEX_HOME/config.toml`: the remote MCP servers, kept off the command line because their
+/// headers (the credential proxy's session token, or a literal secret) must not show in the
+/// process list. Everything else is a `-c` override.
+pub(super) fn config_file(settings: &ProviderSettings) -> String {
+    let tool_timeout = (settings.tool_timeout + TOOL_TIMEOUT_MARGIN).as_secs();
+    let mut text = String::from("# Written by the NanoClaw agent-runner at every start.\n");
+    for (name, server) in &settings.remote_mcp_servers {
+        let key = config_key(name);
+        if key == "nanoclaw"
+            || settings
+                .extra_mcp_servers
+                .keys()
+                .any(|n| config_key(n) == key)
+        {
+            tracing::warn!(server = %name, "remote MCP server ignored: its name is taken");
+            continue;
+        }
+        text.push_str(&format!(
+            "\n[mcp_servers.{key}]\nurl = {}\nstartup_timeout_sec = {MCP_STARTUP_TIMEOUT_SECS}\ntool_timeout_sec = {tool_timeout}\n",
+            toml_str(&server.url)
+        ));
+        if !server.headers.is_empty() {
+            text.push_str(&format!("\n[mcp_servers.{key}.http_headers]\n"));
+            for (header, value) in &server.headers {
+                text.push_str(&format!("{} = {}\n", toml_str(header), toml_str(value)));
+            }
+        }
+    }
+    text
+}
+
+/// Writes [`config_file`] into the private `CODEX_HOME` (owner-only).
+pub(super) fn write_config_file(settings: &ProviderSettings) -> std::io::Result<()> {
+    let path = codex_home(settings).join("config.toml");
+    fsguard::write_private(&path, config_file(settings).as_bytes())
 }
 
 /// The CLI's environment: the allow-listed part of the runner's environment, then our own
@@ -299,6 +359,73 @@ mod tests {
             -c mcp_servers.nanoclaw={command="/usr/local/bin/mcp-tools", args=[], env={"NANOCLAW_ADMIN_USER_ID"="admin-1", "NANOCLAW_MAX_QUESTION_TIMEOUT"="300", "SESSION_DB"="/workspace/session.db", "TZ"="America/Los_Angeles", "WORKSPACE_DIR"="/workspace"}, startup_timeout_sec=30, tool_timeout_sec=360}
             -c mcp_servers.web_tools={command="/opt/web", args=["--x"], env={"A"="1\"2"}, startup_timeout_sec=30, tool_timeout_sec=360}"#]]
         .assert_eq(&text.join("\n"));
+    }
+
+    /// With a tool policy: approvals on (the thread's `untrusted`), web search off when not
+    /// allowed; remote MCP servers go to the private config file, headers included, never to
+    /// the command line.
+    #[test]
+    fn policy_and_remote_servers() {
+        let mut s = settings();
+        s.tool_policy.deny = vec![crate::ToolRule::parse("Bash(rm *)").unwrap()];
+        s.tool_policy.ask = vec![crate::ToolRule::parse("WebSearch").unwrap()];
+        s.remote_mcp_servers.insert(
+            "docs.search".into(),
+            crate::RemoteMcpServer {
+                url: "http://127.0.0.1:9000/mcp/docs".into(),
+                headers: BTreeMap::from([("Authorization".into(), "Bearer tok-1".into())]),
+            },
+        );
+        s.remote_mcp_servers.insert(
+            "web tools".into(),
+            crate::RemoteMcpServer {
+                url: "http://127.0.0.1:9000/taken".into(),
+                headers: BTreeMap::new(),
+            },
+        );
+        s.remote_mcp_servers.insert(
+            "open".into(),
+            crate::RemoteMcpServer {
+                url: "https://mcp.example.com/mcp".into(),
+                headers: BTreeMap::new(),
+            },
+        );
+        assert_eq!(approval_policy(&s), "untrusted");
+        let args = config_args(&s);
+        let text: Vec<String> = args
+            .chunks(2)
+            .map(|pair| pair.join(" "))
+            .filter(|line| line.contains("approval") || line.contains("web_search"))
+            .collect();
+        expect![[r#"
+            -c approval_policy="on-request"
+            -c web_search="disabled""#]]
+        .assert_eq(&text.join("\n"));
+        assert!(!args.join(" ").contains("tok-1"), "{args:?}");
+        expect![[r##"
+            # Written by the NanoClaw agent-runner at every start.
+
+            [mcp_servers.docs_search]
+            url = "http://127.0.0.1:9000/mcp/docs"
+            startup_timeout_sec = 30
+            tool_timeout_sec = 360
+
+            [mcp_servers.docs_search.http_headers]
+            "Authorization" = "Bearer tok-1"
+
+            [mcp_servers.open]
+            url = "https://mcp.example.com/mcp"
+            startup_timeout_sec = 30
+            tool_timeout_sec = 360
+        "##]]
+        .assert_eq(&config_file(&s));
+
+        let plain = settings();
+        assert_eq!(approval_policy(&plain), "never");
+        assert!(!config_args(&plain).join(" ").contains("web_search"));
+        let mut asks = settings();
+        asks.elicitation = crate::ElicitationMode::Ask;
+        assert_eq!(approval_policy(&asks), "untrusted");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! One `codex app-server` process and its JSON-RPC connection over stdio.
 //!
 //! A reader task parses every stdout line: responses go to the waiting request, server requests
-//! are answered at once by policy ([`answer_server_request`]: a server request is never left
-//! unanswered, even between queries), and notifications are queued for the query task. A writer
+//! are answered at once by policy ([`answer_server_request`]), except, under a tool policy, the
+//! approval requests ([`GATED_METHODS`]), which the query task answers; notifications are queued
+//! for the query task. A writer
 //! task owns stdin. The connection outlives queries; a query takes the notification receiver
 //! for its duration.
 
@@ -15,6 +16,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 
+use super::approvals::GATED_METHODS;
 use super::protocol::{answer_server_request, Message, RequestId, RpcErrorBody};
 use crate::process::{CliCommand, CliProcess};
 use crate::ProviderError;
@@ -35,10 +37,13 @@ pub(super) enum Incoming {
         /// Params.
         params: Value,
     },
-    /// A server request, already answered.
+    /// A server request: already answered, or (`pending`) waiting for the query's answer
+    /// ([`AppServer::respond`]).
     ServerRequest {
         /// Method.
         method: String,
+        /// The request's id and params when it waits for an answer.
+        pending: Option<(RequestId, Value)>,
     },
     /// stdout closed: the process is gone.
     Exited,
@@ -123,10 +128,12 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl AppServer {
-    /// Spawns the process and performs the `initialize` handshake.
+    /// Spawns the process and performs the `initialize` handshake. With `gated`, approval
+    /// requests wait for the query task instead of being accepted.
     pub(super) async fn start(
         command: &CliCommand,
         transcript: Option<Transcript>,
+        gated: bool,
     ) -> Result<Arc<Self>, ProviderError> {
         let mut process = CliProcess::spawn(command)?;
         let pid = process.pid();
@@ -192,7 +199,7 @@ impl AppServer {
                             if let Some(t) = &transcript {
                                 t.line("in", &line);
                             }
-                            dispatch(pid, &line, &writer, &pending, &incoming_tx);
+                            dispatch(pid, &line, gated, &writer, &pending, &incoming_tx);
                         }
                         Ok(None) => break,
                         Err(err) => {
@@ -279,6 +286,14 @@ impl AppServer {
         }
     }
 
+    /// Answers a server request that waited for the query ([`Incoming::ServerRequest`]).
+    pub(super) fn respond(&self, id: RequestId, result: Value) {
+        tracing::info!(pid = self.pid, ?id, %result, "answered codex server request");
+        let _ = self
+            .writer
+            .send(json!({ "id": id, "result": result }).to_string());
+    }
+
     /// Sends a notification.
     pub(super) fn notify(&self, method: &str, params: Option<Value>) {
         let mut message = json!({ "method": method });
@@ -315,6 +330,7 @@ impl AppServer {
 fn dispatch(
     pid: u32,
     line: &str,
+    gated: bool,
     writer: &mpsc::UnboundedSender<String>,
     pending: &Pending,
     incoming: &mpsc::UnboundedSender<Incoming>,
@@ -330,7 +346,23 @@ fn dispatch(
     match (message.id, message.method) {
         (Some(id), Some(method)) => {
             let params = message.params.unwrap_or(Value::Null);
-            let reply = match answer_server_request(&method, &params) {
+            if gated && GATED_METHODS.contains(&method.as_str()) {
+                let pending = Some((id, params));
+                let _ = incoming.send(Incoming::ServerRequest { method, pending });
+                return;
+            }
+            // The legacy (v1) approvals carry no canonical call to judge: under a policy they
+            // are refused (v2 threads never send them).
+            let legacy = matches!(
+                method.as_str(),
+                "execCommandApproval" | "applyPatchApproval"
+            );
+            let answer = if gated && legacy {
+                Ok(json!({ "decision": "denied" }))
+            } else {
+                answer_server_request(&method, &params)
+            };
+            let reply = match answer {
                 Ok(result) => {
                     tracing::info!(pid, %method, %result, "answered codex server request");
                     json!({ "id": id, "result": result })
@@ -341,7 +373,10 @@ fn dispatch(
                 }
             };
             let _ = writer.send(reply.to_string());
-            let _ = incoming.send(Incoming::ServerRequest { method });
+            let _ = incoming.send(Incoming::ServerRequest {
+                method,
+                pending: None,
+            });
         }
         (Some(id), None) => {
             let result = match message.error {

@@ -96,8 +96,22 @@ pub(super) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
     // One query at a time on the connection; a previous query that is still winding down (an
     // abort waiting for its turn to end) finishes first.
     let mut incoming = server.incoming.lock().await;
-    // Notifications left from an earlier query (late thread status, token usage) are stale.
+    // Notifications left from an earlier query (late thread status, token usage) are stale; an
+    // approval request nobody judged is declined.
     while let Ok(stale) = incoming.try_recv() {
+        if let Incoming::ServerRequest {
+            method,
+            pending: Some((id, _)),
+        } = &stale
+        {
+            tracing::info!(%method, "approval request between queries: declined");
+            let refusal = if method.starts_with("mcpServer/") {
+                serde_json::json!({ "action": "decline", "content": null, "_meta": null })
+            } else {
+                serde_json::json!({ "decision": "decline" })
+            };
+            server.respond(id.clone(), refusal);
+        }
         if matches!(stale, Incoming::Exited) {
             let _ = handle
                 .events
@@ -132,7 +146,12 @@ pub(super) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
     let turn_model = input.model.clone().or_else(|| settings.model.clone());
     let mut state = QueryState::new(input.prompt, settings.codex_steer)
         .with_max_turns(settings.max_turns_per_query)
-        .with_model(turn_model.clone().or(thread_model));
+        .with_model(turn_model.clone().or(thread_model))
+        .with_approvals(
+            settings.tool_policy.clone(),
+            settings.elicitation,
+            settings.approval_stop_tools.clone(),
+        );
     let mut actions: std::collections::VecDeque<Action> = state.begin().into();
     let tick = (settings.watchdog / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
     let mut ticker = tokio::time::interval(tick);
@@ -200,6 +219,13 @@ pub(super) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
                         ),
                     }
                 }
+                Action::Respond { id, result } => server.respond(id, result),
+                Action::Note { text } => {
+                    let params = protocol::inject_instructions_params(&thread_id, &text);
+                    if let Err(err) = server.request("thread/inject_items", params).await {
+                        tracing::warn!(%err, "could not add the approval-stop note to the thread");
+                    }
+                }
                 Action::Close => {}
             }
         }
@@ -237,7 +263,9 @@ pub(super) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
                             actions.extend(state.on_notification(&method, &params, now));
                         }
                     }
-                    Some(Incoming::ServerRequest { method }) => actions.extend(state.on_server_request(&method, now)),
+                    Some(Incoming::ServerRequest { method, pending }) => {
+                        actions.extend(state.on_server_request(&method, pending, now))
+                    }
                     Some(Incoming::Exited) | None => {
                         let detail = exit_detail(&server).await;
                         forget_server(&shared, &server).await;
@@ -270,7 +298,8 @@ pub(super) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
                         return;
                     }
                 }
-                if state.turn_active() && !state.aborting() {
+                // While an approval waits for the user, Codex waits too: its silence is not a hang.
+                if state.turn_active() && !state.aborting() && !state.awaiting_approval() {
                     let limit = if state.tool_running() {
                         settings.watchdog.max(settings.tool_timeout + command::TOOL_TIMEOUT_MARGIN + TOOL_WATCHDOG_MARGIN)
                     } else {
@@ -376,9 +405,12 @@ async fn live_server(shared: &Shared) -> Result<Arc<AppServer>, Failure> {
         std::fs::create_dir_all(dir)
             .map_err(|err| Failure::process(format!("cannot create {}: {err}", dir.display())))?;
     }
+    command::write_config_file(settings)
+        .map_err(|err| Failure::process(format!("cannot write codex's config.toml: {err}")))?;
     let command = command::command(&shared.program, settings, std::env::vars());
     let transcript = rpc_lock(&shared.transcript).clone();
-    let server = AppServer::start(&command, transcript)
+    let gated = super::approvals::gated(&settings.tool_policy, settings.elicitation);
+    let server = AppServer::start(&command, transcript, gated)
         .await
         .map_err(|err| Failure::process(err.to_string()))?;
     *slot = Some(server.clone());
@@ -416,7 +448,12 @@ async fn open_thread(
             .await?;
             return Ok((stored.to_owned(), None));
         }
-        let params = protocol::thread_resume_params(stored, &cwd, system_prompt);
+        let params = protocol::thread_resume_params(
+            stored,
+            &cwd,
+            system_prompt,
+            command::approval_policy(settings),
+        );
         match server.request("thread/resume", params).await {
             Ok(result) => {
                 let response: ThreadResponse = serde_json::from_value(result).map_err(|err| {
@@ -447,7 +484,7 @@ async fn open_thread(
     let result = server
         .request(
             "thread/start",
-            protocol::thread_start_params(&cwd, system_prompt),
+            protocol::thread_start_params(&cwd, system_prompt, command::approval_policy(settings)),
         )
         .await
         .map_err(|err| match err {

@@ -27,6 +27,7 @@
 //! developer message with `thread/inject_items`. What each thread last received is recorded
 //! under `CODEX_HOME/nanoclaw/instructions/`.
 
+mod approvals;
 mod archiving;
 mod command;
 mod connection;

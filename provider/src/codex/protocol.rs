@@ -289,6 +289,46 @@ impl Item {
         crate::activity::one_line_summary(text)
     }
 
+    /// The text of an `mcpToolCall`'s result (its text contents; the JSON when there are none).
+    pub(super) fn result_text(&self) -> String {
+        let Some(result) = self.extra.get("result").filter(|r| !r.is_null()) else {
+            return String::new();
+        };
+        let texts: Vec<&str> = result
+            .get("content")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|part| part.get("text").and_then(Value::as_str))
+            .collect();
+        if texts.is_empty() {
+            result.to_string()
+        } else {
+            texts.join("\n")
+        }
+    }
+
+    /// A `fileChange`'s files as tool calls for the policy: `Write` for an added file, `Edit`
+    /// for any other change, with the path as the argument.
+    pub(super) fn file_calls(&self) -> Vec<super::approvals::Call> {
+        self.changes
+            .iter()
+            .flatten()
+            .map(|change| {
+                let path = change
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                let adds = change.pointer("/kind/type").and_then(Value::as_str) == Some("add");
+                super::approvals::Call {
+                    tool: if adds { "Write" } else { "Edit" }.into(),
+                    summary: path.as_deref().and_then(crate::activity::one_line_summary),
+                    argument: path,
+                }
+            })
+            .collect()
+    }
+
     fn only_adds_files(&self) -> bool {
         let changes = self.changes.as_deref().unwrap_or_default();
         !changes.is_empty()
@@ -336,6 +376,54 @@ fn unwrap_shell(command: &str) -> &str {
     unquoted('\'', &['\''])
         .or_else(|| unquoted('"', &['"', '\\', '$', '`']))
         .unwrap_or(script)
+}
+
+/// The script a `commandExecution` runs, unquoted as the shell would (`/bin/bash -lc
+/// 'echo '\''hi'\'''` is `echo 'hi'`), for the tool policy: it must match what actually runs,
+/// not a display form. A line that is not `<shell> -c|-lc <one word>` is returned whole.
+pub(super) fn shell_script(command: &str) -> String {
+    let mut words = command.splitn(3, ' ');
+    let (Some(shell), Some(flag), Some(script)) = (words.next(), words.next(), words.next()) else {
+        return command.to_owned();
+    };
+    let shell = shell.rsplit('/').next().unwrap_or(shell);
+    if !matches!(shell, "bash" | "sh" | "zsh" | "dash") || !matches!(flag, "-c" | "-lc") {
+        return command.to_owned();
+    }
+    shell_word(script).unwrap_or_else(|| script.to_owned())
+}
+
+/// One POSIX shell word without its quoting; `None` when `text` is not exactly one word.
+fn shell_word(text: &str) -> Option<String> {
+    let mut word = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => loop {
+                match chars.next()? {
+                    '\'' => break,
+                    other => word.push(other),
+                }
+            },
+            '"' => loop {
+                match chars.next()? {
+                    '"' => break,
+                    '\\' => {
+                        let next = chars.next()?;
+                        if !matches!(next, '"' | '\\' | '$' | '`') {
+                            word.push('\\');
+                        }
+                        word.push(next);
+                    }
+                    other => word.push(other),
+                }
+            },
+            '\\' => word.push(chars.next()?),
+            c if c.is_whitespace() => return None,
+            other => word.push(other),
+        }
+    }
+    Some(word)
 }
 
 /// `thread/tokenUsage/updated` notification: the thread's running total and the figures of
@@ -455,10 +543,14 @@ pub(super) fn initialize_params() -> Value {
 }
 
 /// `thread/start` parameters. The system prompt becomes the thread's developer instructions.
-pub(super) fn thread_start_params(cwd: &str, system_prompt: Option<&str>) -> Value {
+pub(super) fn thread_start_params(
+    cwd: &str,
+    system_prompt: Option<&str>,
+    approval_policy: &str,
+) -> Value {
     let mut params = json!({
         "cwd": cwd,
-        "approvalPolicy": "never",
+        "approvalPolicy": approval_policy,
         "sandbox": "danger-full-access",
         "ephemeral": false,
     });
@@ -475,11 +567,12 @@ pub(super) fn thread_resume_params(
     thread_id: &str,
     cwd: &str,
     system_prompt: Option<&str>,
+    approval_policy: &str,
 ) -> Value {
     let mut params = json!({
         "threadId": thread_id,
         "cwd": cwd,
-        "approvalPolicy": "never",
+        "approvalPolicy": approval_policy,
         "sandbox": "danger-full-access",
         "excludeTurns": true,
     });
@@ -540,7 +633,8 @@ pub(super) fn input_text(input: &[Value]) -> String {
 /// "approve", the container is the sandbox, so commands, file changes and permissions are
 /// approved; MCP elicitations and user-input requests are declined (questions to the user go
 /// through the ask_user_question tool and the DB instead). `Err` is a JSON-RPC error
-/// (code, message) for requests we cannot serve.
+/// (code, message) for requests we cannot serve. Under a tool policy the approval requests are
+/// judged by the query instead (`approvals.rs`), and the legacy ones refused.
 pub(super) fn answer_server_request(method: &str, params: &Value) -> Result<Value, (i64, String)> {
     match method {
         "item/commandExecution/requestApproval" | "item/fileChange/requestApproval" => {
@@ -634,11 +728,11 @@ mod tests {
             ("v1/InitializeParams.json", initialize_params()),
             (
                 "v2/ThreadStartParams.json",
-                thread_start_params("/w", Some("sys")),
+                thread_start_params("/w", Some("sys"), "never"),
             ),
             (
                 "v2/ThreadResumeParams.json",
-                thread_resume_params("t", "/w", Some("sys")),
+                thread_resume_params("t", "/w", Some("sys"), "untrusted"),
             ),
             (
                 "v2/ThreadInjectItemsParams.json",

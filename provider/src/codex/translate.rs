@@ -13,22 +13,32 @@
 //! for a push passes them on to the turn that answers), and the responses are counted as the
 //! turn's requests, which is also what `maxTurnsPerQuery` limits.
 //!
-//! Stopping (the runner's interrupt, or the step limit): `turn/interrupt`, then the turn's
-//! `turn/completed` (interrupted) answers with `Interrupted` and the query closes; the process
-//! and the thread stay. Pushes that did not reach the model are not covered.
+//! Stopping (the runner's interrupt, the step limit, or an approval-stop tool's result):
+//! `turn/interrupt`, then the turn's `turn/completed` (interrupted) answers with `Interrupted`
+//! and the query closes; the process and the thread stay. Pushes that did not reach the model
+//! are not covered.
+//!
+//! Approvals (under a tool policy, `approvals.rs`): a gated server request is answered at once
+//! when the policy allows or denies it (a denial also emits `ToolDenied`), or becomes an
+//! `ApprovalRequest` answered when the runner's `Control::Approval` comes. Requests still open
+//! when the turn is stopped, aborted or the query closes are declined.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::approvals::{self, Call, Reply, Verdict};
 use super::protocol::{
     input_text, user_input, AgentMessageDelta, ErrorNotification, ItemNotification,
-    MessageNotification, ModelRerouted, TokenBreakdown, TokenUsageNotification, TurnError,
-    TurnNotification,
+    MessageNotification, ModelRerouted, RequestId, TokenBreakdown, TokenUsageNotification,
+    TurnError, TurnNotification,
 };
 use crate::classify::classify;
-use crate::{Control, ErrorClass, InterruptReason, Prompt, PromptId, ProviderEvent, Usage};
+use crate::{
+    ApprovalAnswer, ApprovalRequest, Control, ElicitationMode, ErrorClass, InterruptReason, Prompt,
+    PromptId, ProviderEvent, ToolPolicy, Usage,
+};
 
 /// How long a push waits for a running tool before interrupting anyway. Interrupting while a
 /// tool runs loses its result from the model's view (Codex records "aborted by user") even if the
@@ -63,8 +73,28 @@ pub(super) enum Action {
         /// The turn to interrupt.
         turn_id: String,
     },
+    /// Append a developer note to the thread's history (`thread/inject_items`), before the
+    /// events that follow.
+    Note {
+        /// The note.
+        text: String,
+    },
+    /// Answer the server request `id` (an approval) with `result`.
+    Respond {
+        /// The request's JSON-RPC id.
+        id: RequestId,
+        /// The result.
+        result: Value,
+    },
     /// The query is over: drop the event sender.
     Close,
+}
+
+/// An approval request waiting for the runner's answer.
+#[derive(Debug)]
+struct OpenApproval {
+    rpc_id: RequestId,
+    reply: Reply,
 }
 
 /// Why we interrupted the active turn.
@@ -188,6 +218,20 @@ pub(super) struct QueryState {
     stop: Option<InterruptReason>,
     /// What the turn interrupted for a push covered: the restart's own prompts.
     restart_base: Option<PromptId>,
+    /// The tool policy the gated requests are judged by.
+    policy: ToolPolicy,
+    /// What general MCP elicitations get.
+    elicitation: ElicitationMode,
+    /// MCP tools (canonical names) whose result ends the turn.
+    stop_tools: Vec<String>,
+    /// Approval requests the runner has not answered, by our id.
+    approvals: BTreeMap<String, OpenApproval>,
+    /// The result of the approval-stop tool that stopped the turn: Codex records the
+    /// interrupted call as "aborted by user", so the model is told the real result in a note.
+    stop_result: Option<String>,
+    /// The files of `fileChange` items seen, by item id (their approval requests name the item
+    /// only).
+    file_changes: HashMap<String, Vec<Call>>,
 }
 
 impl QueryState {
@@ -214,7 +258,33 @@ impl QueryState {
             last_total: None,
             stop: None,
             restart_base: None,
+            policy: ToolPolicy::default(),
+            elicitation: ElicitationMode::Decline,
+            stop_tools: Vec::new(),
+            approvals: BTreeMap::new(),
+            stop_result: None,
+            file_changes: HashMap::new(),
         }
+    }
+
+    /// Judges approval requests by `policy`, answers general elicitations per `elicitation`,
+    /// and ends the turn after the result of a tool in `stop_tools`.
+    pub(super) fn with_approvals(
+        mut self,
+        policy: ToolPolicy,
+        elicitation: ElicitationMode,
+        stop_tools: Vec<String>,
+    ) -> Self {
+        self.policy = policy;
+        self.elicitation = elicitation;
+        self.stop_tools = stop_tools;
+        self
+    }
+
+    /// True while an approval request waits for the runner (the CLI waits too: the watchdog
+    /// must not count it).
+    pub(super) fn awaiting_approval(&self) -> bool {
+        !self.approvals.is_empty()
     }
 
     /// Interrupts a turn whose model asks for another step after `max` responses.
@@ -300,16 +370,41 @@ impl QueryState {
                 }
             }
             Some(Control::Interrupt) => self.on_stop(InterruptReason::Stopped, now, &mut actions),
-            // No approval requests yet (issue 16 wires them).
-            Some(Control::Approval { .. }) => {}
+            Some(Control::Approval { id, answer }) => self.on_approval(&id, &answer, &mut actions),
             Some(Control::Abort) | None => self.on_abort(now, &mut actions),
         }
         actions
     }
 
+    /// The runner's answer to an approval request.
+    fn on_approval(&mut self, id: &str, answer: &ApprovalAnswer, actions: &mut Vec<Action>) {
+        match self.approvals.remove(id) {
+            Some(open) => actions.push(Action::Respond {
+                id: open.rpc_id,
+                result: open.reply.result(answer),
+            }),
+            None => tracing::debug!(id, "answer to an approval request that is not open"),
+        }
+    }
+
+    /// Declines every approval request still open (the turn ends without the runner's answer).
+    fn decline_open_approvals(&mut self, actions: &mut Vec<Action>) {
+        for (id, open) in std::mem::take(&mut self.approvals) {
+            tracing::info!(
+                id,
+                "approval request unanswered at the end of the turn: declined"
+            );
+            actions.push(Action::Respond {
+                id: open.rpc_id,
+                result: open.reply.refusal(),
+            });
+        }
+    }
+
     /// Stops the turn through Codex's own interrupt; `turn/completed` (interrupted) answers.
     fn on_stop(&mut self, reason: InterruptReason, now: Instant, actions: &mut Vec<Action>) {
         self.stop = Some(reason);
+        self.decline_open_approvals(actions);
         let Some(turn) = self.active.as_mut() else {
             // Between turns: nothing runs, everything the query had was answered.
             self.interrupted(reason, None, actions);
@@ -363,6 +458,7 @@ impl QueryState {
 
     fn on_abort(&mut self, now: Instant, actions: &mut Vec<Action>) {
         self.aborted = true;
+        self.decline_open_approvals(actions);
         let usage = self.take_usage();
         actions.push(Action::Emit(ProviderEvent::Error {
             message: "the turn was aborted".into(),
@@ -477,11 +573,60 @@ impl QueryState {
         self.on_request_failed(message, ErrorClass::Process, true)
     }
 
-    /// A server→client request (already answered by the connection).
-    pub(super) fn on_server_request(&mut self, method: &str, now: Instant) -> Vec<Action> {
+    /// A server→client request: already answered by the connection, or (`pending`) an
+    /// approval request to judge.
+    pub(super) fn on_server_request(
+        &mut self,
+        method: &str,
+        pending: Option<(RequestId, Value)>,
+        now: Instant,
+    ) -> Vec<Action> {
         let mut actions = Vec::new();
-        tracing::debug!(method, "codex server request answered");
-        self.activity(now, &mut actions);
+        let Some((rpc_id, params)) = pending else {
+            tracing::debug!(method, "codex server request answered");
+            self.activity(now, &mut actions);
+            return actions;
+        };
+        let calls = params
+            .get("itemId")
+            .and_then(Value::as_str)
+            .and_then(|item| self.file_changes.get(item))
+            .cloned()
+            .unwrap_or_default();
+        let verdict = approvals::judge(method, &params, calls, &self.policy, self.elicitation);
+        if self.closed || self.aborted || self.stop.is_some() {
+            // Nobody will answer any more: only what needs no one stands.
+            let result = match verdict {
+                Verdict::Answer { result, .. } => result,
+                Verdict::Ask { reply, .. } => reply.refusal(),
+            };
+            actions.push(Action::Respond { id: rpc_id, result });
+            return actions;
+        }
+        match verdict {
+            Verdict::Answer { result, denied } => {
+                if let Some(call) = denied {
+                    tracing::info!(tool = %call.tool, argument = ?call.argument, "tool call denied by the policy");
+                    actions.push(Action::Emit(ProviderEvent::ToolDenied {
+                        tool: call.tool,
+                        summary: call.summary,
+                    }));
+                }
+                actions.push(Action::Respond { id: rpc_id, result });
+            }
+            Verdict::Ask { kind, reply, .. } => {
+                let id = format!(
+                    "codex-{}",
+                    serde_json::to_string(&rpc_id).unwrap_or_default()
+                );
+                self.approvals
+                    .insert(id.clone(), OpenApproval { rpc_id, reply });
+                actions.push(Action::Emit(ProviderEvent::ApprovalRequest(
+                    ApprovalRequest { id, kind },
+                )));
+            }
+        }
+        self.last_activity = Some(now);
         actions
     }
 
@@ -588,10 +733,16 @@ impl QueryState {
         now: Instant,
         actions: &mut Vec<Action>,
     ) {
+        if self.active_turn(n.turn_id.as_deref()).is_none() {
+            return;
+        }
+        let item = n.item;
+        if started && item.kind == "fileChange" {
+            self.file_changes.insert(item.id.clone(), item.file_calls());
+        }
         let Some(turn) = self.active_turn(n.turn_id.as_deref()) else {
             return;
         };
-        let item = n.item;
         if let Some(tool) = item.tool_name() {
             if started {
                 turn.tools.insert(item.id.clone(), tool.clone());
@@ -609,6 +760,27 @@ impl QueryState {
                     actions.push(Action::Emit(ProviderEvent::ToolEnded { running }));
                 } else {
                     self.activity(now, actions);
+                }
+                self.file_changes.remove(&item.id);
+                // An approval-stop tool returned its result: the turn ends here, before the
+                // model reads it.
+                let returned = item.kind == "mcpToolCall"
+                    && item.extra.get("status").and_then(Value::as_str) == Some("completed");
+                if returned
+                    && self.stop_tools.contains(&tool)
+                    && !self.aborted
+                    && self.stop.is_none()
+                {
+                    tracing::info!(%tool, "approval-stop tool returned; interrupting the turn");
+                    self.stop_result = Some(format!(
+                        "The call {} of {tool} completed and the turn was then ended for the \
+                         user's review (Codex records the call as aborted; it was not). Its \
+                         result: {}",
+                        item.id,
+                        item.result_text()
+                    ));
+                    self.on_stop(InterruptReason::ApprovalStop, now, actions);
+                    return;
                 }
                 // A push waiting for this tool may go now.
                 self.maybe_interrupt(now, actions);
@@ -756,6 +928,9 @@ impl QueryState {
             }
             "interrupted" => match turn.interrupt {
                 Interrupt::Sent(Cause::Stop(reason)) => {
+                    if let Some(text) = self.stop_result.take() {
+                        actions.push(Action::Note { text });
+                    }
                     let seen = turn.seen();
                     self.interrupted(reason, seen, actions);
                 }
@@ -840,6 +1015,7 @@ impl QueryState {
     }
 
     fn close(&mut self, actions: &mut Vec<Action>) {
+        self.decline_open_approvals(actions);
         if !self.closed {
             self.closed = true;
             self.active = None;

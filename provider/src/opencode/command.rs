@@ -110,6 +110,16 @@ pub(super) fn config(
         env: settings.mcp_tools_env(),
     };
     mcp.insert(MCP_SERVER.into(), mcp_server(&nanoclaw, timeout));
+    for (index, (name, server)) in settings.remote_mcp_servers.iter().enumerate() {
+        if name == MCP_SERVER || settings.extra_mcp_servers.contains_key(name) {
+            tracing::warn!(server = %name, "a remote MCP server reuses a server's name; left out");
+            continue;
+        }
+        mcp.insert(
+            name.clone(),
+            remote_mcp_server(settings, index, server, timeout),
+        );
+    }
 
     // Everything is allowed: nobody is there to answer a permission prompt, and the container
     // is the sandbox. The extra directories are listed as well, so they stay reachable if the
@@ -122,13 +132,20 @@ pub(super) fn config(
         external.insert(format!("{}/*", dir.display()), json!("allow"));
     }
     let mut permission = Map::new();
-    permission.insert("*".into(), json!("allow"));
+    // A restricting tool policy replaces the catch-all (`permission.rs`).
+    let servers = mcp_server_names(settings);
+    match super::permission::config(&settings.tool_policy, &servers) {
+        Some(entries) => permission.extend(entries),
+        None => {
+            permission.insert("*".into(), json!("allow"));
+        }
+    }
     if !external.is_empty() {
         permission.insert("external_directory".into(), Value::Object(external));
     }
     permission.insert("question".into(), json!("deny"));
 
-    json!({
+    let mut config = json!({
         "model": qualified,
         "small_model": qualified,
         "autoupdate": false,
@@ -144,6 +161,74 @@ pub(super) fn config(
         "mcp": Value::Object(mcp),
         "permission": Value::Object(permission),
         "experimental": { "mcp_timeout": timeout },
+    });
+    if !approval_stop_names(settings).is_empty() {
+        config["plugin"] = json!([format!(
+            "file://{}",
+            approval_stop_plugin_file(settings).display()
+        )]);
+    }
+    config
+}
+
+/// Every MCP server OpenCode gets, by name: mcp-tools, the stdio ones and the remote ones.
+pub(super) fn mcp_server_names(settings: &ProviderSettings) -> Vec<String> {
+    let mut names: Vec<String> = std::iter::once(MCP_SERVER.to_owned())
+        .chain(settings.extra_mcp_servers.keys().cloned())
+        .chain(settings.remote_mcp_servers.keys().cloned())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// OpenCode's names of the approval-stop tools (MCP tools only; other names are ignored with a
+/// warning when the server starts).
+pub(super) fn approval_stop_names(settings: &ProviderSettings) -> Vec<String> {
+    settings
+        .approval_stop_tools
+        .iter()
+        .filter_map(|tool| super::permission::opencode_mcp_name(tool))
+        .collect()
+}
+
+/// The approval-stop plugin's file (`permission::approval_stop_plugin`), written by
+/// [`prepare_home`] when there are approval-stop tools.
+pub(super) fn approval_stop_plugin_file(settings: &ProviderSettings) -> PathBuf {
+    state_dir(settings).join("approval-stop.js")
+}
+
+/// The file holding the value of header `index` of remote server `server` (0600, read by
+/// OpenCode through a `{file:…}` reference, so the value is in no environment variable the
+/// agent's shell inherits, nor on a command line).
+fn remote_header_file(settings: &ProviderSettings, server: usize, header: usize) -> PathBuf {
+    state_dir(settings).join(format!("mcp-header-{server}-{header}"))
+}
+
+/// One `remote` (streamable HTTP) MCP server entry; header values by `{file:…}` reference.
+/// OAuth discovery is off: the runner supplies the credentials.
+fn remote_mcp_server(
+    settings: &ProviderSettings,
+    index: usize,
+    server: &crate::settings::RemoteMcpServer,
+    timeout_ms: u64,
+) -> Value {
+    let headers: Map<String, Value> = server
+        .headers
+        .keys()
+        .enumerate()
+        .map(|(n, name)| {
+            let file = remote_header_file(settings, index, n);
+            (name.clone(), json!(format!("{{file:{}}}", file.display())))
+        })
+        .collect();
+    json!({
+        "type": "remote",
+        "url": server.url,
+        "headers": Value::Object(headers),
+        "oauth": false,
+        "enabled": true,
+        "timeout": timeout_ms,
     })
 }
 
@@ -230,6 +315,24 @@ pub(super) fn prepare_home(settings: &ProviderSettings) -> std::io::Result<Optio
         use std::io::Write;
         fsguard::open_with(&lock, fsguard::Access::Truncate)?.write_all(
             br#"{"lockfileVersion":3,"packages":{"":{"dependencies":{"@opencode-ai/plugin":"*"}}}}"#,
+        )?;
+    }
+    for (index, server) in settings.remote_mcp_servers.values().enumerate() {
+        for (n, value) in server.headers.values().enumerate() {
+            write_private(&remote_header_file(settings, index, n), value)?;
+        }
+    }
+    let stops = approval_stop_names(settings);
+    if stops.len() < settings.approval_stop_tools.len() {
+        tracing::warn!(
+            tools = ?settings.approval_stop_tools,
+            "OpenCode ends turns only after MCP tools (mcp__<server>__<tool>); other approval-stop names are ignored"
+        );
+    }
+    if !stops.is_empty() {
+        write_private(
+            &approval_stop_plugin_file(settings),
+            &super::permission::approval_stop_plugin(&stops),
         )?;
     }
     let key_file = api_key_file(settings);
@@ -422,6 +525,88 @@ mod tests {
             ["serve", "--hostname", "127.0.0.1", "--port", "0"]
         );
         assert_eq!(command.cwd, PathBuf::from("/workspace/agent"));
+    }
+
+    /// Remote MCP servers (header values by file reference), a restricting policy and an
+    /// approval-stop tool: only the lines they change.
+    #[test]
+    fn remote_servers_policy_and_approval_stop() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = ProviderSettings::for_workspace(dir.path(), "opencode");
+        settings.remote_mcp_servers.insert(
+            "docs".into(),
+            crate::RemoteMcpServer {
+                url: "http://127.0.0.1:9000/mcp/docs".into(),
+                headers: BTreeMap::from([("Authorization".into(), "Bearer tok-123".into())]),
+            },
+        );
+        settings.tool_policy.deny = vec![crate::ToolRule::parse("mcp__docs__delete").unwrap()];
+        settings.approval_stop_tools = vec!["mcp__nanoclaw__send_message".into(), "Bash".into()];
+        prepare_home(&settings).unwrap();
+        let config = config(&settings, None, &BTreeSet::new());
+        let root = dir.path().display().to_string();
+        let show = |value: &Value| {
+            serde_json::to_string_pretty(&Sorted(value))
+                .unwrap()
+                .replace(&root, "<ws>")
+        };
+        expect![[r#"
+            {
+              "enabled": true,
+              "headers": {
+                "Authorization": "{file:<ws>/.home/opencode/.nanoclaw/mcp-header-0-0}"
+              },
+              "oauth": false,
+              "timeout": 360000,
+              "type": "remote",
+              "url": "http://127.0.0.1:9000/mcp/docs"
+            }"#]]
+        .assert_eq(&show(&config["mcp"]["docs"]));
+        expect![[r#"
+            {
+              "*": "ask",
+              "bash": "allow",
+              "docs_delete": "deny",
+              "doom_loop": "allow",
+              "edit": "allow",
+              "external_directory": "allow",
+              "glob": "allow",
+              "grep": "allow",
+              "question": "deny",
+              "read": "allow",
+              "webfetch": "allow",
+              "websearch": "allow"
+            }"#]]
+        .assert_eq(&show(&config["permission"]));
+        expect![[r#"
+            [
+              "file://<ws>/.home/opencode/.nanoclaw/approval-stop.js"
+            ]"#]]
+        .assert_eq(&show(&config["plugin"]));
+
+        // The header value is in a private file, not in the config, the environment or the
+        // command line.
+        let header = state_dir(&settings).join("mcp-header-0-0");
+        assert_eq!(std::fs::read_to_string(&header).unwrap(), "Bearer tok-123");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&header).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let env = environment(&settings, [], &config, "pw", true);
+        assert!(!env.values().any(|v| v.contains("tok-123")), "{env:?}");
+        let plugin = std::fs::read_to_string(approval_stop_plugin_file(&settings)).unwrap();
+        assert!(
+            plugin.contains(r#"new Set(["nanoclaw_send_message"])"#),
+            "only MCP tools: {plugin}"
+        );
+        // Without approval-stop tools, no plugin.
+        settings.approval_stop_tools.clear();
+        assert!(config_without_plugin(&settings));
+    }
+
+    fn config_without_plugin(settings: &ProviderSettings) -> bool {
+        config(settings, None, &BTreeSet::new())
+            .get("plugin")
+            .is_none()
     }
 
     #[test]

@@ -50,6 +50,15 @@ pub(super) enum HttpError {
     Transport(String),
 }
 
+/// The answer to a `permission.asked` request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PermissionReply<'a> {
+    /// The call runs (this once).
+    Once,
+    /// The call is refused; the model gets this message.
+    Reject(&'a str),
+}
+
 /// The running server.
 #[derive(Debug)]
 pub(super) struct Server {
@@ -300,6 +309,31 @@ impl Server {
         };
         self.api
             .request(reqwest::Method::POST, &path, body, REQUEST_TIMEOUT)
+            .await
+            .map(|_| ())
+    }
+
+    /// `POST /permission/{id}/reply`: `once` lets the call run; `reject` with a `message`
+    /// refuses it and gives the model the message (OpenCode's loop goes on; a reject without
+    /// one would stop the loop).
+    pub(super) async fn reply_permission(
+        &self,
+        request_id: &str,
+        reply: PermissionReply<'_>,
+    ) -> Result<(), HttpError> {
+        let body = match reply {
+            PermissionReply::Once => serde_json::json!({"reply": "once"}),
+            PermissionReply::Reject(message) => {
+                serde_json::json!({"reply": "reject", "message": message})
+            }
+        };
+        self.api
+            .request(
+                reqwest::Method::POST,
+                &format!("/permission/{request_id}/reply"),
+                Some(body),
+                REQUEST_TIMEOUT,
+            )
             .await
             .map(|_| ())
     }

@@ -14,13 +14,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    Control, ErrorClass, InterruptReason, Prompt, PromptId, ProviderEvent, ProviderSettings,
-    QueryHandle, QueryInput, Usage,
+    ApprovalAnswer, ApprovalKind, ApprovalRequest, Control, ErrorClass, InterruptReason, Prompt,
+    PromptId, ProviderEvent, ProviderSettings, QueryHandle, QueryInput, Usage,
 };
 
 use super::archiving;
 use super::command;
-use super::connection::{self, HttpError, Server};
+use super::connection::{self, HttpError, PermissionReply, Server};
+use super::permission::{self, Verdict};
 use super::protocol::{self, Event};
 use super::translate::{Output, Turn};
 
@@ -334,6 +335,8 @@ struct Driver<'a> {
     last_activity: Instant,
     /// When the last `Output` went to the runner.
     last_output_sent: Option<Instant>,
+    /// `permission.asked` requests waiting for the runner's answer, by id.
+    pending: BTreeSet<String>,
 }
 
 impl<'a> Driver<'a> {
@@ -396,10 +399,18 @@ impl<'a> Driver<'a> {
             "session": session_id,
             "max_retries": shared.settings.max_retries,
             "max_turns": shared.settings.max_turns_per_query,
+            "approval_stops": shared.settings.approval_stop_tools,
         } }));
         let mut turn = Turn::new(session_id, shared.settings.max_retries);
         turn.set_max_turns(shared.settings.max_turns_per_query);
-        turn.add_mcp_servers(shared.settings.extra_mcp_servers.keys());
+        turn.add_mcp_servers(
+            shared
+                .settings
+                .extra_mcp_servers
+                .keys()
+                .chain(shared.settings.remote_mcp_servers.keys()),
+        );
+        turn.set_approval_stops(&shared.settings.approval_stop_tools);
         let mut driver = Driver {
             shared,
             server,
@@ -417,6 +428,7 @@ impl<'a> Driver<'a> {
             kill_server: false,
             last_activity: Instant::now(),
             last_output_sent: None,
+            pending: BTreeSet::new(),
         };
         driver.flush().await;
         let exit = driver.run(&mut stream).await;
@@ -467,8 +479,10 @@ impl<'a> Driver<'a> {
                         self.shared.record(json!({ "interrupt": true }));
                         return Exit::Interrupted(InterruptReason::Stopped);
                     }
-                    // No approval requests yet (issue 16 wires them).
-                    Some(Control::Approval { .. }) => {}
+                    Some(Control::Approval { id, answer }) => {
+                        self.shared.record(json!({ "approval": id }));
+                        self.on_approval(&id, answer).await;
+                    }
                     // A closed control channel means the runner dropped the query.
                     Some(Control::Abort) | None => {
                         self.shared.record(json!({ "abort": true }));
@@ -489,14 +503,11 @@ impl<'a> Driver<'a> {
     /// The watchdog: `settings.watchdog`, or the MCP timeout while a tool runs (a blocking
     /// tool such as ask_user_question is silent for up to `settings.tool_timeout`).
     fn watchdog_limit(&self) -> Duration {
-        let settings = &self.shared.settings;
-        if self.turn.tool_running() {
-            settings
-                .watchdog
-                .max(settings.tool_timeout + command::TOOL_TIMEOUT_MARGIN)
-        } else {
-            settings.watchdog
-        }
+        watchdog_limit(
+            &self.shared.settings,
+            self.turn.tool_running(),
+            !self.pending.is_empty(),
+        )
     }
 
     /// Tells the turn (and the recording) whether we abort on purpose.
@@ -597,6 +608,103 @@ impl<'a> Driver<'a> {
                 if let Err(err) = self.server.answer(&kind, &request_id).await {
                     tracing::warn!(%err, "cannot answer OpenCode's request");
                 }
+            }
+            Output::Permission { asked, part } => self.on_permission(asked, part).await,
+            Output::ApprovalStop => {
+                tracing::info!("an approval-stop tool returned; ending the OpenCode turn");
+                self.interrupt = Some(InterruptReason::ApprovalStop);
+            }
+        }
+    }
+
+    /// A `permission.asked`: decided by the tool policy (`permission.rs`); an `ask` goes to the
+    /// runner and waits for its answer. An unrestricted policy answers `once` as before.
+    async fn on_permission(&mut self, asked: permission::Asked, part: Option<(String, Value)>) {
+        let policy = &self.shared.settings.tool_policy;
+        if policy.allows_everything() {
+            self.send(ProviderEvent::Progress {
+                message: "OpenCode asked for a decision (permission.asked); answering it".into(),
+            })
+            .await;
+            self.reply(&asked.id, PermissionReply::Once).await;
+            return;
+        }
+        let part = part.as_ref().map(|(tool, input)| (tool.as_str(), input));
+        match permission::decide(policy, &asked, part, self.turn.mcp_servers()) {
+            Verdict::Allow => self.reply(&asked.id, PermissionReply::Once).await,
+            Verdict::Deny(call) => {
+                tracing::info!(tool = %call.tool, "tool call denied by the policy");
+                self.reply(
+                    &asked.id,
+                    PermissionReply::Reject(permission::POLICY_DENIAL),
+                )
+                .await;
+                self.send(ProviderEvent::ToolDenied {
+                    tool: call.tool,
+                    summary: call.summary,
+                })
+                .await;
+            }
+            Verdict::Ask(call) => {
+                tracing::info!(tool = %call.tool, request = %asked.id, "tool call waits for the user's approval");
+                self.pending.insert(asked.id.clone());
+                self.send(ProviderEvent::ApprovalRequest(ApprovalRequest {
+                    id: asked.id,
+                    kind: ApprovalKind::ToolCall {
+                        tool: call.tool,
+                        summary: call.summary,
+                        argument: call.argument,
+                    },
+                }))
+                .await;
+            }
+        }
+    }
+
+    /// The runner's answer to a request this query sent.
+    async fn on_approval(&mut self, id: &str, answer: ApprovalAnswer) {
+        if !self.pending.remove(id) {
+            tracing::debug!(request = id, "an answer to no pending OpenCode request");
+            return;
+        }
+        // The wait is over: the watchdog counts from here.
+        self.last_activity = Instant::now();
+        match &answer {
+            ApprovalAnswer::Allow => self.reply(id, PermissionReply::Once).await,
+            ApprovalAnswer::Deny { reason } => {
+                self.reply(id, PermissionReply::Reject(reason)).await
+            }
+            // Tool calls are approved or denied; anything else is no approval.
+            ApprovalAnswer::Reply(_) => {
+                self.reply(id, PermissionReply::Reject("not approved"))
+                    .await
+            }
+        }
+    }
+
+    /// Refuses every request still waiting for the runner (the query ends without its answer).
+    async fn reject_pending(&mut self, reason: &str) {
+        for id in std::mem::take(&mut self.pending) {
+            tracing::info!(request = %id, "an approval still pending is denied: {reason}");
+            self.reply(&id, PermissionReply::Reject(reason)).await;
+        }
+    }
+
+    async fn reply(&mut self, request_id: &str, reply: PermissionReply<'_>) {
+        self.shared.record(
+            json!({ "permission_reply": { "id": request_id, "reply": format!("{reply:?}") } }),
+        );
+        match self.server.reply_permission(request_id, reply).await {
+            Ok(()) => {}
+            // Gone with an aborted loop.
+            Err(HttpError::NotFound(_)) => {
+                tracing::debug!(
+                    request = request_id,
+                    "OpenCode's permission request is gone"
+                );
+            }
+            Err(err) => {
+                tracing::warn!(%err, request = request_id, "cannot answer OpenCode's permission request");
             }
         }
     }
@@ -790,7 +898,18 @@ impl<'a> Driver<'a> {
     /// (idle) for the next query.
     async fn finish(mut self, exit: Exit, stream: &mut connection::EventStream) -> Outcome {
         tracing::debug!(?exit, "OpenCode query finished");
+        // An abort (ours, by `report`) ends a call that waits for an approval, and no model
+        // request follows; a reject first would let the loop go on to one. A query that ends
+        // any other way rejects the requests first. A dead server has none left.
+        let aborts = matches!(exit, Exit::Aborted | Exit::Interrupted(_));
+        let server_gone = matches!(exit, Exit::Lost(_) | Exit::Watchdog(_) | Exit::Shutdown);
+        if !aborts && !server_gone {
+            self.reject_pending("the turn ended before an answer").await;
+        }
         let outcome = self.report(exit, stream).await;
+        if aborts {
+            self.reject_pending("the turn ended before an answer").await;
+        }
         if self.kill_server {
             Outcome::KillServer
         } else {
@@ -954,6 +1073,26 @@ impl<'a> Driver<'a> {
     }
 }
 
+/// How long a turn may go without a session event: `settings.watchdog`; while a tool runs, at
+/// least the MCP timeout (a blocking tool such as ask_user_question is silent for up to
+/// `settings.tool_timeout`); while a permission request waits for the runner, at least the ask
+/// timeout plus the watchdog (OpenCode waits silently; the runner answers, a deny at the
+/// latest, within the ask timeout).
+fn watchdog_limit(
+    settings: &ProviderSettings,
+    tool_running: bool,
+    approval_pending: bool,
+) -> Duration {
+    let mut limit = settings.watchdog;
+    if tool_running {
+        limit = limit.max(settings.tool_timeout + command::TOOL_TIMEOUT_MARGIN);
+    }
+    if approval_pending {
+        limit = limit.max(settings.tool_policy.ask_timeout + settings.watchdog);
+    }
+    limit
+}
+
 /// Finds or creates the session; a stored continuation that no longer exists is replaced by a
 /// new session (with a `Progress` notice; the caller emits `Init` with the new id).
 /// Errors say whether the server itself looks broken (no answer at all).
@@ -1023,4 +1162,35 @@ fn system_text(settings: &ProviderSettings, system_prompt: Option<&str>) -> Opti
         ));
     }
     (!parts.is_empty()).then(|| parts.join("\n\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watchdog_waits_for_a_pending_approval() {
+        let mut settings = ProviderSettings::for_workspace("/workspace", "opencode");
+        settings.watchdog = Duration::from_secs(60);
+        settings.tool_timeout = Duration::from_secs(30);
+        settings.tool_policy.ask_timeout = Duration::from_secs(600);
+        let secs = |settings: &ProviderSettings, running, pending| {
+            watchdog_limit(settings, running, pending).as_secs()
+        };
+        assert_eq!(
+            [
+                secs(&settings, false, false),
+                secs(&settings, true, false),
+                secs(&settings, true, true),
+                secs(&settings, false, true)
+            ],
+            [60, 90, 660, 660]
+        );
+        settings.tool_policy.ask_timeout = Duration::from_secs(5);
+        assert_eq!(
+            secs(&settings, true, true),
+            90,
+            "never shorter than the running tool's"
+        );
+    }
 }

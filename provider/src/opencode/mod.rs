@@ -35,6 +35,14 @@
 //! config does not list restarts it once with the name declared. Usage is summed from the
 //! `step-finish` parts (`translate.rs`).
 //!
+//! # Tool policy, approvals, approval stops, remote MCP (issue 16)
+//! A restricting policy becomes OpenCode's `permission` config and every `permission.asked` is
+//! decided by the policy (`permission.rs`): allowed → `once`, denied → `reject` with a message
+//! (the model reads it, the turn goes on) and `ToolDenied`, asked → `ApprovalRequest`, replied
+//! with the runner's answer; the watchdog waits for it. Approval-stop tools end the turn through
+//! a server plugin that blocks the next model request (`Interrupted { ApprovalStop }`). Remote
+//! MCP servers are `remote` entries whose header values OpenCode reads from private files.
+//!
 //! # Failures
 //! The SSE stream ending means the server died (`Process`, retryable; the next query respawns
 //! and resumes). No session event for `settings.watchdog` during a turn (longer while a tool
@@ -52,6 +60,7 @@ mod command;
 mod connection;
 mod driver;
 pub(crate) mod history;
+mod permission;
 mod protocol;
 mod translate;
 

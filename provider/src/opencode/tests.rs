@@ -41,6 +41,9 @@ fn replay(name: &str) -> String {
                 let retries = value["max_retries"].as_u64().unwrap() as u32;
                 let mut new_turn = Turn::new(session, retries);
                 new_turn.set_max_turns(value["max_turns"].as_u64().map(|max| max as u32));
+                let stops: Vec<String> =
+                    serde_json::from_value(value["approval_stops"].clone()).unwrap_or_default();
+                new_turn.set_approval_stops(&stops);
                 turn = Some(new_turn);
                 out.push("-- query".to_owned());
             }
@@ -69,7 +72,9 @@ fn replay(name: &str) -> String {
                     out.push(show(&output));
                 }
             }
-            "push" | "end" | "abort" | "interrupt" => out.push(format!("-- {kind}")),
+            "push" | "end" | "abort" | "interrupt" | "approval" => out.push(format!("-- {kind}")),
+            // The driver's answer to a `permission.asked` (its id differs per capture).
+            "permission_reply" => out.push(format!("-- reply {}", value["reply"])),
             other => panic!("{name}:{}: unknown record {other}", number + 1),
         }
     }
@@ -115,6 +120,12 @@ fn show(output: &Output) -> String {
             usage_text(usage)
         ),
         Output::Event(event) => format!("{event:?}"),
+        Output::Permission { asked, part } => format!(
+            "permission.asked {} {:?} call={:?}",
+            asked.permission,
+            asked.metadata,
+            part.as_ref().map(|(tool, input)| format!("{tool} {input}"))
+        ),
         other => format!("{other:?}"),
     }
 }
@@ -948,4 +959,124 @@ fn max_turns_stops_a_turn_that_goes_on() {
         ],
     );
     assert!(!out.contains("MaxTurns"), "{out}");
+}
+
+/// `deny: ["Bash(rm *)", "Read(*secret*)"]`, `ask: ["Bash(touch *)"]`: OpenCode's config refuses
+/// `rm` itself (`ToolDenied` from the call's error); the read comes as `permission.asked` with the
+/// call's input and is rejected with the policy's message; the asked `touch` is answered once
+/// after the runner's approval, then rejected with the user's reason.
+#[test]
+fn tool_policy() {
+    check(
+        "tool_policy",
+        expect![[r#"
+            -- query
+            -- post [0]
+            activity None
+            Output
+            activity Some("Bash") "rm -rf target"
+            ToolEnded { running: 0 }
+            ToolDenied { tool: "Bash", summary: Some("rm -rf target") }
+            activity None
+            Output x3
+            Text { text: "could not remove it" }
+            Result { text: "could not remove it", covers: 0 } usage[in=20 out=10 cr=0 cw=0 rs=0 cost=- model=fake-model req=2]
+            Idle x2
+            -- end
+            -- query
+            -- post [0]
+            activity None
+            Output
+            activity Some("Read") "/tmp/nanoclaw-opencode-hDXqMR/agent/secret.txt"
+            permission.asked read Object {} call=Some("read {\"filePath\":\"/tmp/nanoclaw-opencode-hDXqMR/agent/secret.txt\"}")
+            -- reply "Reject(\"denied by the tool policy\")"
+            ToolEnded { running: 0 }
+            activity None
+            Output x3
+            Text { text: "could not read it" }
+            Result { text: "could not read it", covers: 0 } usage[in=20 out=10 cr=0 cw=0 rs=0 cost=- model=fake-model req=2]
+            Idle x2
+            -- end
+            -- query
+            -- post [0]
+            activity None
+            Output
+            activity Some("Bash") "touch approved.txt"
+            permission.asked bash Object {"command": String("touch approved.txt")} call=Some("bash {\"command\":\"touch approved.txt\",\"description\":\"run it\"}")
+            -- approval
+            -- reply "Once"
+            ToolEnded { running: 0 }
+            activity None
+            Output x3
+            Text { text: "touched" }
+            Result { text: "touched", covers: 0 } usage[in=20 out=10 cr=0 cw=0 rs=0 cost=- model=fake-model req=2]
+            Idle
+            -- end
+            -- query
+            -- post [0]
+            activity None
+            Output
+            activity Some("Bash") "touch refused.txt"
+            permission.asked bash Object {"command": String("touch refused.txt")} call=Some("bash {\"command\":\"touch refused.txt\",\"description\":\"run it\"}")
+            -- approval
+            -- reply "Reject(\"denied by the user\")"
+            ToolEnded { running: 0 }
+            activity None
+            Output x3
+            Text { text: "was refused" }
+            Result { text: "was refused", covers: 0 } usage[in=20 out=10 cr=0 cw=0 rs=0 cost=- model=fake-model req=2]
+            Idle x2
+            -- end
+            -- query
+            -- post [0]
+            activity None
+            Output
+            activity Some("mcp__nanoclaw__send_message")
+            permission.asked nanoclaw_send_message Object {} call=Some("nanoclaw_send_message {\"channel\":\"slack\",\"platformId\":\"C1\",\"text\":\"asked first\"}")
+            -- approval
+            -- reply "Once"
+            ToolEnded { running: 0 }
+            activity None
+            Output x3
+            Text { text: "sent" }
+            Result { text: "sent", covers: 0 } usage[in=20 out=10 cr=0 cw=0 rs=0 cost=- model=fake-model req=2]
+            Idle x2
+            -- end
+        "#]],
+    );
+}
+
+/// `approvalStopTools: ["mcp__nanoclaw__send_message"]`: the call completes, the turn ends with
+/// `ApprovalStop` (the plugin's abort is ours), and the next query answers normally.
+#[test]
+fn approval_stop() {
+    check(
+        "approval_stop",
+        expect![[r#"
+        -- query
+        -- post [0]
+        activity None
+        Output x3
+        Text { text: "warm" }
+        Result { text: "warm", covers: 0 } usage[in=10 out=5 cr=0 cw=0 rs=0 cost=- model=fake-model req=1]
+        Idle x2
+        -- end
+        -- query
+        -- post [0]
+        activity None
+        Output
+        activity Some("mcp__nanoclaw__send_message")
+        ToolEnded { running: 0 }
+        ApprovalStop
+        Idle x2
+        -- query
+        -- post [0]
+        activity None
+        Output x3
+        Text { text: "going ahead" }
+        Result { text: "going ahead", covers: 0 } usage[in=10 out=5 cr=0 cw=0 rs=0 cost=- model=fake-model req=1]
+        Idle x2
+        -- end
+    "#]],
+    );
 }

@@ -41,6 +41,7 @@ use crate::classify::classify;
 use crate::{ErrorClass, PromptId, ProviderEvent, Usage};
 
 use super::command::MCP_SERVER;
+use super::permission::{self, Asked};
 use super::protocol::{ErrorInfo, Event, MessageInfo, MessageWithParts, Part, StepFigures};
 
 /// What the driver has to do after an event, besides forwarding provider events.
@@ -55,13 +56,22 @@ pub(super) enum Output {
     /// The turn reached `maxTurnsPerQuery` model requests and goes on (tool calls): abort the
     /// run loop and report `Interrupted { reason: MaxTurns }`.
     MaxTurns,
-    /// OpenCode waits for a person (`permission.asked` / `question.asked`): answer it.
+    /// OpenCode waits for a person (`question.asked`): answer it.
     Asked {
-        /// `permission.asked` or `question.asked`.
+        /// `question.asked`.
         kind: String,
         /// The request id.
         request_id: String,
     },
+    /// OpenCode asks whether a tool call may run (`permission.asked`): decide it by the policy.
+    Permission {
+        /// The request.
+        asked: Asked,
+        /// The call's tool part as last seen: OpenCode's tool name and its input.
+        part: Option<(String, Value)>,
+    },
+    /// A tool of `approvalStopTools` completed: end the turn (`Interrupted { ApprovalStop }`).
+    ApprovalStop,
 }
 
 /// A user message the driver posted.
@@ -118,6 +128,20 @@ pub(super) struct Turn {
     max_turns_reached: bool,
     /// The MCP servers whose tools OpenCode names `<server>_<tool>`, longest name first.
     mcp_servers: Vec<String>,
+    /// Tool calls by `callID` once their input is known (past `pending`): OpenCode's tool name
+    /// and the input (for `permission.asked`).
+    calls: BTreeMap<String, (String, Value)>,
+    /// `permission.asked` requests that came before their call's input, by `callID`.
+    early_asks: BTreeMap<String, Asked>,
+    /// Canonical names of the approval-stop tools.
+    approval_stops: Vec<String>,
+    /// Tool parts already reported as denied or as an approval stop.
+    tools_concluded: HashSet<String>,
+    /// An approval-stop tool is running: the abort its result brings (the plugin's, see
+    /// `permission::approval_stop_plugin`) ends the turn as an approval stop, not an error.
+    stop_running: bool,
+    /// The turn ended by an approval stop (reported once).
+    stopped: bool,
 }
 
 impl Turn {
@@ -145,7 +169,23 @@ impl Turn {
             max_turns: None,
             max_turns_reached: false,
             mcp_servers: vec![MCP_SERVER.to_owned()],
+            calls: BTreeMap::new(),
+            early_asks: BTreeMap::new(),
+            approval_stops: Vec::new(),
+            tools_concluded: HashSet::new(),
+            stop_running: false,
+            stopped: false,
         }
+    }
+
+    /// The canonical MCP tool names after whose result the turn ends (`approvalStopTools`).
+    pub(super) fn set_approval_stops(&mut self, tools: &[String]) {
+        self.approval_stops = tools.to_vec();
+    }
+
+    /// The MCP servers whose tools OpenCode names `<server>_<tool>`, longest name first.
+    pub(super) fn mcp_servers(&self) -> &[String] {
+        &self.mcp_servers
     }
 
     /// The most model requests one turn may make (`maxTurnsPerQuery`); `None`: no limit.
@@ -317,6 +357,27 @@ impl Turn {
                 message: "OpenCode compacted the conversation to fit the context window".into(),
             })],
             Event::Asked {
+                kind, properties, ..
+            } if kind == "permission.asked" => match Asked::parse(properties) {
+                // OpenCode can ask before it publishes the call's input (measured with bash):
+                // the decision waits for it, since the input is what the policy matches and
+                // what the user approves. Permissions that are no tool call need no input.
+                Some(asked) => match asked.call_id.clone() {
+                    Some(call)
+                        if !self.calls.contains_key(&call)
+                            && !permission::is_not_a_tool(&asked.permission) =>
+                    {
+                        self.early_asks.insert(call, asked);
+                        Vec::new()
+                    }
+                    call => {
+                        let part = call.and_then(|call| self.calls.get(&call)).cloned();
+                        vec![Output::Permission { asked, part }]
+                    }
+                },
+                None => Vec::new(),
+            },
+            Event::Asked {
                 kind, request_id, ..
             } => {
                 let mut out = vec![Output::Event(ProviderEvent::Progress {
@@ -474,8 +535,20 @@ impl Turn {
         }
         let was_running = self.tools.contains_key(&part.id);
         let new = self.track_part(part);
+        let mut early = Vec::new();
+        if let Some(call) = part
+            .call_id
+            .as_ref()
+            .filter(|call| self.calls.contains_key(*call))
+        {
+            if let Some(asked) = self.early_asks.remove(call) {
+                let part = self.calls.get(call).cloned();
+                early.push(Output::Permission { asked, part });
+            }
+        }
         if self.failed {
-            return Vec::new();
+            // OpenCode still waits for the answer.
+            return early;
         }
         let mut out = Vec::new();
         match part.kind.as_str() {
@@ -499,6 +572,8 @@ impl Turn {
                         running: self.tools.len(),
                     }));
                 }
+                out.extend(self.conclude_tool(part));
+                out.append(&mut early);
             }
             // Text and reasoning grow with every update: each one is model output.
             "text" => {
@@ -516,6 +591,43 @@ impl Turn {
             _ => {}
         }
         out
+    }
+
+    /// A denial by OpenCode's `permission` config (`ToolDenied`), or a completed approval-stop
+    /// tool (`ApprovalStop`); once per part.
+    fn conclude_tool(&mut self, part: &Part) -> Option<Output> {
+        let state = part.state.as_ref()?;
+        let raw = part.tool.as_deref().unwrap_or_default();
+        let tool = canonical_tool(raw, &self.mcp_servers);
+        if self.approval_stops.contains(&tool) {
+            // A stop tool that failed ends nothing: a later abort is someone else's.
+            self.stop_running = state.status == "running";
+        }
+        let output = match state.status.as_str() {
+            "error"
+                if state
+                    .error
+                    .as_deref()
+                    .is_some_and(permission::is_config_denial) =>
+            {
+                Output::Event(ProviderEvent::ToolDenied {
+                    summary: part.tool_input().and_then(|input| summary(raw, input)),
+                    tool,
+                })
+            }
+            "completed" if self.approval_stops.contains(&tool) && !self.aborting => {
+                return self.approval_stop();
+            }
+            _ => return None,
+        };
+        self.tools_concluded
+            .insert(part.id.clone())
+            .then_some(output)
+    }
+
+    /// `ApprovalStop`, once per turn.
+    fn approval_stop(&mut self) -> Option<Output> {
+        (!std::mem::replace(&mut self.stopped, true)).then_some(Output::ApprovalStop)
     }
 
     /// Adds streamed text to a text part. OpenCode 1.18.33 sends a text part's text in deltas
@@ -606,6 +718,11 @@ impl Turn {
                     });
             }
             "tool" => {
+                let known = part.state.as_ref().is_some_and(|s| s.status != "pending");
+                if let (Some(call), Some(input), true) = (&part.call_id, part.tool_input(), known) {
+                    let tool = part.tool.clone().unwrap_or_default();
+                    self.calls.insert(call.clone(), (tool, input.clone()));
+                }
                 let status = part.state.as_ref().map(|s| s.status.as_str()).unwrap_or("");
                 match status {
                     "pending" | "running" if !self.aborting => {
@@ -676,6 +793,11 @@ impl Turn {
         if error.is_abort() && (self.aborting || self.abort_grace) {
             return Vec::new();
         }
+        // The plugin aborts the loop inside the tool's `tool.execute.after`, so the abort can
+        // arrive before the call's `completed` update.
+        if error.is_abort() && (self.stop_running || self.stopped) {
+            return self.approval_stop().into_iter().collect();
+        }
         self.failed = true;
         let (classification, retryable) = classify_error(error);
         let message = match error.data.status_code {
@@ -713,7 +835,7 @@ fn step_usage(figures: &StepFigures, model: Option<&str>) -> Usage {
 
 /// OpenCode's tool name in the canonical vocabulary: its builtins by their Claude names, an MCP
 /// server's `<server>_<tool>` as `mcp__<server>__<tool>`; other builtins keep their name.
-fn canonical_tool(name: &str, mcp_servers: &[String]) -> String {
+pub(super) fn canonical_tool(name: &str, mcp_servers: &[String]) -> String {
     let builtin = match name {
         "bash" => "Bash",
         "read" => "Read",

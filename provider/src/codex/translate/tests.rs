@@ -30,6 +30,8 @@ fn render(actions: &[Action]) -> String {
                 writeln!(out, "turn/steer {turn_id} #{id} {:?}", input_text(input))
             }
             Action::Interrupt { turn_id } => writeln!(out, "turn/interrupt {turn_id}"),
+            Action::Respond { id, result } => writeln!(out, "respond {id:?} {result}"),
+            Action::Note { text } => writeln!(out, "note {text:?}"),
             Action::Close => writeln!(out, "close"),
         }
         .unwrap();
@@ -434,7 +436,7 @@ fn replay_with(fixture: &str, steer: bool, max_turns: Option<u32>) -> String {
                     )
                     .unwrap();
                     if let Some(s) = state.as_mut() {
-                        actions = s.on_server_request(method, now);
+                        actions = s.on_server_request(method, None, now);
                     }
                 }
                 (None, Some(method)) => {
@@ -1292,4 +1294,202 @@ fn replay_text_before_tool() {
         -- process exited
     "#]],
     );
+}
+
+fn gated_state() -> QueryState {
+    let rules = |list: &[&str]| {
+        list.iter()
+            .map(|r| crate::ToolRule::parse(r).unwrap())
+            .collect()
+    };
+    let policy = ToolPolicy {
+        deny: rules(&["Bash(rm *)"]),
+        ask: rules(&["Bash", "Write"]),
+        ..ToolPolicy::default()
+    };
+    QueryState::new(Prompt::text("one"), false).with_approvals(
+        policy,
+        ElicitationMode::Ask,
+        vec!["mcp__nanoclaw__present_plan".into()],
+    )
+}
+
+fn command_approval(id: i64, line: &str) -> Option<(RequestId, Value)> {
+    Some((
+        RequestId::Int(id),
+        json!({ "threadId": "th", "turnId": "t1", "itemId": "c1", "command": line }),
+    ))
+}
+
+/// A denied call is declined at once (and reported); an asked one waits for the runner's
+/// answer, pauses the watchdog, and is answered as the runner says.
+#[test]
+fn approvals_are_judged_asked_and_answered() {
+    let now = Instant::now();
+    let method = "item/commandExecution/requestApproval";
+    let mut s = gated_state();
+    let mut log = s.begin();
+    log.extend(s.on_turn_started("t1".into(), now));
+    log.extend(s.on_server_request(
+        method,
+        command_approval(6, "/bin/bash -lc 'rm -rf target'"),
+        now,
+    ));
+    log.extend(s.on_server_request(method, command_approval(7, "/bin/bash -lc 'touch a'"), now));
+    assert!(s.awaiting_approval());
+    log.extend(s.on_control(
+        Some(Control::Approval {
+            id: "codex-7".into(),
+            answer: ApprovalAnswer::Allow,
+        }),
+        now,
+    ));
+    assert!(!s.awaiting_approval());
+    // A file change names its item only: the paths come from the item.
+    log.extend(s.on_notification(
+        "item/started",
+        &item(
+            "fileChange",
+            "p1",
+            json!({"changes": [{"path": "/w/new.txt", "kind": {"type": "add"}}]}),
+        ),
+        now,
+    ));
+    log.extend(s.on_server_request(
+        "item/fileChange/requestApproval",
+        Some((RequestId::Int(8), json!({ "itemId": "p1" }))),
+        now,
+    ));
+    log.extend(s.on_control(
+        Some(Control::Approval {
+            id: "codex-8".into(),
+            answer: ApprovalAnswer::Deny {
+                reason: "denied by the user".into(),
+            },
+        }),
+        now,
+    ));
+    // An elicitation with one choice, answered with the user's reply.
+    log.extend(s.on_server_request(
+        "mcpServer/elicitation/request",
+        Some((
+            RequestId::Str("e1".into()),
+            json!({ "serverName": "forms", "message": "Color?", "_meta": null,
+                    "requestedSchema": {"type": "object", "properties": {"color": {"type": "string", "enum": ["red", "blue"]}}} }),
+        )),
+        now,
+    ));
+    log.extend(s.on_control(
+        Some(Control::Approval {
+            id: "codex-\"e1\"".into(),
+            answer: ApprovalAnswer::Reply("blue".into()),
+        }),
+        now,
+    ));
+    expect![[r#"
+        turn/start "one"
+        emit ToolDenied { tool: "Bash", summary: Some("rm -rf target") }
+        respond Int(6) {"decision":"decline"}
+        emit ApprovalRequest(ApprovalRequest { id: "codex-7", kind: ToolCall { tool: "Bash", summary: Some("touch a"), argument: Some("touch a") } })
+        respond Int(7) {"decision":"accept"}
+        emit Activity { tool: Some("Write"), summary: Some("/w/new.txt") }
+        emit ApprovalRequest(ApprovalRequest { id: "codex-8", kind: ToolCall { tool: "Write", summary: Some("/w/new.txt"), argument: Some("/w/new.txt") } })
+        respond Int(8) {"decision":"decline"}
+        emit ApprovalRequest(ApprovalRequest { id: "codex-\"e1\"", kind: Elicitation { server: "forms", message: "Color?", options: ["red", "blue"] } })
+        respond Str("e1") {"_meta":null,"action":"accept","content":{"color":"blue"}}
+    "#]]
+    .assert_eq(&render(&log));
+}
+
+/// An approval still open when the turn is stopped is declined before the interrupt; a request
+/// arriving after the stop is declined at once.
+#[test]
+fn open_approvals_are_declined_when_the_turn_stops_or_the_query_closes() {
+    let now = Instant::now();
+    let method = "item/commandExecution/requestApproval";
+    let mut s = gated_state();
+    let mut log = s.begin();
+    log.extend(s.on_turn_started("t1".into(), now));
+    log.extend(s.on_server_request(method, command_approval(7, "/bin/bash -lc 'touch a'"), now));
+    log.extend(s.on_control(Some(Control::Interrupt), now));
+    assert!(!s.awaiting_approval());
+    log.extend(s.on_server_request(method, command_approval(9, "/bin/bash -lc 'touch b'"), now));
+    log.extend(s.on_notification("turn/completed", &completed("t1", "interrupted"), now));
+    expect![[r#"
+        turn/start "one"
+        emit ApprovalRequest(ApprovalRequest { id: "codex-7", kind: ToolCall { tool: "Bash", summary: Some("touch a"), argument: Some("touch a") } })
+        respond Int(7) {"decision":"decline"}
+        turn/interrupt t1
+        respond Int(9) {"decision":"decline"}
+        emit Interrupted { covers: 0, usage: None, reason: Stopped }
+        close
+    "#]]
+    .assert_eq(&render(&log));
+
+    let mut s = gated_state();
+    let mut log = s.begin();
+    log.extend(s.on_turn_started("t1".into(), now));
+    log.extend(s.on_server_request(method, command_approval(7, "/bin/bash -lc 'touch a'"), now));
+    log.extend(s.on_control(None, now));
+    log.extend(s.on_notification("turn/completed", &completed("t1", "interrupted"), now));
+    expect![[r#"
+        turn/start "one"
+        emit ApprovalRequest(ApprovalRequest { id: "codex-7", kind: ToolCall { tool: "Bash", summary: Some("touch a"), argument: Some("touch a") } })
+        respond Int(7) {"decision":"decline"}
+        emit Error { message: "the turn was aborted", retryable: false, classification: Aborted, ends_turn: true, usage: None }
+        turn/interrupt t1
+        close
+    "#]]
+    .assert_eq(&render(&log));
+}
+
+/// The result of an approval-stop tool interrupts the turn; its completion ends the query with
+/// `Interrupted(ApprovalStop)` after a note that carries the real result. A failed call or
+/// another tool does not stop.
+#[test]
+fn approval_stop_tool_result_ends_the_turn() {
+    let now = Instant::now();
+    let mut s = gated_state();
+    let mut log = s.begin();
+    log.extend(s.on_turn_started("t1".into(), now));
+    for (id, tool, status) in [
+        ("c1", "send_message", "completed"),
+        ("c2", "present_plan", "failed"),
+        ("c3", "present_plan", "completed"),
+    ] {
+        log.extend(s.on_notification(
+            "item/started",
+            &item(
+                "mcpToolCall",
+                id,
+                json!({"server": "nanoclaw", "tool": tool}),
+            ),
+            now,
+        ));
+        log.extend(s.on_notification(
+            "item/completed",
+            &item(
+                "mcpToolCall",
+                id,
+                json!({"server": "nanoclaw", "tool": tool, "status": status,
+                       "result": {"content": [{"type": "text", "text": "plan shown"}]}}),
+            ),
+            now,
+        ));
+    }
+    log.extend(s.on_notification("turn/completed", &completed("t1", "interrupted"), now));
+    expect![[r#"
+        turn/start "one"
+        emit Activity { tool: Some("mcp__nanoclaw__send_message"), summary: None }
+        emit ToolEnded { running: 0 }
+        emit Activity { tool: Some("mcp__nanoclaw__present_plan"), summary: None }
+        emit ToolEnded { running: 0 }
+        emit Activity { tool: Some("mcp__nanoclaw__present_plan"), summary: None }
+        emit ToolEnded { running: 0 }
+        turn/interrupt t1
+        note "The call c3 of mcp__nanoclaw__present_plan completed and the turn was then ended for the user's review (Codex records the call as aborted; it was not). Its result: plan shown"
+        emit Interrupted { covers: 0, usage: None, reason: ApprovalStop }
+        close
+    "#]]
+    .assert_eq(&render(&log));
 }

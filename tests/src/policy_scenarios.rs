@@ -1,0 +1,439 @@
+//! Scenarios of the tool policy (issue 16, points 1-3), shared by every CLI: a `deny` rule the
+//! CLI enforces (the command never runs, the model receives the refusal), an `ask` rule answered
+//! with `nanoclaw answer` (Deny, Approve), not at all (denied after `askTimeoutSeconds`) or cut
+//! short by `/stop`, and an approval-stop tool that ends the turn right after its result. The runner's config.json carries
+//! `toolPolicy` and `approvalStopTools` (docs/contract/config.md). Re-exported by
+//! [`crate::scenarios`] so that `scenario_tests!` finds them.
+//!
+//! What differs per CLI is data here: whether the driver learns of a call refused by a `deny`
+//! rule and reports it (a `tool_decision` row by `policy`), see [`reports_policy_denials`].
+
+use std::path::PathBuf;
+
+use schema::MessageOut;
+use serde_json::{json, Value};
+
+use crate::fake_model::{FakeModel, LoggedRequest, Step};
+use crate::harness::{chat_outs, content, system_actions, test_routing, text_of, Session};
+use crate::scenarios::{cli_pids, ok, some, user_texts, WAIT};
+use crate::secrets::shell_step;
+
+/// The policy scenarios every CLI runs alike, declared once: `policy_scenario_tests! { CLI }` in
+/// each `tests/tests/e2e_<cli>.rs`.
+#[macro_export]
+macro_rules! policy_scenario_tests {
+    ($cli:expr) => {
+        // Issue 16: tool policy, approvals, approval stops (tests/src/policy_scenarios.rs).
+        $crate::scenario_tests! { $cli;
+            /// `deny: ["Bash(rm *)"]`: `rm -rf target` never runs, the model's next request
+            /// carries the refusal as the tool result.
+            policy_deny_rule_refuses_the_command();
+
+            /// `ask: ["Bash"]` answered Deny with `nanoclaw answer`: the command waited, the file
+            /// system is unchanged, a `tool_decision` row says deny by user.
+            policy_ask_answered_deny_leaves_the_files_unchanged();
+
+            /// `ask: ["Bash"]` answered Approve: the command runs, a row says allow by user.
+            policy_ask_answered_approve_runs_the_command();
+
+            /// `ask: ["Bash"]` unanswered: denied after `askTimeoutSeconds`, a row says deny by
+            /// timeout, the turn ends with the model's reply.
+            policy_ask_without_an_answer_is_denied_after_the_timeout();
+
+            /// `approvalStopTools: ["mcp__nanoclaw__send_message"]`: the message is delivered,
+            /// no model request follows its result until the next user message, which continues
+            /// the same session.
+            policy_approval_stop_ends_the_turn_after_the_tool_result();
+
+            /// `/stop` while an approval waits: `Stopped.`, the question withdrawn, a row says
+            /// deny by stop, the command never runs, the next message is answered.
+            policy_stop_while_an_approval_waits_denies_it();
+        }
+    };
+}
+
+/// The command the `ask` scenarios run: it leaves a file behind when it runs.
+const TOUCH: &str = "touch approved-file";
+/// The file [`TOUCH`] creates, in the agent's directory (the CLI's working directory).
+const TOUCHED: &str = "approved-file";
+/// How long an `ask` waits in the timeout scenario.
+const SHORT_ASK_TIMEOUT_SECS: u64 = 3;
+/// How long an `ask` may wait in the scenarios that answer it: far beyond the test's pace, so
+/// the answer, never the timeout, decides.
+const LONG_ASK_TIMEOUT_SECS: u64 = 300;
+/// Words one of which a refusal the model receives contains, whichever CLI or driver words it
+/// (Claude's "Permission … has been denied" or the driver's hook "the tool policy does not allow
+/// this Bash call", Codex's "rejected", OpenCode's "prevents you from using", or the runner's own
+/// reason: "denied by the user", "no answer within N s").
+const REFUSAL_WORDS: [&str; 7] = [
+    "denied",
+    "rejected",
+    "declined",
+    "not allow",
+    "prevent",
+    "no answer",
+    "refused",
+];
+
+/// Whether the driver learns of a call that a `deny` rule refuses (and emits `ToolDenied`,
+/// recorded as a `tool_decision` row by `policy`), rather than the CLI refusing it without
+/// telling (then no row; the refusal is still the model's tool result). Measured: all three do.
+/// Claude hands the call to the driver's PreToolUse hook, which refuses it; Codex (approval
+/// policy `untrusted`) sends an approval request the driver declines; OpenCode refuses it by its
+/// own `permission` rule and the driver reads the refusal from the tool part's error.
+pub fn reports_policy_denials(provider: &str) -> bool {
+    match provider {
+        "claude" | "codex" | "opencode" => true,
+        other => panic!("no policy behaviour known for provider {other}: add it here"),
+    }
+}
+
+fn fake_model(steps: impl IntoIterator<Item = Step>) -> FakeModel {
+    ok(
+        FakeModel::start_with_script(steps),
+        "starting the fake model",
+    )
+}
+
+/// The agent's directory: the CLI's working directory, where a relative path lands.
+fn agent_dir(session: &Session) -> PathBuf {
+    session.workspace.join("agent")
+}
+
+/// The `tool_decision` rows so far: their payloads, with the row itself (for its routing).
+fn decisions(session: &Session) -> Vec<(Value, MessageOut)> {
+    session
+        .outs()
+        .into_iter()
+        .filter(|o| o.kind == "system")
+        .filter_map(|o| {
+            let c = content(&o);
+            (c["action"] == "tool_decision").then(|| (c["payload"].clone(), o))
+        })
+        .collect()
+}
+
+/// Asserts that the one `tool_decision` row is `decision` by `by` for the shell command
+/// `command`, routed like the turn's replies.
+fn assert_one_decision(session: &Session, command: &str, decision: &str, by: &str) {
+    let rows = decisions(session);
+    assert_eq!(rows.len(), 1, "one tool_decision row: {rows:#?}");
+    let (payload, row) = &rows[0];
+    assert_eq!(payload["tool"], "Bash", "{payload}");
+    assert_eq!(payload["decision"], decision, "{payload}");
+    assert_eq!(payload["by"], by, "{payload}");
+    let summary = payload["summary"].as_str().unwrap_or_default();
+    assert!(
+        summary.contains(command),
+        "the summary names the command: {payload}"
+    );
+    assert_eq!(
+        row.routing,
+        test_routing(),
+        "routed like the replies: {row:#?}"
+    );
+}
+
+/// The tool result the model received for the one tool call of the turn: the last tool result
+/// of the request after it (the second model request).
+fn refusal_seen_by_the_model(model: &FakeModel) -> String {
+    let requests = model.model_requests();
+    let request: &LoggedRequest = some(requests.get(1), "the request after the tool call");
+    assert!(
+        request.tail_is_tool_result(),
+        "the second request answers the tool call: {}",
+        request.summary()
+    );
+    let result = some(request.tool_results().pop(), "a tool result");
+    let lower = result.to_lowercase();
+    assert!(
+        REFUSAL_WORDS.iter().any(|w| lower.contains(w)),
+        "the model received no refusal as the tool result: {result:?}"
+    );
+    result
+}
+
+/// The labels of a question row's options (plain strings or `{label, …}` objects).
+fn option_labels(question: &Value) -> Vec<String> {
+    question["options"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|o| match o {
+            Value::String(label) => label.clone(),
+            other => other["label"].as_str().unwrap_or_default().to_owned(),
+        })
+        .collect()
+}
+
+/// The runner's status now.
+fn runner_status(session: &Session) -> String {
+    some(
+        ok(session.db.runner_state(), "reading the runner state"),
+        "a runner state",
+    )
+    .status
+}
+
+/// `deny: ["Bash(rm *)"]`: the model asks to run `rm -rf target`; after the turn the directory
+/// still exists, the model's next request carries the refusal as the tool result, and (where the
+/// CLI reports the refusal to the driver) one `tool_decision` row says deny by policy.
+pub fn policy_deny_rule_refuses_the_command(provider: &str) {
+    let model = fake_model([
+        shell_step(provider, "rm -rf target"),
+        Step::text("The directory stays."),
+    ]);
+    let mut session = Session::new();
+    let target = agent_dir(&session).join("target");
+    ok(
+        std::fs::create_dir_all(target.join("debug")),
+        "creating target/",
+    );
+    session.write_config(&json!({"toolPolicy": {"deny": ["Bash(rm *)"]}}));
+    session.start_runner(provider, &model, &[]);
+    let id = session.send_chat("clean the build").id;
+    let reply = session.wait_reply(&id, WAIT);
+    assert_eq!(text_of(&reply), "The directory stays.");
+    assert!(
+        target.join("debug").is_dir(),
+        "rm -rf target ran despite the deny rule"
+    );
+    let refusal = refusal_seen_by_the_model(&model);
+    eprintln!("{provider}: the model received the refusal {refusal:?}");
+    // Codex refuses `rm -f` style commands on its own when nobody is asked (approval policy
+    // `never`, the allow-everything setting), measured on 0.169: the refusal must be the
+    // policy's ("rejected by user", Codex's words for a declined approval), not that one.
+    assert!(
+        !refusal.contains("rm -f style commands are not permitted"),
+        "{provider} refused by its own rule, the policy never acted: {refusal}"
+    );
+    if reports_policy_denials(provider) {
+        assert_one_decision(&session, "rm -rf target", "deny", "policy");
+    } else {
+        assert!(decisions(&session).is_empty(), "{:#?}", decisions(&session));
+    }
+    // No question was asked: a deny rule never becomes a question.
+    assert!(
+        session
+            .outs()
+            .iter()
+            .all(|o| content(o).get("questionId").is_none()),
+        "a deny rule asked the user"
+    );
+    session.stop_runner();
+}
+
+/// How an `ask` scenario answers the question.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Answer {
+    Approve,
+    Deny,
+    Nothing,
+}
+
+/// An `ask: ["Bash"]` turn that runs [`TOUCH`], answered by `answer`: the command waits (the
+/// question row with Approve/Deny naming the command, status `waiting_user`, no second model
+/// request, no file), then the answer decides: the file exists only when approved, one
+/// `tool_decision` row records it, the question is closed and the turn ends with the model's
+/// reply.
+fn ask_scenario(provider: &str, answer: Answer) {
+    let model = fake_model([shell_step(provider, TOUCH), Step::text("Finished.")]);
+    let timeout = match answer {
+        Answer::Nothing => SHORT_ASK_TIMEOUT_SECS,
+        Answer::Approve | Answer::Deny => LONG_ASK_TIMEOUT_SECS,
+    };
+    let mut session = Session::new();
+    session.write_config(&json!({
+        "toolPolicy": {"ask": ["Bash"], "askTimeoutSeconds": timeout}
+    }));
+    session.start_runner(provider, &model, &[]);
+    let touched = agent_dir(&session).join(TOUCHED);
+    let id = session.send_chat("make the file").id;
+    let question = session.wait_question(WAIT);
+    // The runner posts the question and switches the status in one transaction.
+    assert_eq!(runner_status(&session), "waiting_user");
+    assert_eq!(question["title"], "Approve Bash?", "{question:#}");
+    let text = question["question"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("Bash") && text.contains(TOUCH),
+        "the question names the tool and the command: {question:#}"
+    );
+    assert_eq!(
+        option_labels(&question),
+        ["Approve", "Deny"],
+        "{question:#}"
+    );
+    let question_id = some(question["questionId"].as_str(), "a question id").to_owned();
+    assert!(!touched.exists(), "the command ran before the answer");
+    assert_eq!(
+        model.model_requests().len(),
+        1,
+        "the CLI waits for the answer"
+    );
+    let (option, decision, by) = match answer {
+        Answer::Approve => (Some("Approve"), "allow", "user"),
+        Answer::Deny => (Some("Deny"), "deny", "user"),
+        Answer::Nothing => (None, "deny", "timeout"),
+    };
+    if let Some(option) = option {
+        session.answer_question(&question_id, option);
+    }
+    let reply = session.wait_reply(&id, WAIT);
+    assert_eq!(text_of(&reply), "Finished.");
+    assert_eq!(
+        touched.exists(),
+        answer == Answer::Approve,
+        "the file exists exactly when the command was approved"
+    );
+    assert_one_decision(&session, TOUCH, decision, by);
+    if answer != Answer::Approve {
+        let refusal = refusal_seen_by_the_model(&model);
+        eprintln!("{provider}: the model received the refusal {refusal:?} ({answer:?})");
+    }
+    assert!(
+        !ok(
+            session.db.question_open(&question_id),
+            "reading the question"
+        ),
+        "the question is still open after the {answer:?} case"
+    );
+    assert_eq!(
+        chat_outs(&session).iter().map(text_of).collect::<Vec<_>>(),
+        ["Finished."]
+    );
+    session.wait_until("the runner idle", WAIT, |s| runner_status(s) == "idle");
+    session.stop_runner();
+}
+
+/// `ask: ["Bash"]` answered Deny: see [`ask_scenario`].
+pub fn policy_ask_answered_deny_leaves_the_files_unchanged(provider: &str) {
+    ask_scenario(provider, Answer::Deny);
+}
+
+/// `ask: ["Bash"]` answered Approve: see [`ask_scenario`].
+pub fn policy_ask_answered_approve_runs_the_command(provider: &str) {
+    ask_scenario(provider, Answer::Approve);
+}
+
+/// `ask: ["Bash"]` with a short `askTimeoutSeconds` and no answer: see [`ask_scenario`].
+pub fn policy_ask_without_an_answer_is_denied_after_the_timeout(provider: &str) {
+    ask_scenario(provider, Answer::Nothing);
+}
+
+/// `approvalStopTools: ["mcp__nanoclaw__send_message"]`: the model calls send_message and its
+/// script would go on; the message row is delivered, the turn ends right after the tool result
+/// (the model gets no request until the next user message, and the runner writes no reply of its
+/// own), the CLI process lives on, and the next user message is answered in the same session.
+pub fn policy_approval_stop_ends_the_turn_after_the_tool_result(provider: &str) {
+    const PLAN: &str = "Plan: 1. back up 2. migrate. Approve?";
+    let model = fake_model([
+        Step::tool_call("send_message", json!({"text": PLAN})),
+        Step::text("Migrating now."),
+    ]);
+    let mut session = Session::new();
+    session.write_config(&json!({"approvalStopTools": ["mcp__nanoclaw__send_message"]}));
+    session.start_runner(provider, &model, &[]);
+    let first = session.send_chat("plan the migration").id;
+    session.wait_completed(&first, WAIT);
+    let pids = cli_pids(&session, provider);
+    assert!(!pids.is_empty(), "no CLI process after the stop");
+    assert_eq!(
+        chat_outs(&session).iter().map(text_of).collect::<Vec<_>>(),
+        [PLAN],
+        "the plan delivered, and no reply of the runner's own"
+    );
+    assert!(system_actions(&session, "query_error").is_empty());
+    let requests = model.model_requests();
+    assert_eq!(
+        requests.len(),
+        1,
+        "a model request followed the approval-stop tool's result: {:#?}",
+        requests
+            .iter()
+            .map(LoggedRequest::summary)
+            .collect::<Vec<_>>()
+    );
+    session.wait_until("the runner idle", WAIT, |s| runner_status(s) == "idle");
+
+    let next = session.send_chat("approved, go ahead").id;
+    let reply = session.wait_reply(&next, WAIT);
+    assert_eq!(text_of(&reply), "Migrating now.");
+    let requests = model.model_requests();
+    assert_eq!(requests.len(), 2, "one request for the next message");
+    let texts = user_texts(provider, &requests[1]).join("\n");
+    assert!(
+        texts.contains("plan the migration") && texts.contains("approved, go ahead"),
+        "the next request lost the history: {texts}"
+    );
+    let results = requests[1].tool_results().join("\n");
+    assert!(
+        !requests[1].tool_results().is_empty(),
+        "the send_message result is in the history: {results}"
+    );
+    assert_eq!(
+        cli_pids(&session, provider),
+        pids,
+        "the CLI process lived on"
+    );
+    assert_eq!(
+        chat_outs(&session).iter().map(text_of).collect::<Vec<_>>(),
+        [PLAN, "Migrating now."]
+    );
+    session.stop_runner();
+}
+
+/// `/stop` while an `ask` approval waits: the turn ends with `Stopped.`, the question is
+/// withdrawn (an answer now would be an ordinary message), one `tool_decision` row says deny by
+/// stop, the command never runs (not even later), and the next message is answered in the same
+/// session with no model request in between.
+pub fn policy_stop_while_an_approval_waits_denies_it(provider: &str) {
+    let model = fake_model([shell_step(provider, TOUCH)]);
+    model.set_default_text("Still here.");
+    let mut session = Session::new();
+    session.write_config(&json!({
+        "toolPolicy": {"ask": ["Bash"], "askTimeoutSeconds": LONG_ASK_TIMEOUT_SECS}
+    }));
+    session.start_runner(provider, &model, &[]);
+    let touched = agent_dir(&session).join(TOUCHED);
+    let id = session.send_chat("make the file").id;
+    let question = session.wait_question(WAIT);
+    let question_id = some(question["questionId"].as_str(), "a question id").to_owned();
+    let stop = session.send_chat("/stop").id;
+    let reply = session.wait_reply(&id, WAIT);
+    assert_eq!(text_of(&reply), "Stopped.");
+    session.wait_completed(&stop, WAIT);
+    assert!(
+        !ok(
+            session.db.question_open(&question_id),
+            "reading the question"
+        ),
+        "the question still waits after /stop"
+    );
+    assert_one_decision(&session, TOUCH, "deny", "stop");
+    session.wait_until("the runner idle", WAIT, |s| runner_status(s) == "idle");
+    let next = session.send_chat("anything else?").id;
+    let reply = session.wait_reply(&next, WAIT);
+    assert_eq!(text_of(&reply), "Still here.");
+    let requests = model.model_requests();
+    assert_eq!(
+        requests.len(),
+        2,
+        "one request per message: {:#?}",
+        requests
+            .iter()
+            .map(LoggedRequest::summary)
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        user_texts(provider, &requests[1])
+            .join("\n")
+            .contains("anything else?"),
+        "the second request is the next message's"
+    );
+    assert!(!touched.exists(), "the stopped command ran");
+    assert_eq!(
+        chat_outs(&session).iter().map(text_of).collect::<Vec<_>>(),
+        ["Stopped.", "Still here."]
+    );
+    session.stop_runner();
+}
