@@ -248,7 +248,7 @@ async fn an_approval_stop_completes_the_rows_without_a_reply_and_the_session_goe
     let first = f.chat("make a plan");
     f.wait_completed(&first).await;
     assert!(replies(&f).is_empty(), "{:?}", replies(&f));
-    let outcome: String = rusqlite::Connection::open(f._dir.path().join("session.db"))
+    let outcome: String = rusqlite::Connection::open(f.dir.path().join("session.db"))
         .unwrap()
         .query_row("SELECT outcome FROM turn_usage", [], |r| r.get(0))
         .unwrap();

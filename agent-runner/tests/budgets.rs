@@ -12,96 +12,29 @@ use std::time::Duration;
 
 use agent_runner::budget::{BudgetLimits, BudgetOptions};
 use agent_runner::config::{Config, Inputs};
-use agent_runner::runner::{Clock, Runner, RunnerOptions};
+use agent_runner::runner::{Clock, RunnerOptions};
 use chrono::{DateTime, Utc};
 use provider::mock::{MockProvider, MockStep};
 use provider::MockSettings;
 use provider::{ErrorClass, Usage};
-use schema::{MessageOut, NewMessageIn, SessionDb};
+use schema::{MessageOut, NewMessageIn};
 use serde_json::{json, Value};
-use tokio::sync::oneshot;
 
-/// A runner on its own DB; `stop` ends it and returns what it returned.
-struct Session {
-    dir: tempfile::TempDir,
-    db: SessionDb,
-    mock: MockProvider,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+mod common;
+
+use common::Fixture;
+
+/// The loop tests' fixture (tests/common) polling faster, without query retries.
+fn session() -> Fixture {
+    let mut s = Fixture::new();
+    s.options.idle_poll = Duration::from_millis(100);
+    s.options.query_retries = 0;
+    s
 }
 
-impl Session {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let db = SessionDb::open(dir.path().join("session.db")).unwrap();
-        Self {
-            dir,
-            db,
-            mock: MockProvider::new(),
-            stop: None,
-            task: None,
-        }
-    }
-
-    fn options(&self) -> RunnerOptions {
-        let mut options = RunnerOptions::for_workspace(self.dir.path());
-        options.idle_poll = Duration::from_millis(100);
-        options.active_poll = Duration::from_millis(50);
-        options.query_retries = 0;
-        options
-    }
-
-    fn start(&mut self, options: RunnerOptions) {
-        let runner = Runner::new(self.db.clone(), Arc::new(self.mock.clone()), options).unwrap();
-        let (tx, rx) = oneshot::channel::<()>();
-        self.stop = Some(tx);
-        self.task = Some(tokio::spawn(runner.run(async move {
-            let _ = rx.await;
-        })));
-    }
-
-    /// Waits for the runner to end by itself (an error) and returns the error.
-    async fn stop_when_done(&mut self) -> anyhow::Error {
-        let task = self.task.take().unwrap();
-        tokio::time::timeout(Duration::from_secs(10), task)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap_err()
-    }
-
-    async fn stop(&mut self) -> anyhow::Result<()> {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        let task = self.task.take().unwrap();
-        tokio::time::timeout(Duration::from_secs(10), task)
-            .await
-            .unwrap()
-            .unwrap()
-    }
-
-    fn chat(&self, text: &str) -> String {
-        let row = NewMessageIn::new(
-            "chat",
-            json!({"sender": "Ann", "senderId": "u1", "text": text}).to_string(),
-        );
-        self.db.insert_in(&row).unwrap().id
-    }
-
+impl Fixture {
     fn status(&self, id: &str) -> String {
         self.db.message_in(id).unwrap().unwrap().status
-    }
-
-    fn system_rows(&self, action: &str) -> Vec<Value> {
-        self.db
-            .all_messages_out()
-            .unwrap()
-            .iter()
-            .filter(|row| row.kind == "system")
-            .map(|row| serde_json::from_str::<Value>(&row.content).unwrap())
-            .filter(|content| content["action"] == action)
-            .collect()
     }
 
     fn replies_to(&self, id: &str) -> Vec<MessageOut> {
@@ -149,17 +82,6 @@ impl Session {
         .unwrap()
     }
 
-    async fn wait_for(&self, what: &str, mut cond: impl FnMut(&Self) -> bool) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while !cond(self) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
     /// Sends two messages, each answered, then a third that a limit reached by them holds
     /// (its `budget_exceeded` row written); returns the third's id.
     async fn two_answered_then_one_held(&self) -> String {
@@ -170,7 +92,7 @@ impl Session {
         }
         let held = self.chat("three");
         self.wait_for("the budget row", |s| {
-            !s.system_rows("budget_exceeded").is_empty()
+            !s.system_outs("budget_exceeded").is_empty()
         })
         .await;
         self.stays_pending(&held).await;
@@ -207,7 +129,7 @@ fn config_with(dir: &Path, file: Value) -> Config {
 
 #[tokio::test]
 async fn every_answered_turn_is_one_ledger_row_with_the_exact_figures() {
-    let mut s = Session::new();
+    let mut s = session();
     s.mock.script_usage([
         Some(Usage {
             input_tokens: Some(1200),
@@ -222,7 +144,7 @@ async fn every_answered_turn_is_one_ledger_row_with_the_exact_figures() {
         // A CLI that reported nothing: a row all the same, its figures NULL.
         None,
     ]);
-    s.start(s.options());
+    s.start();
     let first = s.chat("one");
     s.wait_for("the first answer", |s| s.status(&first) == "completed")
         .await;
@@ -234,7 +156,7 @@ async fn every_answered_turn_is_one_ledger_row_with_the_exact_figures() {
     let second = s.db.insert_in(&task).unwrap().id;
     s.wait_for("the task's answer", |s| s.status(&second) == "completed")
         .await;
-    s.stop().await.unwrap();
+    s.stop().await;
     let mut ledger = s.ledger();
     for row in &mut ledger {
         assert!(row["durationMs"].as_i64().is_some(), "{row}");
@@ -258,20 +180,20 @@ async fn every_answered_turn_is_one_ledger_row_with_the_exact_figures() {
 
 #[tokio::test]
 async fn a_failed_turn_is_recorded_with_its_query_error() {
-    let mut s = Session::new();
+    let mut s = session();
     s.mock.script([MockStep::Fail {
         message: "model API 500".into(),
         retryable: false,
         classification: ErrorClass::Api,
     }]);
     s.mock.script_usage([cost(0.5)]);
-    s.start(s.options());
+    s.start();
     let id = s.chat("fails");
     s.wait_for("the query_error row", |s| {
-        !s.system_rows("query_error").is_empty()
+        !s.system_outs("query_error").is_empty()
     })
     .await;
-    s.stop().await.unwrap();
+    s.stop().await;
     let ledger = s.ledger();
     assert_eq!(ledger.len(), 1, "{ledger:?}");
     assert_eq!(ledger[0]["outcome"], "error");
@@ -288,12 +210,11 @@ async fn a_failed_turn_is_recorded_with_its_query_error() {
 }
 
 /// Options with the limits of `config` and its reload, as `app` wires them.
-fn with_budgets(mut options: RunnerOptions, config: &Config) -> RunnerOptions {
+fn with_budgets(options: &mut RunnerOptions, config: &Config) {
     options.budgets = BudgetOptions {
         limits: config.budget_limits(),
         reload: Some(config.budget_reload()),
     };
-    options
 }
 
 /// A mock whose every turn costs 0.125 USD (exact in binary) and 60 tokens.
@@ -306,15 +227,15 @@ fn priced_mock() -> MockProvider {
 
 #[tokio::test]
 async fn a_session_limit_holds_the_third_message_until_it_is_raised_in_config_json() {
-    let mut s = Session::new();
+    let mut s = session();
     s.mock = priced_mock();
     let config = config_with(s.dir.path(), json!({"maxCostUsdPerSession": 0.25}));
-    s.start(with_budgets(s.options(), &config));
+    s.start_with(|options| with_budgets(options, &config));
     let third = s.two_answered_then_one_held().await;
     let fourth = s.chat("four");
     s.stays_pending(&fourth).await;
     assert_eq!(
-        s.system_rows("budget_exceeded"),
+        s.system_outs("budget_exceeded"),
         vec![json!({"action": "budget_exceeded", "payload": {
             "limit": "maxCostUsdPerSession", "max": 0.25, "spent": 0.25,
             "window": "session", "resetsAt": null}})],
@@ -346,29 +267,29 @@ async fn a_session_limit_holds_the_third_message_until_it_is_raised_in_config_js
         s.status(&third) == "completed" && s.status(&fourth) == "completed"
     })
     .await;
-    assert_eq!(s.system_rows("budget_exceeded").len(), 1);
+    assert_eq!(s.system_outs("budget_exceeded").len(), 1);
     assert_eq!(
         s.db.runner_state().unwrap().unwrap().waiting_on,
         None,
         "no longer waiting on the budget"
     );
-    s.stop().await.unwrap();
+    s.stop().await;
 }
 
 #[tokio::test]
 async fn the_window_is_announced_once_across_a_restart() {
-    let mut s = Session::new();
+    let mut s = session();
     s.mock = priced_mock();
     let config = config_with(s.dir.path(), json!({"maxCostUsdPerSession": 0.25}));
-    s.start(with_budgets(s.options(), &config));
+    s.start_with(|options| with_budgets(options, &config));
     let third = s.two_answered_then_one_held().await;
-    s.stop().await.unwrap();
-    s.start(with_budgets(s.options(), &config));
+    s.stop().await;
+    s.start_with(|options| with_budgets(options, &config));
     let fourth = s.chat("four");
     s.stays_pending(&fourth).await;
     assert_eq!(s.status(&third), "pending");
-    s.stop().await.unwrap();
-    assert_eq!(s.system_rows("budget_exceeded").len(), 1);
+    s.stop().await;
+    assert_eq!(s.system_outs("budget_exceeded").len(), 1);
 }
 
 /// A clock the test sets (milliseconds since the epoch).
@@ -383,25 +304,25 @@ fn settable_clock(start: DateTime<Utc>) -> (Clock, Arc<AtomicI64>) {
 
 #[tokio::test]
 async fn a_day_limit_resets_at_local_midnight() {
-    let mut s = Session::new();
+    let mut s = session();
     s.mock = priced_mock();
     // 23:59 in Tokyo (UTC+9): the day ends at 15:00 UTC.
     let start = schema::time::parse_ts("2026-11-23T14:59:00Z").unwrap();
     let (clock, now) = settable_clock(start);
-    let mut options = s.options();
-    options.clock = clock;
-    options.timezone = chrono_tz::Asia::Tokyo;
-    options.budgets = BudgetOptions {
-        limits: BudgetLimits {
-            max_tokens_per_day: Some(120),
-            ..BudgetLimits::default()
-        },
-        reload: None,
-    };
-    s.start(options);
+    s.start_with(|options| {
+        options.clock = clock;
+        options.timezone = chrono_tz::Asia::Tokyo;
+        options.budgets = BudgetOptions {
+            limits: BudgetLimits {
+                max_tokens_per_day: Some(120),
+                ..BudgetLimits::default()
+            },
+            reload: None,
+        };
+    });
     let third = s.two_answered_then_one_held().await;
     assert_eq!(
-        s.system_rows("budget_exceeded")[0]["payload"],
+        s.system_outs("budget_exceeded")[0]["payload"],
         json!({"limit": "maxTokensPerDay", "max": 120, "spent": 120, "window": "day",
                "resetsAt": "2026-11-23T15:00:00.000Z"})
     );
@@ -413,7 +334,7 @@ async fn a_day_limit_resets_at_local_midnight() {
     );
     s.wait_for("the next day's answer", |s| s.status(&third) == "completed")
         .await;
-    s.stop().await.unwrap();
+    s.stop().await;
     let ledger = s.ledger();
     assert_eq!(ledger.len(), 3);
     assert_eq!(ledger[2]["createdAt"], "2026-11-23T15:00:01.000Z");
@@ -421,7 +342,7 @@ async fn a_day_limit_resets_at_local_midnight() {
 
 #[tokio::test]
 async fn a_crash_between_the_result_and_its_write_leaves_no_row_and_the_turn_runs_once_more() {
-    let mut s = Session::new();
+    let mut s = session();
     s.mock = priced_mock();
     // The fault: the ledger insert fails inside the result's transaction, as a crash before
     // its commit would leave it (the runner stops with the error).
@@ -430,9 +351,9 @@ async fn a_crash_between_the_result_and_its_write_leaves_no_row_and_the_turn_run
         "CREATE TRIGGER crash BEFORE INSERT ON turn_usage BEGIN SELECT RAISE(ABORT, 'crash'); END",
     )
     .unwrap();
-    s.start(s.options());
+    s.start();
     let id = s.chat("once");
-    let err = s.stop_when_done().await;
+    let err = s.finished().await.unwrap_err();
     assert!(format!("{err:#}").contains("crash"), "{err:#}");
     assert!(
         s.replies_to(&id).is_empty(),
@@ -441,10 +362,10 @@ async fn a_crash_between_the_result_and_its_write_leaves_no_row_and_the_turn_run
     assert!(s.ledger().is_empty());
     assert_eq!(s.status(&id), "processing");
     conn.execute_batch("DROP TRIGGER crash").unwrap();
-    s.start(s.options());
+    s.start();
     s.wait_for("the answer after restart", |s| s.status(&id) == "completed")
         .await;
-    s.stop().await.unwrap();
+    s.stop().await;
     assert_eq!(s.replies_to(&id).len(), 1);
     let ledger = s.ledger();
     assert_eq!(ledger.len(), 1);
@@ -454,14 +375,14 @@ async fn a_crash_between_the_result_and_its_write_leaves_no_row_and_the_turn_run
 
 #[tokio::test]
 async fn a_running_turn_finishes_but_takes_no_push_once_the_limit_is_reached() {
-    let mut s = Session::new();
+    let mut s = session();
     s.mock = MockProvider::from_settings(MockSettings {
         delay: Duration::from_millis(400),
         usage: cost(0.25),
         ..MockSettings::default()
     });
     let config = config_with(s.dir.path(), json!({"maxCostUsdPerSession": 0.25}));
-    s.start(with_budgets(s.options(), &config));
+    s.start_with(|options| with_budgets(options, &config));
     let first = s.chat("one");
     s.wait_for("the first prompt", |s| s.mock.prompts().len() == 1)
         .await;
@@ -476,7 +397,7 @@ async fn a_running_turn_finishes_but_takes_no_push_once_the_limit_is_reached() {
     s.wait_for("the second answer", |s| s.status(&second) == "completed")
         .await;
     s.wait_for("the budget row", |s| {
-        !s.system_rows("budget_exceeded").is_empty()
+        !s.system_outs("budget_exceeded").is_empty()
     })
     .await;
     s.stays_pending(&third).await;
@@ -485,18 +406,18 @@ async fn a_running_turn_finishes_but_takes_no_push_once_the_limit_is_reached() {
         2,
         "the third message was never pushed"
     );
-    s.stop().await.unwrap();
+    s.stop().await;
 }
 
 #[tokio::test]
 async fn a_stopped_turn_is_recorded_as_aborted_with_what_it_reported() {
-    let mut s = Session::new();
+    let mut s = session();
     s.mock = MockProvider::with_delay(Duration::from_secs(30));
     s.mock.script_usage([Some(Usage {
         input_tokens: Some(90),
         ..Usage::default()
     })]);
-    s.start(s.options());
+    s.start();
     // A task's turn: the stopped turn's row names its series too.
     let mut task = NewMessageIn::new(
         "task",
@@ -511,7 +432,7 @@ async fn a_stopped_turn_is_recorded_as_aborted_with_what_it_reported() {
     s.db.insert_in(&interrupt).unwrap();
     s.wait_for("the stopped turn", |s| s.status(&id) == "completed")
         .await;
-    s.stop().await.unwrap();
+    s.stop().await;
     let ledger = s.ledger();
     assert_eq!(ledger.len(), 1, "{ledger:?}");
     assert_eq!(ledger[0]["outcome"], "aborted");
@@ -522,7 +443,7 @@ async fn a_stopped_turn_is_recorded_as_aborted_with_what_it_reported() {
 
 #[tokio::test]
 async fn a_failed_turn_that_spent_the_limit_is_not_run_again() {
-    let mut s = Session::new();
+    let mut s = session();
     s.mock.script([MockStep::Fail {
         message: "overloaded".into(),
         retryable: true,
@@ -530,16 +451,17 @@ async fn a_failed_turn_that_spent_the_limit_is_not_run_again() {
     }]);
     s.mock.script_usage([cost(0.25)]);
     let config = config_with(s.dir.path(), json!({"maxCostUsdPerSession": 0.25}));
-    let mut options = with_budgets(s.options(), &config);
-    options.query_retries = 1;
-    s.start(options);
+    s.start_with(|options| {
+        with_budgets(options, &config);
+        options.query_retries = 1;
+    });
     let id = s.chat("expensive");
     s.wait_for("the budget row", |s| {
-        !s.system_rows("budget_exceeded").is_empty()
+        !s.system_outs("budget_exceeded").is_empty()
     })
     .await;
     s.stays_pending(&id).await;
-    s.stop().await.unwrap();
+    s.stop().await;
     assert_eq!(s.mock.prompts().len(), 1, "no retry past the limit");
     assert_eq!(s.ledger().len(), 1);
 }

@@ -21,34 +21,27 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use agent_runner::runner::{tokio_clock, Clock, Runner, RunnerOptions};
+use agent_runner::runner::tokio_clock;
 use chrono::{DateTime, Datelike, Timelike, Utc, Weekday};
 use chrono_tz::Tz;
 use provider::mock::{MockProvider, MockStep};
 use schema::tasks::{TaskState, TaskUpdate};
 use schema::time::{format_ts, parse_ts};
-use schema::{MessageIn, MessageOut, NewMessageIn, OpenOptions, Routing, SessionDb};
-use serde_json::{json, Value};
-use tokio::sync::oneshot;
+use schema::{MessageIn, NewMessageIn, OpenOptions, Routing, SessionDb};
+use serde_json::json;
+
+mod common;
+
+use common::Fixture;
 
 // ----- fixture ---------------------------------------------------------------------------------
 
-struct Fixture {
-    dir: tempfile::TempDir,
-    db: SessionDb,
-    mock: MockProvider,
-    timezone: Tz,
-    /// The runner's clock in virtual-time tests.
-    clock: Option<Clock>,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
-}
-
+/// The fixture of the loop tests (tests/common) with what tasks need on top: the session's
+/// timezone, a clean `PATH` for scripts, the agent folder, and the virtual clock.
 impl Fixture {
-    fn new() -> Self {
+    fn utc() -> Self {
         Self::in_zone(chrono_tz::UTC)
     }
 
@@ -64,98 +57,31 @@ impl Fixture {
             },
         )
         .unwrap();
-        Self {
-            dir,
-            db,
-            mock: MockProvider::new(),
-            timezone,
-            clock: None,
-            stop: None,
-            task: None,
-        }
+        let mut fixture = Self::with_db(dir, db);
+        fixture.options.timezone = timezone;
+        fixture.options.script_env =
+            BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]);
+        fixture
     }
 
     /// Virtual time: the runner's clock reads `start` now and moves with paused tokio time.
     fn virtual_clock(&mut self, start: DateTime<Utc>) {
-        self.clock = Some(tokio_clock(start));
-    }
-
-    fn options(&self) -> RunnerOptions {
-        let mut options = RunnerOptions::for_workspace(self.dir.path());
-        options.timezone = self.timezone;
-        options.idle_poll = Duration::from_millis(200);
-        options.active_poll = Duration::from_millis(50);
-        options.heartbeat = Duration::from_secs(1);
-        options.query_retries = 1;
-        options.script_env = BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]);
-        if let Some(clock) = &self.clock {
-            options.clock = Arc::clone(clock);
-            // The production clamp (1 s); a test that must prove the timer sets it far longer.
-            options.idle_poll = Duration::from_secs(1);
-            // Nobody looks at the heartbeat here; weeks of 1 s beats would only cost time.
-            options.heartbeat = Duration::from_secs(86_400);
-        }
-        options
-    }
-
-    fn start(&mut self) {
-        self.start_with(|_| {});
-    }
-
-    fn start_with(&mut self, tweak: impl FnOnce(&mut RunnerOptions)) {
-        let mut options = self.options();
-        tweak(&mut options);
-        let runner = Runner::new(self.db.clone(), Arc::new(self.mock.clone()), options).unwrap();
-        let (tx, rx) = oneshot::channel::<()>();
-        self.stop = Some(tx);
-        self.task = Some(tokio::spawn(runner.run(async move {
-            let _ = rx.await;
-        })));
-    }
-
-    async fn stop(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(task) = self.task.take() {
-            tokio::time::timeout(Duration::from_secs(10), task)
-                .await
-                .unwrap()
-                .unwrap()
-                .unwrap();
-        }
+        self.options.clock = tokio_clock(start);
+        // The production clamp (1 s); a test that must prove the timer sets it far longer.
+        self.options.idle_poll = Duration::from_secs(1);
+        // Nobody looks at the heartbeat here; weeks of 1 s beats would only cost time.
+        self.options.heartbeat = Duration::from_secs(86_400);
     }
 
     /// The runner's "now" (virtual-time tests).
     fn now(&self) -> DateTime<Utc> {
-        (self.clock.as_ref().expect("a virtual clock"))()
+        (self.options.clock)()
     }
 
     /// Lets virtual time run until the runner's clock reads `at`.
     async fn sleep_until(&self, at: DateTime<Utc>) {
         let wait = (at - self.now()).to_std().unwrap_or_default();
         tokio::time::sleep(wait).await;
-    }
-
-    fn insert(&self, row: NewMessageIn) -> String {
-        self.db.insert_in(&row).unwrap().id
-    }
-
-    fn row(&self, id: &str) -> MessageIn {
-        self.db.message_in(id).unwrap().unwrap()
-    }
-
-    fn outs(&self) -> Vec<MessageOut> {
-        self.db.all_messages_out().unwrap()
-    }
-
-    fn system_outs(&self, action: &str) -> Vec<Value> {
-        self.outs()
-            .iter()
-            .filter(|o| o.kind == "system")
-            .map(|o| serde_json::from_str::<Value>(&o.content).unwrap())
-            .filter(|c| c["action"] == action)
-            .collect()
     }
 
     fn prompt_texts(&self) -> Vec<String> {
@@ -178,23 +104,6 @@ impl Fixture {
             .into_iter()
             .filter(|r| r.status == status)
             .collect()
-    }
-
-    /// Real-time wait (tests with processes).
-    async fn wait_for(&self, what: &str, mut cond: impl FnMut(&Self) -> bool) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(15);
-        while !cond(self) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "timed out waiting for {what}"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    async fn wait_completed(&self, id: &str) {
-        self.wait_for("completion", |f| f.row(id).status == "completed")
-            .await;
     }
 }
 
@@ -230,12 +139,7 @@ fn scripted(
 }
 
 fn chat(text: &str) -> NewMessageIn {
-    let mut row = NewMessageIn::new(
-        "chat",
-        json!({"sender": "Ann", "senderId": "u1", "text": text}).to_string(),
-    );
-    row.routing = routing();
-    row
+    common::chat_with(text, routing())
 }
 
 fn at(text: &str) -> DateTime<Utc> {
@@ -288,7 +192,7 @@ fn is_gone(pid: i32) -> bool {
 /// before.
 #[tokio::test(start_paused = true)]
 async fn a_task_due_in_ten_minutes_runs_then_on_the_runners_own_timer() {
-    let mut f = Fixture::new();
+    let mut f = Fixture::utc();
     let start = at("2026-03-02T10:00:00.000Z");
     f.virtual_clock(start);
     let due = start + minutes(10) + millis(437);
@@ -319,7 +223,7 @@ async fn a_task_due_in_ten_minutes_runs_then_on_the_runners_own_timer() {
 /// time from the timer, nor make the runner poll in a tight loop while it waits.
 #[tokio::test(start_paused = true)]
 async fn a_waiting_context_row_neither_masks_the_timer_nor_spins_the_loop() {
-    let mut f = Fixture::new();
+    let mut f = Fixture::utc();
     let start = at("2026-03-02T10:00:00.000Z");
     f.virtual_clock(start);
     let mut quiet = chat("context only");
@@ -358,7 +262,7 @@ async fn a_waiting_context_row_neither_masks_the_timer_nor_spins_the_loop() {
 /// series have more or less than one upcoming run.
 #[tokio::test(start_paused = true)]
 async fn a_five_minute_series_runs_on_the_grid_with_exactly_one_next_occurrence() {
-    let mut f = Fixture::new();
+    let mut f = Fixture::utc();
     let start = at("2026-03-02T10:00:00.250Z");
     f.virtual_clock(start);
     let series = f.insert(task(
@@ -552,7 +456,7 @@ async fn a_weekday_series_in_new_york_skips_weekends_and_follows_both_dst_change
 
 #[tokio::test]
 async fn script_wake_true_puts_its_data_in_the_task_element() {
-    let mut f = Fixture::new();
+    let mut f = Fixture::utc();
     f.start();
     let id = f.insert(scripted(
         "Comment on new PRs",
@@ -576,7 +480,7 @@ async fn script_wake_true_puts_its_data_in_the_task_element() {
 
 #[tokio::test]
 async fn script_wake_false_completes_the_task_without_a_query() {
-    let mut f = Fixture::new();
+    let mut f = Fixture::utc();
     f.start();
     let id = f.insert(scripted(
         "never seen",
@@ -606,7 +510,7 @@ async fn script_wake_false_completes_the_task_without_a_query() {
 
 #[tokio::test]
 async fn script_failing_exit_completes_the_task_with_a_task_skipped_row() {
-    let mut f = Fixture::new();
+    let mut f = Fixture::utc();
     f.start();
     let id = f.insert(scripted(
         "never seen",
@@ -637,7 +541,7 @@ async fn script_failing_exit_completes_the_task_with_a_task_skipped_row() {
 
 #[tokio::test]
 async fn script_timeout_kills_its_grandchild_and_skips_the_task() {
-    let mut f = Fixture::new();
+    let mut f = Fixture::utc();
     f.start_with(|o| o.script_limits.timeout = Duration::from_millis(500));
     let began = std::time::Instant::now();
     let id = f.insert(scripted(
@@ -676,7 +580,7 @@ async fn script_timeout_kills_its_grandchild_and_skips_the_task() {
 
 #[tokio::test]
 async fn script_with_five_megabytes_of_output_still_decides() {
-    let mut f = Fixture::new();
+    let mut f = Fixture::utc();
     f.start();
     let chatty = f.insert(scripted(
         "chatty but fine",
@@ -722,7 +626,7 @@ async fn script_with_five_megabytes_of_output_still_decides() {
 
 #[tokio::test]
 async fn script_with_a_malformed_last_line_skips_the_task() {
-    let mut f = Fixture::new();
+    let mut f = Fixture::utc();
     f.start();
     let id = f.insert(scripted(
         "never seen",
@@ -750,7 +654,7 @@ async fn script_with_a_malformed_last_line_skips_the_task() {
 /// pushed into the running query with its script output.
 #[tokio::test]
 async fn scripts_gate_tasks_that_arrive_mid_turn() {
-    let mut f = Fixture::new();
+    let mut f = Fixture::utc();
     f.mock = MockProvider::with_delay(Duration::from_millis(800));
     f.start();
     let first = f.insert(chat("first"));
@@ -797,7 +701,7 @@ async fn scripts_gate_tasks_that_arrive_mid_turn() {
 /// reads.
 #[tokio::test]
 async fn the_heartbeat_keeps_beating_while_a_script_runs() {
-    let mut f = Fixture::new();
+    let mut f = Fixture::utc();
     f.start_with(|o| o.heartbeat = Duration::from_secs(1));
     f.wait_for("runner_state", |f| f.db.runner_state().unwrap().is_some())
         .await;
@@ -836,7 +740,7 @@ async fn the_heartbeat_keeps_beating_while_a_script_runs() {
 /// the next future cron time (missed runs are not replayed).
 #[tokio::test(start_paused = true)]
 async fn pause_holds_a_series_and_resume_schedules_the_next_future_time() {
-    let mut f = Fixture::new();
+    let mut f = Fixture::utc();
     let start = at("2026-03-02T10:00:00Z");
     f.virtual_clock(start);
     let series = f.insert(task(
@@ -891,7 +795,7 @@ async fn pause_holds_a_series_and_resume_schedules_the_next_future_time() {
 /// Pausing while an occurrence runs: when it completes, its successor is inserted `paused`.
 #[tokio::test(start_paused = true)]
 async fn an_occurrence_completing_while_paused_inserts_a_paused_successor() {
-    let mut f = Fixture::new();
+    let mut f = Fixture::utc();
     f.virtual_clock(at("2026-03-02T10:00:00Z"));
     f.mock.script([MockStep::Echo {
         delay: Duration::from_secs(30),
@@ -934,7 +838,7 @@ async fn an_occurrence_completing_while_paused_inserts_a_paused_successor() {
 /// a scheduled one removes its next run.
 #[tokio::test(start_paused = true)]
 async fn cancel_stops_a_series_even_while_an_occurrence_runs() {
-    let mut f = Fixture::new();
+    let mut f = Fixture::utc();
     f.virtual_clock(at("2026-03-02T10:00:00Z"));
     f.mock.script([MockStep::Echo {
         delay: Duration::from_secs(30),
@@ -980,7 +884,7 @@ async fn cancel_stops_a_series_even_while_an_occurrence_runs() {
 /// runs reaches the successor.
 #[tokio::test(start_paused = true)]
 async fn update_moves_the_next_run_and_reaches_the_successor_of_a_running_occurrence() {
-    let mut f = Fixture::new();
+    let mut f = Fixture::utc();
     f.virtual_clock(at("2026-03-02T10:00:00Z"));
     let series = f.insert(task(
         "old prompt",
@@ -1050,7 +954,7 @@ async fn update_moves_the_next_run_and_reaches_the_successor_of_a_running_occurr
 /// exactly one successor; completing the same row again (or twice in one call) adds none.
 #[test]
 fn a_crash_replay_or_a_double_completion_never_forks_the_series() {
-    let f = Fixture::new();
+    let f = Fixture::utc();
     let start = at("2026-03-02T10:05:00Z");
     let series = f.insert(task("tick", Some(start), Some("*/5 * * * *")));
     let ids = vec![series.clone()];
@@ -1112,7 +1016,7 @@ fn a_crash_replay_or_a_double_completion_never_forks_the_series() {
 /// and the series has exactly one next occurrence.
 #[tokio::test(start_paused = true)]
 async fn a_runner_crash_mid_occurrence_reruns_it_once_without_forking() {
-    let mut f = Fixture::new();
+    let mut f = Fixture::utc();
     f.virtual_clock(at("2026-03-02T10:00:00Z"));
     f.mock.script([MockStep::Echo {
         delay: Duration::from_secs(60),
@@ -1159,7 +1063,7 @@ async fn a_runner_crash_mid_occurrence_reruns_it_once_without_forking() {
 /// stops with a `task_series_stopped` system row saying why; also when a script skips the run.
 #[tokio::test]
 async fn an_invalid_cron_stops_the_series_with_a_system_row() {
-    let mut f = Fixture::new();
+    let mut f = Fixture::utc();
     let bad = f.insert(task("bad cron", None, Some("61 * * * *")));
     let never = f.insert(scripted(
         "never fires",
@@ -1209,7 +1113,7 @@ async fn an_invalid_cron_stops_the_series_with_a_system_row() {
 /// already due (or without a time), whatever form the stored time has.
 #[test]
 fn next_due_after_skips_rows_already_due_and_reads_any_time_form() {
-    let f = Fixture::new();
+    let f = Fixture::utc();
     let now = at("2026-03-02T10:00:00Z");
     assert_eq!(f.db.next_due_after(now).unwrap(), None);
     let mut quiet = chat("context");

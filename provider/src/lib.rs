@@ -11,6 +11,7 @@ pub mod archive;
 mod classify;
 pub mod claude;
 pub mod codex;
+mod elicitation;
 mod kind;
 pub mod media;
 pub mod mock;

@@ -1,9 +1,9 @@
 //! Scenarios of the tool policy (issue 16, points 1-3), shared by every CLI: a `deny` rule the
 //! CLI enforces (the command never runs, the model receives the refusal), an `ask` rule answered
 //! with `nanoclaw answer` (Deny, Approve), not at all (denied after `askTimeoutSeconds`) or cut
-//! short by `/stop`, and an approval-stop tool that ends the turn right after its result. The runner's config.json carries
-//! `toolPolicy` and `approvalStopTools` (docs/contract/config.md). Re-exported by
-//! [`crate::scenarios`] so that `scenario_tests!` finds them.
+//! short by `/stop`, and an approval-stop tool that ends the turn right after its result. The
+//! runner's config.json carries `toolPolicy` and `approvalStopTools` (docs/contract/config.md).
+//! Re-exported by [`crate::scenarios`] so that `scenario_tests!` finds them.
 //!
 //! What differs per CLI is data here: whether the driver learns of a call refused by a `deny`
 //! rule and reports it (a `tool_decision` row by `policy`), see [`reports_policy_denials`].
@@ -231,6 +231,25 @@ enum Answer {
     Nothing,
 }
 
+/// A runner whose policy asks about every `Bash` call (`askTimeoutSeconds`: `timeout`), sent a
+/// message that makes `model`'s agent run [`TOUCH`], up to the question the runner posts: the
+/// session, the file [`TOUCH`] would create, the message's id and the question row.
+fn asked_to_touch(
+    provider: &str,
+    model: &FakeModel,
+    timeout: u64,
+) -> (Session, PathBuf, String, Value) {
+    let mut session = Session::new();
+    session.write_config(&json!({
+        "toolPolicy": {"ask": ["Bash"], "askTimeoutSeconds": timeout}
+    }));
+    session.start_runner(provider, model, &[]);
+    let touched = agent_dir(&session).join(TOUCHED);
+    let id = session.send_chat("make the file").id;
+    let question = session.wait_question(WAIT);
+    (session, touched, id, question)
+}
+
 /// An `ask: ["Bash"]` turn that runs [`TOUCH`], answered by `answer`: the command waits (the
 /// question row with Approve/Deny naming the command, status `waiting_user`, no second model
 /// request, no file), then the answer decides: the file exists only when approved, one
@@ -242,14 +261,7 @@ fn ask_scenario(provider: &str, answer: Answer) {
         Answer::Nothing => SHORT_ASK_TIMEOUT_SECS,
         Answer::Approve | Answer::Deny => LONG_ASK_TIMEOUT_SECS,
     };
-    let mut session = Session::new();
-    session.write_config(&json!({
-        "toolPolicy": {"ask": ["Bash"], "askTimeoutSeconds": timeout}
-    }));
-    session.start_runner(provider, &model, &[]);
-    let touched = agent_dir(&session).join(TOUCHED);
-    let id = session.send_chat("make the file").id;
-    let question = session.wait_question(WAIT);
+    let (mut session, touched, id, question) = asked_to_touch(provider, &model, timeout);
     // The runner posts the question and switches the status in one transaction.
     assert_eq!(runner_status(&session), "waiting_user");
     assert_eq!(question["title"], "Approve Bash?", "{question:#}");
@@ -389,14 +401,8 @@ pub fn policy_approval_stop_ends_the_turn_after_the_tool_result(provider: &str) 
 pub fn policy_stop_while_an_approval_waits_denies_it(provider: &str) {
     let model = fake_model([shell_step(provider, TOUCH)]);
     model.set_default_text("Still here.");
-    let mut session = Session::new();
-    session.write_config(&json!({
-        "toolPolicy": {"ask": ["Bash"], "askTimeoutSeconds": LONG_ASK_TIMEOUT_SECS}
-    }));
-    session.start_runner(provider, &model, &[]);
-    let touched = agent_dir(&session).join(TOUCHED);
-    let id = session.send_chat("make the file").id;
-    let question = session.wait_question(WAIT);
+    let (mut session, touched, id, question) =
+        asked_to_touch(provider, &model, LONG_ASK_TIMEOUT_SECS);
     let question_id = some(question["questionId"].as_str(), "a question id").to_owned();
     let stop = session.send_chat("/stop").id;
     let reply = session.wait_reply(&id, WAIT);

@@ -29,8 +29,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use provider::{
-    AgentProvider, AgentQuery, ErrorClass, Prompt, ProviderError, ProviderEvent, ProviderSettings,
-    QueryInput,
+    AgentProvider, AgentQuery, ApprovalAnswer, ApprovalKind, ApprovalRequest, ErrorClass, Prompt,
+    ProviderError, ProviderEvent, ProviderSettings, QueryInput,
 };
 use schema::{NewMessageIn, SessionDb};
 use serde_json::{json, Value};
@@ -392,6 +392,83 @@ pub fn tool_denials(events: &[ProviderEvent]) -> Vec<(String, Option<String>)> {
         .collect()
 }
 
+/// A tool call the CLI asks about (`ApprovalKind::ToolCall`) with its request's id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AskedCall {
+    /// The request's id, for `Approver::answer`.
+    pub id: String,
+    /// The tool's canonical name.
+    pub tool: String,
+    /// The call's one-line summary.
+    pub summary: Option<String>,
+    /// What the policy matches against (the command line, the path, the arguments' JSON).
+    pub argument: Option<String>,
+}
+
+/// An `ApprovalRequest` event.
+pub fn is_approval_request(event: &ProviderEvent) -> bool {
+    matches!(event, ProviderEvent::ApprovalRequest(_))
+}
+
+/// The one tool-call `ApprovalRequest` of `events`; panics unless there is exactly one.
+pub fn asked_call(events: &[ProviderEvent]) -> AskedCall {
+    let mut asked: Vec<AskedCall> = events
+        .iter()
+        .filter_map(|e| match e {
+            ProviderEvent::ApprovalRequest(ApprovalRequest {
+                id,
+                kind:
+                    ApprovalKind::ToolCall {
+                        tool,
+                        summary,
+                        argument,
+                    },
+            }) => Some(AskedCall {
+                id: id.clone(),
+                tool: tool.clone(),
+                summary: summary.clone(),
+                argument: argument.clone(),
+            }),
+            _ => None,
+        })
+        .collect();
+    match asked.pop() {
+        Some(call) if asked.is_empty() => call,
+        _ => panic!("not exactly one asked tool call: {events:#?}"),
+    }
+}
+
+/// A query of `input` read until its first `ApprovalRequest` (waiting `timeout` at most for
+/// each event): the query (still waiting for the answer), its events and the asked call.
+pub async fn query_until_approval<P: AgentProvider + ?Sized>(
+    provider: &P,
+    input: QueryInput,
+    timeout: Duration,
+) -> (AgentQuery, Vec<ProviderEvent>, AskedCall) {
+    let mut query = match provider.query(input) {
+        Ok(query) => query,
+        Err(err) => panic!("query: {err}"),
+    };
+    let events = until_for(&mut query, timeout, is_approval_request).await;
+    let asked = asked_call(&events);
+    (query, events, asked)
+}
+
+/// Answers the pending request `id` with `answer`, reads the turn to its end ([`ends_turn`]),
+/// ends the query and reads the rest of the stream: every event after the answer.
+pub async fn answer_approval(
+    query: &mut AgentQuery,
+    id: &str,
+    answer: ApprovalAnswer,
+    timeout: Duration,
+) -> Vec<ProviderEvent> {
+    assert!(query.approver().answer(id, answer), "{id} is not pending");
+    let mut events = until_for(query, timeout, ends_turn).await;
+    query.end();
+    events.extend(drain_for(query, timeout).await);
+    events
+}
+
 /// Every turn-ending `Error` as (classification, retryable, message).
 pub fn final_errors(events: &[ProviderEvent]) -> Vec<(ErrorClass, bool, String)> {
     events
@@ -442,17 +519,19 @@ pub fn answer(db: &SessionDb, question_id: &str, option: &str) {
 
 /// A tool policy of `deny` and `ask` rules (`Bash(rm *)`, `mcp__nanoclaw__*`), default allow.
 pub fn tool_policy(deny: &[&str], ask: &[&str]) -> provider::ToolPolicy {
-    let rules = |list: &[&str]| {
-        list.iter()
-            .map(|rule| match provider::ToolRule::parse(rule) {
-                Ok(rule) => rule,
-                Err(err) => panic!("{err}"),
-            })
-            .collect()
-    };
     provider::ToolPolicy {
         deny: rules(deny),
         ask: rules(ask),
         ..provider::ToolPolicy::default()
     }
+}
+
+/// Tool rules parsed from their config text (`Bash(rm *)`, `Read(/etc/*)`).
+pub fn rules(list: &[&str]) -> Vec<provider::ToolRule> {
+    list.iter()
+        .map(|rule| match provider::ToolRule::parse(rule) {
+            Ok(rule) => rule,
+            Err(err) => panic!("{err}"),
+        })
+        .collect()
 }

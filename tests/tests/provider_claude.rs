@@ -16,16 +16,18 @@ use std::time::{Duration, Instant};
 use e2e::fake_model::{Step, StepUsage};
 use e2e::harness::claude_user_texts as user_texts;
 use e2e::provider_harness::{
-    answer, ask, ask_with, drain, ends_turn, final_errors, input, is_result, question_id, results,
-    session_id, tool_denials, until,
+    answer, answer_approval, ask, ask_with, drain, ends_turn, final_errors, input,
+    is_approval_request, is_result, query_until_approval, question_id, results, rules, session_id,
+    tool_denials, until, EVENT_TIMEOUT,
 };
 use e2e::provider_scenarios::{
     assert_first_text_reply, setup, start, ApiErrorCase, ExpectedClass, WatchdogCase,
 };
+use e2e::secrets::shell_step;
 use provider::claude::ClaudeProvider;
 use provider::{
-    AgentProvider, ApprovalAnswer, ApprovalKind, ErrorClass, InterruptReason, MediaFile, Prompt,
-    PromptId, ProviderEvent, QueryInput, ToolRule, Usage,
+    AgentProvider, ApprovalAnswer, ErrorClass, InterruptReason, MediaFile, Prompt, PromptId,
+    ProviderEvent, QueryInput, Usage,
 };
 use serde_json::{json, Value};
 
@@ -761,11 +763,6 @@ async fn model_per_query_switches_by_set_model() {
 // Issue 16: the tool policy, approvals and approval stops
 // ---------------------------------------------------------------------------------------------
 
-/// Rules for `settings.tool_policy`.
-fn rules(list: &[&str]) -> Vec<ToolRule> {
-    list.iter().map(|r| ToolRule::parse(r).unwrap()).collect()
-}
-
 /// `deny: ["Bash(rm *)", "Read(/etc/*)"]`: `rm -rf target` is refused by Claude's own deny
 /// list, `Read /etc/hostname` by the driver's `PreToolUse` hook; the directory survives, each
 /// refusal is one `ToolDenied`, and the model gets both refusals as tool results.
@@ -779,10 +776,7 @@ async fn denied_calls_do_not_run_and_the_model_gets_the_refusal() {
     let target = s.settings.agent_dir.join("target");
     std::fs::create_dir_all(&target).unwrap();
     s.fake.push_all([
-        Step::raw_tool_call(
-            "Bash",
-            json!({"command": "rm -rf target", "description": "clean"}),
-        ),
+        shell_step("claude", "rm -rf target"),
         Step::raw_tool_call("Read", json!({"file_path": "/etc/hostname"})),
         Step::text("gave up"),
     ]);
@@ -819,15 +813,9 @@ async fn asked_calls_wait_for_the_answer() {
     let mut s = setup::<Cli>("claude", cli);
     s.settings.tool_policy.ask = rules(&["Bash"]);
     s.fake.push_all([
-        Step::raw_tool_call(
-            "Bash",
-            json!({"command": "touch approved.txt", "description": "a"}),
-        ),
+        shell_step("claude", "touch approved.txt"),
         Step::text("made it"),
-        Step::raw_tool_call(
-            "Bash",
-            json!({"command": "touch refused.txt", "description": "b"}),
-        ),
+        shell_step("claude", "touch refused.txt"),
         Step::text("could not"),
     ]);
     let provider = s.provider::<Cli>();
@@ -844,31 +832,25 @@ async fn asked_calls_wait_for_the_answer() {
             "could not",
         ),
     ] {
-        let mut query = provider
-            .query(input("touch a file", session.as_deref()))
-            .unwrap();
-        let mut events = until(&mut query, |e| {
-            matches!(e, ProviderEvent::ApprovalRequest(_))
-        })
+        let (mut query, mut events, asked) = query_until_approval(
+            &provider,
+            input("touch a file", session.as_deref()),
+            EVENT_TIMEOUT,
+        )
         .await;
-        let Some(ProviderEvent::ApprovalRequest(request)) = events.last().cloned() else {
-            unreachable!()
-        };
+        let touch = format!("touch {file}");
         assert_eq!(
-            request.kind,
-            ApprovalKind::ToolCall {
-                tool: "Bash".into(),
-                summary: Some(format!("touch {file}")),
-                argument: Some(format!("touch {file}")),
-            }
+            (
+                asked.tool.as_str(),
+                asked.summary.as_deref(),
+                asked.argument.as_deref()
+            ),
+            ("Bash", Some(touch.as_str()), Some(touch.as_str()))
         );
         // The CLI waits: nothing ran, no further model request.
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert!(!agent_dir.join(file).exists());
-        assert!(query.approver().answer(&request.id, answer));
-        events.extend(until(&mut query, ends_turn).await);
-        query.end();
-        events.extend(drain(&mut query).await);
+        events.extend(answer_approval(&mut query, &asked.id, answer, EVENT_TIMEOUT).await);
         assert_eq!(results(&events), vec![(reply.to_owned(), 0)], "{events:#?}");
         session = Some(session_id(&events));
     }
@@ -901,18 +883,12 @@ async fn an_unanswered_call_is_refused_when_the_turn_is_interrupted() {
     let mut s = setup::<Cli>("claude", cli);
     s.settings.tool_policy.ask = rules(&["Bash"]);
     s.fake.push_all([
-        Step::raw_tool_call(
-            "Bash",
-            json!({"command": "touch never.txt", "description": "a"}),
-        ),
+        shell_step("claude", "touch never.txt"),
         Step::text("after the stop"),
     ]);
     let provider = s.provider::<Cli>();
     let mut query = provider.query(input("touch it", None)).unwrap();
-    let mut events = until(&mut query, |e| {
-        matches!(e, ProviderEvent::ApprovalRequest(_))
-    })
-    .await;
+    let mut events = until(&mut query, is_approval_request).await;
     query.interrupt();
     events.extend(drain(&mut query).await);
     let pid = provider.pid().await;

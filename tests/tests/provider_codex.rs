@@ -756,7 +756,27 @@ async fn open_approval_is_declined_when_the_turn_is_stopped() {
 /// thread and the model then reads the tool's result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approval_stop_tool_ends_the_turn_after_its_result() {
-    let Some(cli) = start::<Cli>("approval_stop_tool_ends_the_turn_after_its_result") else {
+    approval_stop(
+        "approval_stop_tool_ends_the_turn_after_its_result",
+        Duration::ZERO,
+    )
+    .await;
+}
+
+/// The same with every `turn/interrupt` sent a second late (a driver slowed by load; Codex's
+/// next model request follows the tool's result within ~20 ms): the approval-stop hook holds
+/// Codex until the interrupt ends the turn, so still no model request follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approval_stop_holds_codex_until_a_late_interrupt() {
+    approval_stop(
+        "approval_stop_holds_codex_until_a_late_interrupt",
+        Duration::from_millis(1000),
+    )
+    .await;
+}
+
+async fn approval_stop(test: &str, interrupt_delay: Duration) {
+    let Some(cli) = start::<Cli>(test) else {
         return;
     };
     let mut s = setup::<Cli>("approval_stop", cli);
@@ -766,6 +786,7 @@ async fn approval_stop_tool_ends_the_turn_after_its_result() {
         Step::text("must not be asked for"),
     ]);
     let provider = s.provider::<Cli>();
+    provider.delay_interrupts(interrupt_delay);
     let mut query = provider.query(input("plan it", None)).unwrap();
     let mut events = until(&mut query, ends).await;
     query.end();
@@ -798,6 +819,7 @@ async fn approval_stop_tool_ends_the_turn_after_its_result() {
         "{rows:?}"
     );
 
+    provider.delay_interrupts(Duration::ZERO);
     s.fake.set_script([Step::text("continuing")]);
     let events = ask(&provider, "looks good", Some(&thread)).await;
     assert_eq!(session_id(&events), thread);

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use e2e::fake_model::{Step, StepUsage};
 use e2e::harness::{descendants, live_processes, processes_with, processes_with_env};
 use e2e::provider_harness::{
-    answer, ask_for, drain_for, ends_turn, final_errors, input, results, session_id, tool_denials,
-    tool_policy, until_for, MARKER_VALUE, MARKER_VAR,
+    answer, ask_for, drain_for, ends_turn, final_errors, input, query_until_approval, results,
+    session_id, tool_denials, tool_policy, until_for, AskedCall, MARKER_VALUE, MARKER_VAR,
 };
 use e2e::provider_scenarios::{
     assert_first_text_reply, assert_send_message_wrote_a_row, assert_stale_continuation_replaced,
@@ -26,6 +26,7 @@ use e2e::provider_scenarios::{
     CliProvider, ExpectedClass, WatchdogCase,
 };
 use e2e::scenarios;
+use e2e::secrets::shell_step;
 use provider::opencode::OpenCodeProvider;
 use provider::{
     AgentProvider, AgentQuery, ErrorClass, InterruptReason, Prompt, ProviderEvent, Usage,
@@ -688,57 +689,27 @@ async fn model_per_query() {
 // Tool policy, approvals and approval stops (issue 16)
 // ---------------------------------------------------------------------------------------------
 
+/// The model step that runs `command` in OpenCode's shell tool.
 fn bash(command: &str) -> Step {
-    Step::raw_tool_call("bash", json!({"command": command, "description": "run it"}))
+    shell_step("opencode", command)
 }
 
-/// The one `ApprovalRequest` of `events`: (id, tool, argument).
-fn approval_request(events: &[ProviderEvent]) -> (String, String, Option<String>) {
-    let requests: Vec<_> = events
-        .iter()
-        .filter_map(|e| match e {
-            ProviderEvent::ApprovalRequest(provider::ApprovalRequest {
-                id,
-                kind: provider::ApprovalKind::ToolCall { tool, argument, .. },
-            }) => Some((id.clone(), tool.clone(), argument.clone())),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(requests.len(), 1, "{events:#?}");
-    requests[0].clone()
-}
-
-/// A query on `session` until its `ApprovalRequest`: the query, its events and (id, tool,
-/// argument).
+/// A query on `session` until its `ApprovalRequest`: the query, its events and the asked call.
 async fn until_approval(
     provider: &OpenCodeProvider,
     text: &str,
     session: Option<&str>,
-) -> (
-    AgentQuery,
-    Vec<ProviderEvent>,
-    (String, String, Option<String>),
-) {
-    let mut query = provider.query(input(text, session)).unwrap();
-    let events = until(&mut query, |e| {
-        matches!(e, ProviderEvent::ApprovalRequest(_))
-    })
-    .await;
-    let request = approval_request(&events);
-    (query, events, request)
+) -> (AgentQuery, Vec<ProviderEvent>, AskedCall) {
+    query_until_approval(provider, input(text, session), EVENT_TIMEOUT).await
 }
 
-/// Answers request `id`, then reads the turn to its end (and ends the query): its events.
+/// Answers request `id`, then reads the turn to its end and ends the query: its events.
 async fn answer_approval(
     query: &mut AgentQuery,
     id: &str,
     answer: provider::ApprovalAnswer,
 ) -> Vec<ProviderEvent> {
-    assert!(query.approver().answer(id, answer));
-    let events = until(query, ends_turn).await;
-    query.end();
-    drain(query).await;
-    events
+    e2e::provider_harness::answer_approval(query, id, answer, EVENT_TIMEOUT).await
 }
 
 /// `deny: ["Bash(rm *)", "Read(*secret*)"]`, `ask: ["Bash(touch *)"]` against the real CLI:
@@ -804,23 +775,22 @@ async fn tool_policy_denies_and_asks() {
 
     // Ask, answered Allow a moment later (the watchdog's part: `driver.rs`'s unit test; OpenCode
     // reports the tool running during the wait, which extends it too).
-    let (mut query, _, (id, tool, argument)) =
-        until_approval(&provider, "touch one", Some(&session)).await;
+    let (mut query, _, asked) = until_approval(&provider, "touch one", Some(&session)).await;
     assert_eq!(
-        (tool.as_str(), argument.as_deref()),
+        (asked.tool.as_str(), asked.argument.as_deref()),
         ("Bash", Some("touch approved.txt"))
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!agent.join("approved.txt").exists(), "waits for the answer");
-    let events = answer_approval(&mut query, &id, provider::ApprovalAnswer::Allow).await;
+    let events = answer_approval(&mut query, &asked.id, provider::ApprovalAnswer::Allow).await;
     assert_eq!(results(&events), vec![("touched".to_owned(), 0)]);
     assert!(agent.join("approved.txt").is_file());
 
     // Ask, answered Deny: nothing runs, the model gets the reason and goes on.
-    let (mut query, _, (id, _, _)) = until_approval(&provider, "touch two", Some(&session)).await;
+    let (mut query, _, asked) = until_approval(&provider, "touch two", Some(&session)).await;
     let reason = "denied by the user".to_owned();
     let deny = provider::ApprovalAnswer::Deny { reason };
-    let events = answer_approval(&mut query, &id, deny).await;
+    let events = answer_approval(&mut query, &asked.id, deny).await;
     s.print_log();
     assert_eq!(results(&events), vec![("was refused".to_owned(), 0)]);
     assert!(!agent.join("refused.txt").exists());
@@ -829,12 +799,11 @@ async fn tool_policy_denies_and_asks() {
 
     // An MCP tool asked about: the user sees its arguments (OpenCode asks before it publishes
     // them; the request waits for them).
-    let (mut query, _, (id, tool, argument)) =
-        until_approval(&provider, "send it", Some(&session)).await;
-    assert_eq!(tool, "mcp__nanoclaw__send_message");
-    let argument: serde_json::Value = serde_json::from_str(&argument.unwrap()).unwrap();
+    let (mut query, _, asked) = until_approval(&provider, "send it", Some(&session)).await;
+    assert_eq!(asked.tool, "mcp__nanoclaw__send_message");
+    let argument: serde_json::Value = serde_json::from_str(&asked.argument.unwrap()).unwrap();
     assert_eq!(argument["text"], "asked first", "{argument}");
-    let events = answer_approval(&mut query, &id, provider::ApprovalAnswer::Allow).await;
+    let events = answer_approval(&mut query, &asked.id, provider::ApprovalAnswer::Allow).await;
     assert_eq!(results(&events), vec![("sent".to_owned(), 0)]);
     let rows = s.db.all_messages_out().unwrap();
     assert!(
@@ -857,7 +826,7 @@ async fn an_unanswered_approval_is_denied_when_the_query_ends() {
     s.fake
         .push_all([bash("touch never.txt"), Step::text("next answer")]);
     let provider = s.provider::<Cli>();
-    let (mut query, events, (id, _, _)) = until_approval(&provider, "touch it", None).await;
+    let (mut query, events, asked) = until_approval(&provider, "touch it", None).await;
     let session = session_id(&events);
     query.abort();
     let events = drain(&mut query).await;
@@ -874,7 +843,7 @@ async fn an_unanswered_approval_is_denied_when_the_query_ends() {
     // A late answer changes nothing.
     query
         .approver()
-        .answer(&id, provider::ApprovalAnswer::Allow);
+        .answer(&asked.id, provider::ApprovalAnswer::Allow);
     assert!(!agent.join("never.txt").exists());
     assert_eq!(s.turns().len(), 1, "no model request after the abort");
     let events = ask(&provider, "hello", Some(&session)).await;
@@ -911,17 +880,7 @@ async fn an_approval_stop_ends_the_turn_after_the_tool_result() {
     let mut query = provider
         .query(input("present the plan", Some(&session)))
         .unwrap();
-    let events = until(&mut query, |e| {
-        matches!(
-            e,
-            ProviderEvent::Interrupted { .. }
-                | ProviderEvent::Error {
-                    ends_turn: true,
-                    ..
-                }
-        )
-    })
-    .await;
+    let events = until(&mut query, ends_interrupted).await;
     let rest = drain(&mut query).await;
     assert!(rest.is_empty(), "the stream closes after it: {rest:#?}");
     // The step was cut by the abort: OpenCode reports no usage for it.

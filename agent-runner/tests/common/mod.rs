@@ -1,5 +1,5 @@
 //! The in-process runner fixture shared by the loop tests: a session DB in a temp dir, the
-//! mock provider, and the runner on a task (tests/loop.rs, tests/approvals.rs).
+//! mock provider, and the runner on a task (tests/loop.rs, approvals.rs, budgets.rs, tasks.rs).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
@@ -11,13 +11,16 @@ use schema::{MessageIn, MessageOut, NewMessageIn, Routing, SessionDb};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
-/// A runner on the mock over a fresh session DB.
+/// A runner on the mock over a session DB in a temp dir.
 pub(crate) struct Fixture {
-    pub(crate) _dir: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
     pub(crate) db: SessionDb,
     pub(crate) mock: MockProvider,
-    pub(crate) stop: Option<oneshot::Sender<()>>,
-    pub(crate) task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    /// What `start` runs the runner with (before its tweak): [`options`] unless a test file
+    /// sets its own.
+    pub(crate) options: RunnerOptions,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
 
 pub(crate) fn options(dir: &std::path::Path) -> RunnerOptions {
@@ -33,8 +36,14 @@ impl Fixture {
     pub(crate) fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let db = SessionDb::open(dir.path().join("session.db")).unwrap();
+        Self::with_db(dir, db)
+    }
+
+    /// A fixture over `db`, a session DB in `dir` opened by the caller.
+    pub(crate) fn with_db(dir: tempfile::TempDir, db: SessionDb) -> Self {
         Self {
-            _dir: dir,
+            options: options(dir.path()),
+            dir,
             db,
             mock: MockProvider::new(),
             stop: None,
@@ -53,9 +62,9 @@ impl Fixture {
     }
 
     pub(crate) fn start_with(&mut self, tweak: impl FnOnce(&mut RunnerOptions)) {
-        let mut opts = options(self._dir.path());
-        tweak(&mut opts);
-        let runner = Runner::new(self.db.clone(), Arc::new(self.mock.clone()), opts).unwrap();
+        let mut options = self.options.clone();
+        tweak(&mut options);
+        let runner = Runner::new(self.db.clone(), Arc::new(self.mock.clone()), options).unwrap();
         let (tx, rx) = oneshot::channel::<()>();
         self.stop = Some(tx);
         self.task = Some(tokio::spawn(runner.run(async move {
@@ -63,17 +72,28 @@ impl Fixture {
         })));
     }
 
+    /// Stops the runner; panics unless it ended cleanly.
     pub(crate) async fn stop(&mut self) {
+        self.stop_with_result().await.unwrap();
+    }
+
+    /// Stops the runner and returns what it returned.
+    pub(crate) async fn stop_with_result(&mut self) -> anyhow::Result<()> {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }
-        if let Some(task) = self.task.take() {
-            tokio::time::timeout(Duration::from_secs(5), task)
-                .await
-                .unwrap()
-                .unwrap()
-                .unwrap();
-        }
+        self.finished().await
+    }
+
+    /// Waits for the runner to end (by itself unless stopped) and returns what it returned.
+    pub(crate) async fn finished(&mut self) -> anyhow::Result<()> {
+        let Some(task) = self.task.take() else {
+            return Ok(());
+        };
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .unwrap()
+            .unwrap()
     }
 
     pub(crate) fn insert(&self, row: NewMessageIn) -> String {
@@ -92,11 +112,23 @@ impl Fixture {
         self.db.all_messages_out().unwrap()
     }
 
+    /// Every `system` row of `action`, its content as JSON.
+    pub(crate) fn system_outs(&self, action: &str) -> Vec<Value> {
+        self.outs()
+            .iter()
+            .filter(|o| o.kind == "system")
+            .map(|o| serde_json::from_str::<Value>(&o.content).unwrap())
+            .filter(|c| c["action"] == action)
+            .collect()
+    }
+
+    /// Polls `cond` until it holds; 15 s of real time at most (real, so that tests on paused
+    /// tokio time can wait for a process too).
     pub(crate) async fn wait_for(&self, what: &str, mut cond: impl FnMut(&Self) -> bool) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
         while !cond(self) {
             assert!(
-                tokio::time::Instant::now() < deadline,
+                std::time::Instant::now() < deadline,
                 "timed out waiting for {what}"
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -118,11 +150,16 @@ pub(crate) fn routing() -> Routing {
 }
 
 pub(crate) fn chat(text: &str) -> NewMessageIn {
+    chat_with(text, routing())
+}
+
+/// A chat row from Ann with `routing`.
+pub(crate) fn chat_with(text: &str, routing: Routing) -> NewMessageIn {
     let mut row = NewMessageIn::new(
         "chat",
         json!({"sender": "Ann", "senderId": "u1", "text": text}).to_string(),
     );
-    row.routing = routing();
+    row.routing = routing;
     row
 }
 

@@ -194,7 +194,7 @@ fn on_elicitation(mode: ElicitationMode, request_id: &str, request: &Value) -> A
         .and_then(Value::as_str)
         .unwrap_or("form");
     let Some((field, options)) = (form == "form")
-        .then(|| simple_field(request.get("requested_schema")))
+        .then(|| crate::elicitation::single_string_field(request.get("requested_schema")))
         .flatten()
     else {
         return decline;
@@ -211,25 +211,6 @@ fn on_elicitation(mode: ElicitationMode, request_id: &str, request: &Value) -> A
         },
         field: Some(field),
     })
-}
-
-/// The one string field of a form schema, with its allowed values (empty: free text); `None`
-/// for anything else (more fields, numbers, nested objects), which is declined.
-fn simple_field(schema: Option<&Value>) -> Option<(String, Vec<String>)> {
-    let properties: &Map<String, Value> = schema?.get("properties")?.as_object()?;
-    let mut fields = properties.iter();
-    let (name, field) = fields.next()?;
-    if fields.next().is_some() || field.get("type").and_then(Value::as_str) != Some("string") {
-        return None;
-    }
-    let options = match field.get("enum") {
-        Some(Value::Array(values)) => values
-            .iter()
-            .map(|v| v.as_str().map(str::to_owned))
-            .collect::<Option<Vec<_>>>()?,
-        _ => Vec::new(),
-    };
-    Some((name.clone(), options))
 }
 
 /// A `PreToolUse` answer that refuses the call; the model gets `reason` as the tool's error.

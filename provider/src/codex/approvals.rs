@@ -216,7 +216,9 @@ fn general_elicitation(params: &Value, mode: ElicitationMode) -> Verdict {
     if mode != ElicitationMode::Ask {
         return decline;
     }
-    let Some((field, options)) = simple_schema(params.get("requestedSchema")) else {
+    let Some((field, options)) =
+        crate::elicitation::single_string_field(params.get("requestedSchema"))
+    else {
         return decline;
     };
     let server = params
@@ -238,25 +240,6 @@ fn general_elicitation(params: &Value, mode: ElicitationMode) -> Verdict {
         reply: Reply::Elicitation { field },
         call: None,
     }
-}
-
-/// The one property of a schema that is a string choice (its options) or free text (none).
-fn simple_schema(schema: Option<&Value>) -> Option<(String, Vec<String>)> {
-    let properties = schema?.get("properties")?.as_object()?;
-    let mut fields = properties.iter();
-    let (name, property) = fields.next()?;
-    if fields.next().is_some() || property.get("type").and_then(Value::as_str) != Some("string") {
-        return None;
-    }
-    let options = match property.get("enum") {
-        None => Vec::new(),
-        Some(values) => values
-            .as_array()?
-            .iter()
-            .map(|v| v.as_str().map(str::to_owned))
-            .collect::<Option<Vec<_>>>()?,
-    };
-    Some((name.clone(), options))
 }
 
 #[cfg(test)]

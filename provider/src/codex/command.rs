@@ -204,7 +204,49 @@ pub(super) fn config_file(settings: &ProviderSettings) -> String {
             }
         }
     }
+    text.push_str(&approval_stop_hook(&settings.approval_stop_tools));
     text
+}
+
+/// The `statusMessage` of the approval-stop hook: `hook/started` carries it, which is how the
+/// driver tells our hook from any other.
+pub(super) const APPROVAL_STOP_HOOK_STATUS: &str = "NanoClaw approval stop";
+
+/// How long the approval-stop hook holds Codex at most. The driver's `turn/interrupt` ends it
+/// within milliseconds (Codex kills the hook with the turn); this only bounds the wait if the
+/// driver is gone, after which Codex goes on as if there were no hook.
+const APPROVAL_STOP_HOLD_SECS: u64 = 60;
+
+/// A `PostToolUse` hook on the approval-stop tools that holds Codex after the tool's result until
+/// the driver's `turn/interrupt` ends the turn, so the turn's next model request can never win
+/// the race against the interrupt. Codex 0.169's own `continue: false` does not end the turn
+/// (measured: Codex replaces the tool's output with the stop reason and asks the model again),
+/// so the hook only waits. It loads only once trusted ([`super::hooks`]).
+fn approval_stop_hook(tools: &[String]) -> String {
+    if tools.is_empty() {
+        return String::new();
+    }
+    let names: Vec<String> = tools.iter().map(|t| regex_literal(t)).collect();
+    format!(
+        "\n[[hooks.PostToolUse]]\nmatcher = {}\nhooks = [{{ type = \"command\", command = {}, \
+         timeout = {}, statusMessage = {} }}]\n",
+        toml_str(&format!("^(?:{})$", names.join("|"))),
+        toml_str(&format!("cat >/dev/null; sleep {APPROVAL_STOP_HOLD_SECS}")),
+        APPROVAL_STOP_HOLD_SECS + 30,
+        toml_str(APPROVAL_STOP_HOOK_STATUS),
+    )
+}
+
+/// `text` as a regex matching exactly it (Codex's hook matchers are regexes).
+fn regex_literal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_ascii_punctuation() && c != '_' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Writes [`config_file`] into the private `CODEX_HOME` (owner-only).
@@ -426,6 +468,26 @@ mod tests {
         let mut asks = settings();
         asks.elicitation = crate::ElicitationMode::Ask;
         assert_eq!(approval_policy(&asks), "untrusted");
+    }
+
+    /// The approval-stop tools get one `PostToolUse` hook matching exactly their names (a `.`
+    /// or `-` in a name is no wildcard); without them there is none.
+    #[test]
+    fn approval_stop_hook_in_the_config_file() {
+        let mut s = settings();
+        assert!(!config_file(&s).contains("hooks"));
+        s.approval_stop_tools = vec![
+            "mcp__nanoclaw__send_message".into(),
+            "mcp__docs-v1.2__publish".into(),
+        ];
+        expect![[r#"
+            # Written by the NanoClaw agent-runner at every start.
+
+            [[hooks.PostToolUse]]
+            matcher = "^(?:mcp__nanoclaw__send_message|mcp__docs\\-v1\\.2__publish)$"
+            hooks = [{ type = "command", command = "cat >/dev/null; sleep 60", timeout = 90, statusMessage = "NanoClaw approval stop" }]
+        "#]]
+        .assert_eq(&config_file(&s));
     }
 
     #[test]

@@ -39,6 +39,8 @@ pub(super) struct Shared {
     pub(super) transcript: std::sync::Mutex<Option<Transcript>>,
     /// Held by the transcript archive that runs (`archiving.rs`).
     pub(super) archive: crate::archive::job::ArchiveLock,
+    /// Waited before each `turn/interrupt` (zero but in tests: [`super::CodexProvider::delay_interrupts`]).
+    pub(super) interrupt_delay: std::sync::Mutex<Duration>,
 }
 
 /// Why a query stopped before its turns could run.
@@ -207,6 +209,10 @@ pub(super) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
                     }
                 }
                 Action::Interrupt { turn_id } => {
+                    let delay = *rpc_lock(&shared.interrupt_delay);
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
                     let params = serde_json::json!({ "threadId": thread_id, "turnId": turn_id });
                     match server.request("turn/interrupt", params).await {
                         Ok(_) => {}
@@ -413,6 +419,7 @@ async fn live_server(shared: &Shared) -> Result<Arc<AppServer>, Failure> {
     let server = AppServer::start(&command, transcript, gated)
         .await
         .map_err(|err| Failure::process(err.to_string()))?;
+    super::hooks::trust_approval_stop_hook(&server, settings).await;
     *slot = Some(server.clone());
     Ok(server)
 }

@@ -33,6 +33,7 @@ mod command;
 mod connection;
 mod driver;
 pub(crate) mod history;
+mod hooks;
 mod protocol;
 mod translate;
 
@@ -75,8 +76,16 @@ impl CodexProvider {
                 server: tokio::sync::Mutex::new(None),
                 transcript: std::sync::Mutex::new(None),
                 archive: crate::archive::job::ArchiveLock::default(),
+                interrupt_delay: std::sync::Mutex::new(std::time::Duration::ZERO),
             }),
         })
+    }
+
+    /// Makes the driver wait this long before each `turn/interrupt` it sends. A test hook: it
+    /// plays a driver slowed by load, to show that an approval stop holds Codex until the
+    /// interrupt comes (the approval-stop hook, `command.rs`).
+    pub fn delay_interrupts(&self, delay: std::time::Duration) {
+        *rpc_lock(&self.shared.interrupt_delay) = delay;
     }
 
     /// Records every JSON-RPC line and control of later app-server processes to `path` (JSON

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::approvals::{self, Call, Reply, Verdict};
+use super::command::APPROVAL_STOP_HOOK_STATUS;
 use super::protocol::{
     input_text, user_input, AgentMessageDelta, ErrorNotification, ItemNotification,
     MessageNotification, ModelRerouted, RequestId, TokenBreakdown, TokenUsageNotification,
@@ -708,6 +709,20 @@ impl QueryState {
                     actions.push(progress(format!(
                         "MCP server {name} failed to start: {error}"
                     )));
+                }
+            }
+            // Our approval-stop hook holds Codex after a stop tool's result (`command.rs`). The
+            // tool's `item/completed` normally stopped the turn already; this covers a call
+            // Codex ran the hook for without reporting it `completed`, which would otherwise
+            // wait for the hook's own time limit.
+            "hook/started" => {
+                let ours = params.pointer("/run/statusMessage").and_then(Value::as_str)
+                    == Some(APPROVAL_STOP_HOOK_STATUS);
+                if ours && !self.aborted && self.stop.is_none() && self.active.is_some() {
+                    tracing::info!("approval-stop hook holds codex; interrupting the turn");
+                    self.on_stop(InterruptReason::ApprovalStop, now, &mut actions);
+                } else {
+                    self.activity(now, &mut actions);
                 }
             }
             "turn/started"

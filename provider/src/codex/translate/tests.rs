@@ -1493,3 +1493,28 @@ fn approval_stop_tool_result_ends_the_turn() {
     "#]]
     .assert_eq(&render(&log));
 }
+
+/// Our approval-stop hook starting (Codex holds the turn for it) stops the turn even when no
+/// `completed` stop-tool item came first; another hook does not.
+#[test]
+fn approval_stop_hook_start_ends_the_turn() {
+    let now = Instant::now();
+    let mut s = gated_state();
+    let mut log = s.begin();
+    log.extend(s.on_turn_started("t1".into(), now));
+    let hook = |status: &str| {
+        json!({"threadId": "th", "turnId": "t1", "run": {"eventName": "postToolUse",
+               "statusMessage": status, "status": "running"}})
+    };
+    log.extend(s.on_notification("hook/started", &hook("someone else's"), now));
+    log.extend(s.on_notification("hook/started", &hook(APPROVAL_STOP_HOOK_STATUS), now));
+    log.extend(s.on_notification("turn/completed", &completed("t1", "interrupted"), now));
+    expect![[r#"
+        turn/start "one"
+        emit Activity { tool: None, summary: None }
+        turn/interrupt t1
+        emit Interrupted { covers: 0, usage: None, reason: ApprovalStop }
+        close
+    "#]]
+    .assert_eq(&render(&log));
+}
