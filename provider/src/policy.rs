@@ -195,10 +195,13 @@ impl ToolPolicy {
             ("Bash", Some(command)) => simple_commands(command),
             _ => Vec::new(),
         };
+        let names = |rule: &ToolRule| {
+            rule.names(tool) || file_writer_aliases(tool).iter().any(|a| rule.names(a))
+        };
         // A deny or ask rule with a pattern and an unknown argument cannot be ruled out: it
         // applies (the safe side). An allow rule then does not.
         let hits = |rule: &ToolRule| {
-            rule.names(tool)
+            names(rule)
                 && (rule.pattern.is_none()
                     || argument.is_none()
                     || rule.matches_argument(argument)
@@ -213,7 +216,7 @@ impl ToolPolicy {
         let allowed = |piece: Option<&str>| {
             self.allow
                 .iter()
-                .any(|rule| rule.names(tool) && rule.matches_argument(piece))
+                .any(|rule| names(rule) && rule.matches_argument(piece))
         };
         let all_allowed = if pieces.len() > 1 {
             pieces.iter().all(|p| allowed(Some(p)))
@@ -234,6 +237,17 @@ impl ToolPolicy {
             Decision::Deny => &self.deny,
             Decision::Ask => &self.ask,
         }
+    }
+}
+
+/// The canonical names a CLI's other file-writing builtins also answer to, so that a rule on
+/// `Edit` or `Write` cannot be sidestepped through them (Claude's `NotebookEdit`, OpenCode's
+/// `multiedit` and `patch`, which can create files too).
+fn file_writer_aliases(tool: &str) -> &'static [&'static str] {
+    match tool {
+        "NotebookEdit" | "MultiEdit" | "multiedit" => &["Edit"],
+        "patch" | "apply_patch" => &["Edit", "Write"],
+        _ => &[],
     }
 }
 
@@ -430,6 +444,18 @@ mod tests {
         assert_eq!(p.decide("Read", None), Decision::Deny);
         assert_eq!(p.decide("Bash", None), Decision::Ask);
         assert_eq!(p.decide("Read", Some("src/x.rs")), Decision::Ask);
+    }
+
+    #[test]
+    fn other_file_writers_follow_the_rules_on_edit_and_write() {
+        let p = policy(&[], &["Write"], &["Edit"], Decision::Allow);
+        assert_eq!(p.decide("NotebookEdit", Some("a.ipynb")), Decision::Ask);
+        assert_eq!(p.decide("multiedit", Some("a.rs")), Decision::Ask);
+        assert_eq!(p.decide("patch", None), Decision::Deny);
+        assert_eq!(p.decide("Read", Some("a.rs")), Decision::Allow);
+        let p = policy(&["Edit", "Write"], &[], &[], Decision::Deny);
+        assert_eq!(p.decide("patch", None), Decision::Allow);
+        assert_eq!(p.decide("NotebookEdit", None), Decision::Allow);
     }
 
     #[test]
