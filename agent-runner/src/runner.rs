@@ -1098,7 +1098,9 @@ impl Runner {
                     if let Some(payload) = progress_rows.note(&event, now).filter(|_| !finished) {
                         self.write_progress(payload, &in_flight).await?;
                     }
-                    if let (ProviderEvent::Error { ends_turn: false, .. }, false) = (&event, finished) {
+                    // While an approval waits, `waiting_on` names it: the user holds the turn,
+                    // whatever the CLI reports meanwhile.
+                    if let (ProviderEvent::Error { ends_turn: false, .. }, false, false) = (&event, finished, progress.asking) {
                         let waiting = progress.waiting_on(&self.options.model_endpoint);
                         self.call(move |db| db.set_waiting_on(Some(&waiting))).await?;
                     }
@@ -1918,8 +1920,9 @@ impl TurnProgress {
                 ..
             } => {
                 self.notice(message);
-                // The caller writes `waiting_on` now.
-                self.shown = true;
+                // The caller writes `waiting_on` now, unless it names an approval (which
+                // model output must then not clear).
+                self.shown |= !self.asking;
                 false
             }
             _ => false,
@@ -2121,6 +2124,25 @@ mod tests {
         assert_eq!(
             progress.deadline(&LIMITS),
             Some((at(&progress, 150), Stall::Silence))
+        );
+    }
+
+    #[test]
+    fn a_notice_while_an_approval_waits_leaves_waiting_on_to_the_approval() {
+        let mut progress = TurnProgress::new(Instant::now(), Utc::now());
+        progress.asking = true;
+        let notice = ProviderEvent::Error {
+            message: "retrying".into(),
+            retryable: true,
+            classification: ErrorClass::Api,
+            ends_turn: false,
+            usage: None,
+        };
+        assert!(!progress.note(&notice));
+        assert!(!progress.shown, "the notice does not take waiting_on over");
+        assert!(
+            !progress.output(at(&progress, 1), Utc::now()),
+            "output does not clear the approval's waiting_on"
         );
     }
 

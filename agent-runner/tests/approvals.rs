@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use provider::mock::{MockPart, MockStep};
+use provider::mock::{MockCall, MockPart, MockStep};
 use schema::{MessageOut, NewMessageIn};
 use serde_json::{json, Value};
 
@@ -59,14 +59,43 @@ fn answer(f: &Fixture, question_id: &str, option: &str) -> String {
     f.insert(row)
 }
 
+/// A mock step asking to run `tool` with `argument`, alone, at once.
+fn ask(tool: &str, argument: &str) -> MockStep {
+    MockStep::Ask {
+        tool: tool.into(),
+        argument: Some(argument.into()),
+        parallel: Vec::new(),
+        notice: None,
+        delay: Duration::ZERO,
+    }
+}
+
+/// A mock step calling the approval-stop tool `send_message`; with `until_push`, its result
+/// comes only once a prompt was pushed.
+fn send_message_stop(until_push: bool) -> MockStep {
+    MockStep::ApprovalStop {
+        tool: "mcp__nanoclaw__send_message".into(),
+        until_push,
+    }
+}
+
+/// Asserts that the runner ran two queries, the second continuing the session of the first.
+fn assert_second_query_continues(f: &Fixture) {
+    let inputs = f.mock.inputs();
+    assert_eq!(inputs.len(), 2);
+    let session = f.db.continuation("mock").unwrap();
+    assert!(session.is_some());
+    assert_eq!(
+        inputs[1].continuation, session,
+        "the same session continues"
+    );
+}
+
 /// A runner whose first turn asks to run `rm -rf target`, started with `ask_timeout`; returns
 /// the chat row and the question once it is asked.
 async fn asking(ask_timeout: Duration) -> (Fixture, String, Value) {
     let mut f = Fixture::new();
-    f.mock.script([MockStep::Ask {
-        tool: "Bash".into(),
-        argument: Some("rm -rf target".into()),
-    }]);
+    f.mock.script([ask("Bash", "rm -rf target")]);
     f.start_with(|options| options.ask_timeout = ask_timeout);
     let id = f.chat("clean up");
     f.wait_for("the approval question", |f| !questions(f).is_empty())
@@ -75,8 +104,148 @@ async fn asking(ask_timeout: Duration) -> (Fixture, String, Value) {
     (f, id, question)
 }
 
+/// The runner's status; empty before the runner wrote its state.
 fn status(f: &Fixture) -> String {
-    f.db.runner_state().unwrap().unwrap().status
+    let state = f.db.runner_state().unwrap();
+    state.map(|s| s.status).unwrap_or_default()
+}
+
+/// What `runner_state.waiting_on` says now.
+fn waiting_on(f: &Fixture) -> Option<schema::WaitingOn> {
+    f.db.runner_state().unwrap()?.waiting()
+}
+
+/// The question ids of the `ask_question` rows, oldest first.
+fn question_ids(f: &Fixture) -> Vec<String> {
+    questions(f)
+        .iter()
+        .map(|q| q["questionId"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_retry_notice_while_an_approval_waits_leaves_the_approval_shown() {
+    let mut f = Fixture::new();
+    f.mock.script([MockStep::Ask {
+        tool: "Bash".into(),
+        argument: Some("make deploy".into()),
+        parallel: Vec::new(),
+        notice: Some("API error (overloaded); retrying in 2 s".into()),
+        // Long enough to see the state between the answer and the result.
+        delay: Duration::from_secs(2),
+    }]);
+    f.start_with(|options| options.ask_timeout = Duration::from_secs(60));
+    let id = f.chat("deploy");
+    // The runner handled the notice (the heartbeat shows it as the last event).
+    f.wait_for("the notice as the last event", |f| {
+        let state = f.db.runner_state().unwrap();
+        let event = state.and_then(|s| s.last_event());
+        event.is_some_and(|e| e.what.contains("overloaded"))
+    })
+    .await;
+    let qid = question_ids(&f).remove(0);
+    assert_eq!(status(&f), "waiting_user");
+    let waiting = waiting_on(&f).expect("waiting_on is written");
+    assert_eq!(
+        (waiting.approval.as_deref(), waiting.question_id.as_deref()),
+        (Some("Bash"), Some(qid.as_str())),
+        "waiting_on still names the approval: {waiting:?}"
+    );
+    answer(&f, &qid, "Approve");
+    f.wait_for("busy again, nothing waited on", |f| {
+        status(f) == "busy" && waiting_on(f).is_none()
+    })
+    .await;
+    f.wait_completed(&id).await;
+    assert_eq!(replies(&f), ["ran Bash"]);
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn two_approvals_at_once_wait_until_both_are_answered() {
+    let mut f = Fixture::new();
+    f.mock.script([MockStep::Ask {
+        tool: "Bash".into(),
+        argument: Some("make deploy".into()),
+        parallel: vec![MockCall {
+            tool: "Write".into(),
+            argument: Some("notes.md".into()),
+        }],
+        notice: None,
+        // Long enough to see the state between the last answer and the result.
+        delay: Duration::from_secs(2),
+    }]);
+    f.start_with(|options| options.ask_timeout = Duration::from_secs(60));
+    let id = f.chat("deploy and note it");
+    f.wait_for("two approval questions", |f| questions(f).len() == 2)
+        .await;
+    let titles: Vec<Value> = questions(&f).iter().map(|q| q["title"].clone()).collect();
+    assert_eq!(titles, ["Approve Bash?", "Approve Write?"]);
+    let ids = question_ids(&f);
+    assert_eq!(status(&f), "waiting_user");
+
+    // The newer one first: the older still waits, and is what waiting_on names.
+    answer(&f, &ids[1], "Deny");
+    f.wait_for("the Write decision", |f| decisions(f).len() == 1)
+        .await;
+    assert!(!f.db.question_open(&ids[1]).unwrap());
+    assert!(f.db.question_open(&ids[0]).unwrap());
+    assert_eq!(status(&f), "waiting_user", "one approval still waits");
+    let waiting = waiting_on(&f).expect("waiting_on names the approval still open");
+    assert_eq!(waiting.approval.as_deref(), Some("Bash"));
+    assert_eq!(waiting.question_id.as_deref(), Some(ids[0].as_str()));
+
+    answer(&f, &ids[0], "Approve");
+    f.wait_for("busy again, nothing waited on", |f| {
+        status(f) == "busy" && waiting_on(f).is_none()
+    })
+    .await;
+    f.wait_completed(&id).await;
+    // Each answer reached its own request.
+    assert_eq!(replies(&f), ["ran Bash; refused Write: denied by the user"]);
+    assert_eq!(
+        decisions(&f),
+        [
+            json!({"tool": "Write", "summary": "notes.md", "decision": "deny", "by": "user"}),
+            json!({"tool": "Bash", "summary": "make deploy", "decision": "allow", "by": "user"}),
+        ]
+    );
+    assert!(!f.db.question_open(&ids[0]).unwrap());
+    f.wait_for("idle", |f| status(f) == "idle").await;
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_message_pushed_before_an_approval_stop_runs_next_in_the_same_session() {
+    let mut f = Fixture::new();
+    f.mock.script([send_message_stop(true)]);
+    f.start();
+    let first = f.chat("make a plan");
+    f.wait_for("the turn running", |f| status(f) == "busy")
+        .await;
+    // Arrives during the turn: pushed to the running query, which stops before the model sees
+    // it.
+    let second = f.chat("also check the tests");
+    f.wait_completed(&first).await;
+    f.wait_completed(&second).await;
+    let prompts: Vec<String> = f.mock.prompts().into_iter().map(|p| p.text).collect();
+    assert_eq!(prompts.len(), 2, "{prompts:?}");
+    assert!(prompts[1].contains("also check the tests"), "{prompts:?}");
+    assert!(
+        !prompts[1].contains("make a plan"),
+        "the stopped prompt is not run again: {prompts:?}"
+    );
+    // One reply, to the pushed message only: the approval stop writes none.
+    let chats: Vec<MessageOut> = f
+        .outs()
+        .into_iter()
+        .filter(|row| row.kind == "chat")
+        .collect();
+    assert_eq!(chats.len(), 1, "{chats:?}");
+    assert!(text_of(&chats[0]).contains("also check the tests"));
+    assert_eq!(chats[0].in_reply_to.as_deref(), Some(second.as_str()));
+    assert_second_query_continues(&f);
+    f.stop().await;
 }
 
 #[tokio::test]
@@ -188,10 +357,7 @@ async fn a_stop_while_waiting_denies_and_withdraws_the_question() {
 #[tokio::test]
 async fn waiting_for_the_user_is_no_model_silence() {
     let mut f = Fixture::new();
-    f.mock.script([MockStep::Ask {
-        tool: "Bash".into(),
-        argument: Some("make deploy".into()),
-    }]);
+    f.mock.script([ask("Bash", "make deploy")]);
     f.start_with(|options| {
         options.ask_timeout = Duration::from_secs(30);
         options.progress.silence = Duration::from_secs(1);
@@ -241,9 +407,7 @@ async fn a_refusal_by_the_policy_is_recorded() {
 #[tokio::test]
 async fn an_approval_stop_completes_the_rows_without_a_reply_and_the_session_goes_on() {
     let mut f = Fixture::new();
-    f.mock.script([MockStep::ApprovalStop {
-        tool: "mcp__nanoclaw__send_message".into(),
-    }]);
+    f.mock.script([send_message_stop(false)]);
     f.start();
     let first = f.chat("make a plan");
     f.wait_completed(&first).await;
@@ -259,12 +423,7 @@ async fn an_approval_stop_completes_the_rows_without_a_reply_and_the_session_goe
     f.wait_completed(&second).await;
     assert_eq!(replies(&f).len(), 1);
     assert!(replies(&f)[0].contains("go ahead"), "{:?}", replies(&f));
-    let inputs = f.mock.inputs();
-    assert_eq!(inputs.len(), 2);
-    assert_eq!(
-        inputs[1].continuation, session,
-        "the same session continues"
-    );
+    assert_second_query_continues(&f);
     f.stop().await;
 }
 

@@ -19,9 +19,10 @@ use crate::{
 /// What the mock does with one prompt. In JSON (`NANOCLAW_MOCK_SCRIPT`):
 /// `{"step":"echo","delayMs":100}`, `{"step":"reply","text":"hi","delayMs":0}`,
 /// `{"step":"fail","message":"boom","retryable":true,"classification":"Api"}`,
-/// `{"step":"ask","tool":"Bash","argument":"rm -rf target"}`,
+/// `{"step":"ask","tool":"Bash","argument":"rm -rf target"}` (also `"parallel":[{"tool":"Write",
+/// "argument":"notes.md"}]`, `"notice":"retrying"`, `"delayMs":100}`),
 /// `{"step":"elicit","server":"deploy","message":"Which?","options":["a","b"]}`,
-/// `{"step":"approvalStop","tool":"mcp__nanoclaw__send_message"}`.
+/// `{"step":"approvalStop","tool":"mcp__nanoclaw__send_message"}` (also `"untilPush":true`).
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(tag = "step", rename_all = "camelCase")]
 pub enum MockStep {
@@ -64,13 +65,25 @@ pub enum MockStep {
     },
     /// Ask the runner to approve a tool call ([`ProviderEvent::ApprovalRequest`]) and wait for
     /// the answer; the result says what happened: `ran <tool>` when allowed, `refused <tool>:
-    /// <reason>` when denied.
+    /// <reason>` when denied (with `parallel` calls, each call's outcome in order, joined by
+    /// `; `).
     Ask {
         /// Canonical tool name.
         tool: String,
         /// The whole argument (the command line).
         #[serde(default)]
         argument: Option<String>,
+        /// More calls asked at the same time, before any answer is awaited (a CLI running tool
+        /// calls in parallel, as Claude does); the turn goes on once every one is answered.
+        #[serde(default)]
+        parallel: Vec<MockCall>,
+        /// A retry notice of the CLI ([`ProviderEvent::Error`] with `ends_turn: false`) sent
+        /// once the requests are out, while they wait.
+        #[serde(default)]
+        notice: Option<String>,
+        /// Time to "think" after the answers, before the result.
+        #[serde(rename = "delayMs", default, deserialize_with = "millis")]
+        delay: Duration,
     },
     /// An MCP elicitation ([`ApprovalKind::Elicitation`]); the result is `answered <text>` or
     /// `declined: <reason>`.
@@ -88,7 +101,22 @@ pub enum MockStep {
     ApprovalStop {
         /// The tool (canonical MCP name).
         tool: String,
+        /// The tool returns only once the runner pushed a prompt (a message that came during
+        /// the turn): the model never sees that prompt in this turn, as with a CLI whose
+        /// approval stop ends the turn at the tool's result.
+        #[serde(rename = "untilPush", default)]
+        until_push: bool,
     },
+}
+
+/// A tool call asked at the same time as an [`MockStep::Ask`]'s own.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct MockCall {
+    /// Canonical tool name.
+    pub tool: String,
+    /// The whole argument.
+    #[serde(default)]
+    pub argument: Option<String>,
 }
 
 /// A piece of a [`MockStep::Parts`] turn: a text piece, a tool call (canonical name and
@@ -349,16 +377,30 @@ async fn run_query(
                 }
                 (text, delay)
             }
-            MockStep::Ask { tool, argument } => {
-                let kind = ApprovalKind::ToolCall {
-                    summary: argument
-                        .as_deref()
-                        .and_then(crate::activity::one_line_summary),
-                    tool,
-                    argument,
+            MockStep::Ask {
+                tool,
+                argument,
+                parallel,
+                notice,
+                delay,
+            } => {
+                let calls = std::iter::once(MockCall { tool, argument })
+                    .chain(parallel)
+                    .map(|MockCall { tool, argument }| ApprovalKind::ToolCall {
+                        summary: argument
+                            .as_deref()
+                            .and_then(crate::activity::one_line_summary),
+                        tool,
+                        argument,
+                    })
+                    .collect();
+                let asking = Asking {
+                    id,
+                    kinds: calls,
+                    notice,
                 };
-                match asked(&mut handle, id, kind, &mut queue, &mut ended, usage.clone()).await {
-                    Some(text) => (text, Duration::ZERO),
+                match asked(&mut handle, asking, &mut queue, &mut ended, usage.clone()).await {
+                    Some(text) => (text, delay),
                     None => return,
                 }
             }
@@ -367,17 +409,21 @@ async fn run_query(
                 message,
                 options,
             } => {
-                let kind = ApprovalKind::Elicitation {
-                    server,
-                    message,
-                    options,
+                let asking = Asking {
+                    id,
+                    kinds: vec![ApprovalKind::Elicitation {
+                        server,
+                        message,
+                        options,
+                    }],
+                    notice: None,
                 };
-                match asked(&mut handle, id, kind, &mut queue, &mut ended, usage.clone()).await {
+                match asked(&mut handle, asking, &mut queue, &mut ended, usage.clone()).await {
                     Some(text) => (text, Duration::ZERO),
                     None => return,
                 }
             }
-            MockStep::ApprovalStop { tool } => {
+            MockStep::ApprovalStop { tool, until_push } => {
                 let _ = handle
                     .events
                     .send(ProviderEvent::Activity {
@@ -385,6 +431,27 @@ async fn run_query(
                         summary: None,
                     })
                     .await;
+                // The tool runs until a prompt is pushed; the push stays queued, unseen.
+                let mut running = until_push;
+                while running {
+                    match handle.control.recv().await {
+                        Some(Control::Push { id, prompt }) => {
+                            queue.push_back((id, prompt));
+                            running = false;
+                        }
+                        // No push can come any more: the tool returns.
+                        Some(Control::End) => running = false,
+                        Some(Control::Approval { .. }) => {}
+                        Some(Control::Interrupt) => {
+                            let _ = handle.events.send(interrupted(id, usage)).await;
+                            return;
+                        }
+                        Some(Control::Abort) | None => {
+                            let _ = handle.events.send(aborted(usage)).await;
+                            return;
+                        }
+                    }
+                }
                 let _ = handle
                     .events
                     .send(ProviderEvent::Interrupted {
@@ -459,23 +526,38 @@ async fn run_query(
     }
 }
 
+/// What one step asks at once.
+#[derive(Debug)]
+struct Asking {
+    /// The prompt being answered.
+    id: PromptId,
+    /// The requests, sent in this order.
+    kinds: Vec<ApprovalKind>,
+    /// A retry notice sent once the requests are out.
+    notice: Option<String>,
+}
+
 /// Asks (see [`ask`]) and says what happened as the turn's result text (`ran Bash`, `refused
-/// Bash: <reason>`, `answered <text>`, `declined: <reason>`); `None` when the query ended
-/// meanwhile (its last event sent).
+/// Bash: <reason>`, `answered <text>`, `declined: <reason>`; several requests' outcomes joined
+/// by `; `); `None` when the query ended meanwhile (its last event sent).
 async fn asked(
     handle: &mut QueryHandle,
-    id: PromptId,
-    kind: ApprovalKind,
+    asking: Asking,
     queue: &mut VecDeque<(PromptId, Prompt)>,
     ended: &mut bool,
     usage: Option<Usage>,
 ) -> Option<String> {
-    let tool = match &kind {
-        ApprovalKind::ToolCall { tool, .. } => Some(tool.clone()),
-        ApprovalKind::Elicitation { .. } => None,
-    };
-    let answer = match ask(handle, id, kind, queue, ended).await {
-        Asked::Answer(answer) => answer,
+    let id = asking.id;
+    let tools: Vec<Option<String>> = asking
+        .kinds
+        .iter()
+        .map(|kind| match kind {
+            ApprovalKind::ToolCall { tool, .. } => Some(tool.clone()),
+            ApprovalKind::Elicitation { .. } => None,
+        })
+        .collect();
+    let answers = match ask(handle, asking, queue, ended).await {
+        Asked::Answers(answers) => answers,
         over => {
             if let Some(event) = over.ending(id, usage) {
                 let _ = handle.events.send(event).await;
@@ -483,21 +565,26 @@ async fn asked(
             return None;
         }
     };
-    Some(match (tool, answer) {
-        (Some(tool), ApprovalAnswer::Allow) => format!("ran {tool}"),
-        (Some(tool), ApprovalAnswer::Deny { reason }) => format!("refused {tool}: {reason}"),
-        (None, ApprovalAnswer::Reply(text)) => format!("answered {text}"),
-        (None, ApprovalAnswer::Deny { reason }) => format!("declined: {reason}"),
-        (_, other) => format!("unexpected answer {other:?}"),
-    })
+    let outcomes: Vec<String> = tools
+        .into_iter()
+        .zip(answers)
+        .map(|outcome| match outcome {
+            (Some(tool), ApprovalAnswer::Allow) => format!("ran {tool}"),
+            (Some(tool), ApprovalAnswer::Deny { reason }) => format!("refused {tool}: {reason}"),
+            (None, ApprovalAnswer::Reply(text)) => format!("answered {text}"),
+            (None, ApprovalAnswer::Deny { reason }) => format!("declined: {reason}"),
+            (_, other) => format!("unexpected answer {other:?}"),
+        })
+        .collect();
+    Some(outcomes.join("; "))
 }
 
 /// How an [`ask`] ended.
 #[derive(Debug)]
 enum Asked {
-    /// The runner's answer.
-    Answer(ApprovalAnswer),
-    /// The runner interrupted the turn meanwhile (the request counts as denied, as in every
+    /// The runner's answers, in the order of the requests.
+    Answers(Vec<ApprovalAnswer>),
+    /// The runner interrupted the turn meanwhile (the requests count as denied, as in every
     /// driver).
     Interrupted,
     /// The query was aborted meanwhile.
@@ -505,51 +592,72 @@ enum Asked {
 }
 
 impl Asked {
-    /// The event that ends the query when the wait did not end with an answer.
+    /// The event that ends the query when the wait did not end with the answers.
     fn ending(&self, id: PromptId, usage: Option<Usage>) -> Option<ProviderEvent> {
         match self {
-            Self::Answer(_) => None,
+            Self::Answers(_) => None,
             Self::Interrupted => Some(interrupted(id, usage)),
             Self::Aborted => Some(aborted(usage)),
         }
     }
 }
 
-/// Sends an approval request for prompt `id` and waits for its answer, queueing pushes and
-/// honouring `end`, `interrupt` and `abort` meanwhile (a CLI waits the same way).
+/// Sends every approval request of `asking` (then its notice) and waits until each one is
+/// answered, in any order, queueing pushes and honouring `end`, `interrupt` and `abort`
+/// meanwhile (a CLI waits the same way).
 async fn ask(
     handle: &mut QueryHandle,
-    id: PromptId,
-    kind: ApprovalKind,
+    asking: Asking,
     queue: &mut VecDeque<(PromptId, Prompt)>,
     ended: &mut bool,
 ) -> Asked {
-    let request_id = format!("mock-approval-{id}");
-    let request = ApprovalRequest {
-        id: request_id.clone(),
-        kind,
-    };
-    if handle
-        .events
-        .send(ProviderEvent::ApprovalRequest(request))
-        .await
-        .is_err()
-    {
-        return Asked::Aborted;
+    let mut waiting: Vec<(String, Option<ApprovalAnswer>)> = Vec::new();
+    for (n, kind) in asking.kinds.into_iter().enumerate() {
+        let request_id = format!("mock-approval-{}-{n}", asking.id);
+        waiting.push((request_id.clone(), None));
+        let request = ApprovalRequest {
+            id: request_id,
+            kind,
+        };
+        if handle
+            .events
+            .send(ProviderEvent::ApprovalRequest(request))
+            .await
+            .is_err()
+        {
+            return Asked::Aborted;
+        }
     }
-    loop {
+    if let Some(message) = asking.notice {
+        let notice = ProviderEvent::Error {
+            message,
+            retryable: true,
+            classification: ErrorClass::Api,
+            ends_turn: false,
+            usage: None,
+        };
+        if handle.events.send(notice).await.is_err() {
+            return Asked::Aborted;
+        }
+    }
+    while waiting.iter().any(|(_, answer)| answer.is_none()) {
         match handle.control.recv().await {
             Some(Control::Approval {
                 id: answered,
                 answer,
-            }) if answered == request_id => return Asked::Answer(answer),
-            Some(Control::Approval { .. }) => {}
+            }) => {
+                // An answer to a request already answered (or not ours) changes nothing.
+                if let Some((_, slot @ None)) = waiting.iter_mut().find(|(id, _)| *id == answered) {
+                    *slot = Some(answer);
+                }
+            }
             Some(Control::Push { id, prompt }) => queue.push_back((id, prompt)),
             Some(Control::End) => *ended = true,
             Some(Control::Interrupt) => return Asked::Interrupted,
             Some(Control::Abort) | None => return Asked::Aborted,
         }
     }
+    Asked::Answers(waiting.into_iter().filter_map(|(_, a)| a).collect())
 }
 
 /// Appends `item`, dropping the oldest beyond [`MOCK_KEPT`].
@@ -583,6 +691,35 @@ fn interrupted(covers: PromptId, usage: Option<Usage>) -> ProviderEvent {
 mod tests {
     use super::*;
 
+    /// A query of `mock` for a first prompt of `text`.
+    fn start(mock: &MockProvider, text: impl Into<String>) -> AgentQuery {
+        mock.query(QueryInput {
+            prompt: Prompt::text(text),
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    /// The result texts among `events`.
+    fn result_texts(events: &[ProviderEvent]) -> Vec<&str> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                ProviderEvent::Result { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The end of a first prompt's turn by an approval stop, without usage.
+    fn approval_stopped() -> ProviderEvent {
+        ProviderEvent::Interrupted {
+            covers: 0,
+            usage: None,
+            reason: InterruptReason::ApprovalStop,
+        }
+    }
+
     async fn collect(query: &mut AgentQuery) -> Vec<ProviderEvent> {
         let mut events = Vec::new();
         while let Some(event) = query.next_event().await {
@@ -594,12 +731,7 @@ mod tests {
     #[tokio::test]
     async fn echoes_each_prompt_and_honours_end() {
         let mock = MockProvider::with_delay(Duration::from_millis(20));
-        let mut query = mock
-            .query(QueryInput {
-                prompt: Prompt::text("one"),
-                ..Default::default()
-            })
-            .unwrap();
+        let mut query = start(&mock, "one");
         assert_eq!(query.push(Prompt::text("two")).unwrap(), 1);
         query.end();
         let events = collect(&mut query).await;
@@ -639,12 +771,7 @@ mod tests {
     #[tokio::test]
     async fn abort_stops_a_slow_turn() {
         let mock = MockProvider::with_delay(Duration::from_secs(60));
-        let mut query = mock
-            .query(QueryInput {
-                prompt: Prompt::text("slow"),
-                ..Default::default()
-            })
-            .unwrap();
+        let mut query = start(&mock, "slow");
         query.abort();
         let events = tokio::time::timeout(Duration::from_secs(2), collect(&mut query))
             .await
@@ -672,12 +799,7 @@ mod tests {
                 delay: Duration::ZERO,
             },
         ]);
-        let mut first = mock
-            .query(QueryInput {
-                prompt: Prompt::text("a"),
-                ..Default::default()
-            })
-            .unwrap();
+        let mut first = start(&mock, "a");
         let events = collect(&mut first).await;
         assert!(matches!(
             events.last(),
@@ -686,12 +808,7 @@ mod tests {
                 ..
             })
         ));
-        let mut second = mock
-            .query(QueryInput {
-                prompt: Prompt::text("b"),
-                ..Default::default()
-            })
-            .unwrap();
+        let mut second = start(&mock, "b");
         second.end();
         let events = collect(&mut second).await;
         assert!(events.contains(&ProviderEvent::Result {
@@ -721,12 +838,7 @@ mod tests {
             ..Usage::default()
         };
         mock.script_usage([Some(first.clone()), None]);
-        let mut query = mock
-            .query(QueryInput {
-                prompt: Prompt::text("a"),
-                ..Default::default()
-            })
-            .unwrap();
+        let mut query = start(&mock, "a");
         query.push(Prompt::text("b")).unwrap();
         query.push(Prompt::text("c")).unwrap();
         query.end();
@@ -748,12 +860,7 @@ mod tests {
             output_tokens: Some(5),
             ..Usage::default()
         })]);
-        let mut query = mock
-            .query(QueryInput {
-                prompt: Prompt::text("slow"),
-                ..Default::default()
-            })
-            .unwrap();
+        let mut query = start(&mock, "slow");
         query.push(Prompt::text("pushed")).unwrap();
         query.interrupt();
         let events = tokio::time::timeout(Duration::from_secs(2), collect(&mut query))
@@ -784,14 +891,7 @@ mod tests {
         )
         .unwrap();
         mock.script(script);
-        let start = |text: &str| {
-            mock.query(QueryInput {
-                prompt: Prompt::text(text),
-                ..Default::default()
-            })
-            .unwrap()
-        };
-        let mut query = start("a");
+        let mut query = start(&mock, "a");
         let request = loop {
             match query.next_event().await {
                 Some(ProviderEvent::ApprovalRequest(request)) => break request,
@@ -819,7 +919,7 @@ mod tests {
             "{events:?}"
         );
         // Interrupted while asked: the turn ends, the request unanswered.
-        let mut query = start("b");
+        let mut query = start(&mock, "b");
         while !matches!(
             query.next_event().await,
             Some(ProviderEvent::ApprovalRequest(_)) | None
@@ -832,15 +932,68 @@ mod tests {
                 ..
             })
         ));
-        let mut query = start("c");
-        assert_eq!(
-            collect(&mut query).await.last(),
-            Some(&ProviderEvent::Interrupted {
-                covers: 0,
-                usage: None,
-                reason: InterruptReason::ApprovalStop
+        let mut query = start(&mock, "c");
+        assert_eq!(collect(&mut query).await.last(), Some(&approval_stopped()));
+    }
+
+    #[tokio::test]
+    async fn parallel_asks_wait_for_every_answer_in_any_order() {
+        let mock = MockProvider::new();
+        let script: Vec<MockStep> = serde_json::from_str(
+            r#"[{"step": "ask", "tool": "Bash", "argument": "make", "notice": "retrying",
+                 "parallel": [{"tool": "Write", "argument": "notes.md"}]}]"#,
+        )
+        .unwrap();
+        mock.script(script);
+        let mut query = start(&mock, "a");
+        let mut requests = Vec::new();
+        while requests.len() < 2 {
+            match query.next_event().await {
+                Some(ProviderEvent::ApprovalRequest(request)) => requests.push(request),
+                Some(_) => {}
+                None => panic!("fewer than two approval requests"),
+            }
+        }
+        assert_ne!(requests[0].id, requests[1].id);
+        assert!(matches!(
+            query.next_event().await,
+            Some(ProviderEvent::Error {
+                ends_turn: false,
+                ..
             })
+        ));
+        let approver = query.approver();
+        let deny = ApprovalAnswer::Deny {
+            reason: "no".into(),
+        };
+        assert!(approver.answer(&requests[1].id, deny.clone()));
+        // A second answer to the same request is no answer to the other one.
+        assert!(approver.answer(&requests[1].id, ApprovalAnswer::Allow));
+        assert!(approver.answer(&requests[0].id, ApprovalAnswer::Allow));
+        query.end();
+        let events = collect(&mut query).await;
+        assert_eq!(
+            result_texts(&events),
+            ["ran Bash; refused Write: no"],
+            "{events:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn an_approval_stop_until_a_push_leaves_the_push_unseen() {
+        let mock = MockProvider::new();
+        mock.script([MockStep::ApprovalStop {
+            tool: "mcp__nanoclaw__send_message".into(),
+            until_push: true,
+        }]);
+        let mut query = start(&mock, "a");
+        while !matches!(
+            query.next_event().await,
+            Some(ProviderEvent::Activity { tool: Some(_), .. }) | None
+        ) {}
+        assert_eq!(query.push(Prompt::text("b")).unwrap(), 1);
+        assert_eq!(collect(&mut query).await.last(), Some(&approval_stopped()));
+        assert_eq!(mock.prompts().len(), 1, "the push was not seen");
     }
 
     #[test]
@@ -857,12 +1010,7 @@ mod tests {
         let mock = MockProvider::new();
         let total = MOCK_KEPT + 10;
         for i in 0..total {
-            let mut query = mock
-                .query(QueryInput {
-                    prompt: Prompt::text(format!("p{i}")),
-                    ..Default::default()
-                })
-                .unwrap();
+            let mut query = start(&mock, format!("p{i}"));
             query.end();
             collect(&mut query).await;
         }

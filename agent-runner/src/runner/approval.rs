@@ -70,6 +70,8 @@ struct Pending {
     request_id: String,
     question_id: String,
     kind: ApprovalKind,
+    /// When it was asked: `waiting_on.since` while it is the oldest waiting.
+    asked_at: DateTime<Utc>,
     deadline: Instant,
     target: Target,
 }
@@ -104,7 +106,7 @@ impl Approvals {
     }
 
     /// What `runner_state.waiting_on` says while requests wait: the oldest one.
-    fn waiting_on(&self, since: DateTime<Utc>) -> Option<WaitingOn> {
+    fn waiting_on(&self) -> Option<WaitingOn> {
         let first = self.pending.front()?;
         let (subject, endpoint) = match &first.kind {
             ApprovalKind::ToolCall { tool, .. } => {
@@ -117,7 +119,7 @@ impl Approvals {
         };
         Some(WaitingOn {
             endpoint,
-            since: schema::time::format_ts(since),
+            since: schema::time::format_ts(first.asked_at),
             notices: 0,
             last_notice: None,
             budget: None,
@@ -306,14 +308,6 @@ impl Runner {
             .replying_to(target.in_reply_to.clone());
         let now = (self.options.clock)();
         let deadline = now + chrono::Duration::from_std(timeout).unwrap_or_default();
-        let first = !self.approvals.waiting();
-        let qid = question_id.clone();
-        let (_, switched) = self
-            .call(move |db| db.post_question(&qid, deadline, &row, first))
-            .await?;
-        if first {
-            self.approvals.swapped = switched;
-        }
         match &request.kind {
             ApprovalKind::ToolCall { tool, .. } => {
                 tracing::info!(%tool, question = %question_id, "asking the user to approve a tool call")
@@ -322,19 +316,39 @@ impl Runner {
                 tracing::info!(%server, question = %question_id, "asking the user for an MCP elicitation")
             }
         }
+        let first = !self.approvals.waiting();
         self.approvals.pending.push_back(Pending {
             request_id: request.id,
-            question_id,
+            question_id: question_id.clone(),
             kind: request.kind,
+            asked_at: now,
             deadline: Instant::now() + timeout,
             target,
         });
+        // Once the batch is finished (idle), the CLI winding down shows nothing. Written
+        // before the question, so whoever sees the question sees `waiting_on` name it.
+        let waiting = (!self.batch_finished)
+            .then(|| self.approvals.waiting_on())
+            .flatten();
+        let posted = self
+            .call(move |db| {
+                if let Some(waiting) = &waiting {
+                    db.set_waiting_on(Some(waiting))?;
+                }
+                db.post_question(&question_id, deadline, &row, first)
+            })
+            .await;
+        let (_, switched) = match posted {
+            Ok(posted) => posted,
+            Err(err) => {
+                // Not asked: nothing for an answer or a deadline to settle.
+                self.approvals.pending.pop_back();
+                return Err(err);
+            }
+        };
         progress.set_asking(true, Instant::now(), now);
-        // Once the batch is finished (idle), the CLI winding down shows nothing.
-        if !self.batch_finished {
-            let waiting = self.approvals.waiting_on(now);
-            self.call(move |db| db.set_waiting_on(waiting.as_ref()))
-                .await?;
+        if first {
+            self.approvals.swapped = switched;
         }
         Ok(())
     }
@@ -467,7 +481,7 @@ impl Runner {
         }
         let restore = !self.approvals.waiting() && std::mem::take(&mut self.approvals.swapped);
         let now = (self.options.clock)();
-        let waiting = self.approvals.waiting_on(now);
+        let waiting = self.approvals.waiting_on();
         let batch_open = !self.batch_finished;
         self.call(move |db| {
             for id in &questions {
