@@ -9,6 +9,18 @@ use tokio::sync::Semaphore;
 
 use crate::error::{ToolError, ToolResult};
 
+/// DB calls at once, and connections in the pool (`main.rs` opens the DB with as many). The
+/// server serves one client, whose calls each take well under a millisecond of DB time; every
+/// extra connection, and the blocking thread that would use it, costs resident memory (its
+/// stack, its SQLite page cache, its malloc arena) for concurrency that one client never uses
+/// (issue 12: RSS ≤ 8 MiB after 1,000 pipelined calls).
+pub const DB_CONCURRENCY: usize = 2;
+
+/// Page cache per connection, KiB (SQLite's default is 2,000). The tools read a few rows at
+/// a time, and writes by the runner in between empty the cache anyway; without a bound each
+/// connection keeps every page it ever touched (issue 12).
+pub const DB_CACHE_KIB: u32 = 64;
+
 /// A [`SessionDb`] with an async front.
 #[derive(Clone)]
 pub struct Db {

@@ -6,6 +6,7 @@
 //! - [`transport`]: newline-delimited JSON-RPC on stdio, answering what rmcp should not see.
 //! - [`server`]: the tool router and `ServerHandler` (rmcp).
 //! - [`tools`]: the tools' bodies, by concern (messages, files, question, tasks, routing, times).
+//! - [`memory`]: what the process asks of malloc to stay small.
 //!
 //! The binary (`main.rs`) only parses flags, sets up logging on stderr (stdout is the
 //! protocol), opens the DB and calls [`serve`].
@@ -13,6 +14,7 @@
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod memory;
 pub mod params;
 pub mod server;
 pub mod tools;

@@ -7,7 +7,9 @@ use mcp_tools::{Args, Config, NanoclawServer};
 use schema::{OpenOptions, SessionDb};
 
 fn main() -> std::process::ExitCode {
-    // First of all: the CLI that spawns this server runs as the agent's user, and a dumpable
+    // Before any thread exists (see `memory`).
+    mcp_tools::memory::single_arena();
+    // Then: the CLI that spawns this server runs as the agent's user, and a dumpable
     // process's /proc/<pid>/environ, mem and fd are open to that user.
     let dumpable = nix::sys::prctl::set_dumpable(false);
     // Flags first (clap prints usage errors and --help itself): they name the log format.
@@ -44,11 +46,12 @@ fn main() -> std::process::ExitCode {
 
 fn run(args: Args) -> anyhow::Result<()> {
     let config = Config::from_args(args)?;
-    // One reactor thread; DB calls go to a small blocking pool (the DB front admits 4 at a
-    // time, and stdin may take one when it is not a pipe). Few threads keep RSS low.
+    // One reactor thread; DB calls go to a small blocking pool: as many threads as the DB
+    // front admits calls at once, and two more for stdin and stdout when they are not pipes
+    // (tokio then reads and writes them on blocking threads). Few threads keep RSS low.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .max_blocking_threads(8)
+        .max_blocking_threads(mcp_tools::db::DB_CONCURRENCY + 2)
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
@@ -56,6 +59,8 @@ fn run(args: Args) -> anyhow::Result<()> {
             &config.db_path,
             OpenOptions {
                 timezone: config.timezone,
+                pool_size: u32::try_from(mcp_tools::db::DB_CONCURRENCY).unwrap_or(u32::MAX),
+                cache_kib: Some(mcp_tools::db::DB_CACHE_KIB),
                 ..OpenOptions::default()
             },
         )

@@ -40,10 +40,9 @@ pub struct NanoclawServer {
 impl NanoclawServer {
     /// A server over `db` with `config`.
     pub fn new(db: schema::SessionDb, config: Config) -> Self {
-        let concurrency = 4;
         Self {
             ctx: Ctx {
-                db: Db::new(db, concurrency),
+                db: Db::new(db, crate::db::DB_CONCURRENCY),
                 config: Arc::new(config),
                 waiting: Arc::new(Waiting::default()),
             },

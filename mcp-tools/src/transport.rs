@@ -68,6 +68,9 @@ pub struct LineTransport<R, W> {
     in_flight: Arc<std::sync::Mutex<HashSet<String>>>,
     /// Signalled when an id leaves `in_flight`.
     slot_freed: Arc<Notify>,
+    /// The most requests in flight at once since `in_flight` was last empty: a burst of
+    /// [`crate::memory::BURST_REQUESTS`] or more gives the heap back when it is answered.
+    burst: usize,
 }
 
 enum Read {
@@ -91,6 +94,7 @@ where
             initialized: false,
             in_flight: Arc::default(),
             slot_freed: Arc::default(),
+            burst: 0,
         }
     }
 
@@ -102,10 +106,14 @@ where
 
     /// Tracks a message going to rmcp: a request takes a slot, a cancellation frees one (rmcp
     /// answers no cancelled request).
-    fn track(&self, method: Option<&str>, id: Option<&Value>, params: Option<&Value>) {
+    fn track(&mut self, method: Option<&str>, id: Option<&Value>, params: Option<&Value>) {
         match (method, id) {
             (Some(_), Some(id)) => {
-                self.in_flight().insert(id.to_string());
+                let mut in_flight = self.in_flight();
+                in_flight.insert(id.to_string());
+                let now = in_flight.len();
+                drop(in_flight);
+                self.burst = self.burst.max(now);
             }
             (Some("notifications/cancelled"), None) => {
                 if let Some(request) = params.and_then(|p| p.get("requestId")) {
@@ -301,8 +309,16 @@ where
             _ => None,
         };
         if let Some(id) = answered.and_then(|id| serde_json::to_value(id).ok()) {
-            if self.in_flight().remove(&id.to_string()) {
+            let mut in_flight = self.in_flight();
+            if in_flight.remove(&id.to_string()) {
                 self.slot_freed.notify_one();
+            }
+            let idle = in_flight.is_empty();
+            drop(in_flight);
+            // The last answer of a burst: its tasks and buffers are freed (the last one's
+            // nearly), so their pages go back before the client sees the answer.
+            if idle && std::mem::take(&mut self.burst) >= crate::memory::BURST_REQUESTS {
+                crate::memory::release_free_heap();
             }
         }
         let writer = self.writer.clone();

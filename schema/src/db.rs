@@ -39,6 +39,10 @@ pub struct OpenOptions {
     pub timezone: Tz,
     /// Create tables and add missing columns (writers); readers may skip it.
     pub migrate: bool,
+    /// Page cache of each pooled connection, in KiB (`PRAGMA cache_size = -N`); `None` keeps
+    /// SQLite's default (2,000 KiB). A process that reads little (mcp-tools) sets less: each
+    /// connection's cache fills with the pages it touched and stays resident (issue 12).
+    pub cache_kib: Option<u32>,
 }
 
 impl Default for OpenOptions {
@@ -48,6 +52,7 @@ impl Default for OpenOptions {
             pool_size: 4,
             timezone: Tz::UTC,
             migrate: true,
+            cache_kib: None,
         }
     }
 }
@@ -125,11 +130,19 @@ impl SessionDb {
         // input (an open and close would drop the connections' locks; see `fsguard`).
         fsguard::protect_db(&path);
         let busy_timeout = options.busy_timeout;
+        let cache_kib = options.cache_kib;
+        let configure = move |conn: &Connection| {
+            configure_connection(conn, busy_timeout)?;
+            match cache_kib {
+                Some(kib) => conn.pragma_update(None, "cache_size", -i64::from(kib)),
+                None => Ok(()),
+            }
+        };
         // One connection first, outside the pool: a file that is not a database (or cannot be
         // opened) fails here at once with its path, where the pool would retry until timeout.
         let first = Connection::open(&path)
             .and_then(|conn| {
-                configure_connection(&conn, busy_timeout)?;
+                configure(&conn)?;
                 conn.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()))?;
                 Ok(conn)
             })
@@ -142,7 +155,7 @@ impl SessionDb {
         // back as an empty file because the pool happened to open a connection.
         let manager = SqliteConnectionManager::file(&path)
             .with_flags(existing_file_flags())
-            .with_init(move |conn| configure_connection(conn, busy_timeout));
+            .with_init(move |conn| configure(conn));
         let pool = Pool::builder()
             .max_size(options.pool_size.max(1))
             .min_idle(Some(1))
@@ -237,6 +250,35 @@ fn existing_file_flags() -> OpenFlags {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `cache_kib` bounds the page cache of every pooled connection, the first and later ones.
+    #[test]
+    fn cache_kib_sets_every_pooled_connections_cache_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.db");
+        let db = SessionDb::open_with(
+            &path,
+            OpenOptions {
+                cache_kib: Some(64),
+                ..OpenOptions::default()
+            },
+        )
+        .unwrap();
+        let held: Vec<_> = (0..2).map(|_| db.conn().unwrap()).collect();
+        for conn in &held {
+            let size: i64 = conn
+                .query_row("PRAGMA cache_size", [], |row| row.get(0))
+                .unwrap();
+            assert_eq!(size, -64);
+        }
+        let default = SessionDb::open(dir.path().join("other.db")).unwrap();
+        let size: i64 = default
+            .conn()
+            .unwrap()
+            .query_row("PRAGMA cache_size", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(size, -2000, "SQLite's default is kept without cache_kib");
+    }
 
     /// A runner's pool opens connections when it needs them (two DB calls at once, or r2d2
     /// keeping one idle). One opened after the DB was deleted must not create an empty DB at
