@@ -25,7 +25,7 @@ use serde_json::{json, Map, Value};
 use crate::activity::one_line_summary;
 use crate::policy::{Decision, ToolPolicy, ToolRule};
 
-use super::translate::canonical_tool;
+use super::translate::{argument_field, canonical_tool};
 
 /// The canonical builtin tools and OpenCode's permission for each (Write and Edit share `edit`).
 const BUILTINS: [(&str, &str); 8] = [
@@ -288,14 +288,18 @@ fn call(asked: &Asked, tool_part: Option<(&str, &Value)>, mcp_servers: &[String]
             .and_then(Value::as_str)
             .map(str::to_owned)
     };
-    let argument = match raw.as_str() {
-        "bash" => field("command").or_else(|| from_metadata("command")),
-        "read" | "write" | "edit" => field("filePath").or_else(|| from_metadata("filepath")),
-        "glob" | "grep" => field("pattern").or_else(|| asked.patterns.first().cloned()),
-        "webfetch" => field("url").or_else(|| from_metadata("url")),
-        "websearch" => field("query"),
-        _ if tool.starts_with("mcp__") => input.map(Value::to_string),
+    // The part's input first; before OpenCode publishes it, what the request itself carries.
+    let from_request = || match raw.as_str() {
+        "bash" => from_metadata("command"),
+        "read" | "write" | "edit" => from_metadata("filepath"),
+        "glob" | "grep" => asked.patterns.first().cloned(),
+        "webfetch" => from_metadata("url"),
         _ => None,
+    };
+    let argument = match argument_field(&raw) {
+        Some(name) => field(name).or_else(from_request),
+        None if tool.starts_with("mcp__") => input.map(Value::to_string),
+        None => None,
     };
     let summary = argument.as_deref().and_then(one_line_summary);
     Call {

@@ -862,18 +862,23 @@ pub(super) fn canonical_tool(name: &str, mcp_servers: &[String]) -> String {
     name.to_owned()
 }
 
-/// What a tool call works on, from its arguments: the command line, the path, the pattern, the
-/// URL or the query (one line, cut to the summary's length).
-fn summary(tool: &str, input: &Value) -> Option<String> {
-    let field = match tool {
+/// The argument field of an OpenCode builtin `tool` that says what the call works on (the
+/// command line, the path, the pattern, the URL or the query): the one table for activity
+/// summaries and the tool policy's argument.
+pub(super) fn argument_field(tool: &str) -> Option<&'static str> {
+    Some(match tool {
         "bash" => "command",
         "read" | "write" | "edit" => "filePath",
         "glob" | "grep" => "pattern",
         "webfetch" => "url",
         "websearch" => "query",
         _ => return None,
-    };
-    one_line_summary(input.get(field)?.as_str()?)
+    })
+}
+
+/// What a tool call works on, from its arguments, one line cut to the summary's length.
+fn summary(tool: &str, input: &Value) -> Option<String> {
+    one_line_summary(input.get(argument_field(tool)?)?.as_str()?)
 }
 
 fn is_idle(event: &Event) -> bool {
