@@ -4,15 +4,18 @@
 //! **The floor** (`support/floor.rs`) is this bench re-executed as a minimal process that does
 //! the DB work of a message and nothing else: it notices the insert through `schema::DbWatcher`
 //! (as the runner does), claims in one transaction and writes reply + completion in one
-//! transaction. Absolute times on a shared machine drift by 1.5-3x between runs; the ratio
-//! `runner / floor`, measured minutes apart in the same run, does not. Read the ratios.
+//! transaction. Absolute times on a shared machine drift by 1.5-3x between runs, and within a
+//! run: the runner and the floor therefore run at the same time, each on its own copy of the
+//! DB, and the host serves them in turns of 10 messages, so the ratio `runner / floor` compares
+//! the same minutes of the machine. Read the ratios.
 //!
 //! What it prints, for the runner (mock provider, release build) and the floor:
 //! - **insert → reply p50/p99**: the host inserts a `chat` row and polls (every 100 µs, gated
 //!   by `PRAGMA data_version` on its own connection) until the reply row is visible. Phases:
 //!   random gaps of 0-300 ms (the same seeded sequence for both), then a fixed pause of 0, 5,
 //!   10, 20, 30, 50 ms after each reply. The first messages of a process are a warm-up, not
-//!   counted.
+//!   counted; nor, at a fixed pause, is the first message of each turn (the other side's turn
+//!   was its pause).
 //! - **idle CPU**: CPU time (the sum of `/proc/<pid>/task/*/schedstat`, in ns) over
 //!   `RUNNER_BENCH_IDLE_SECS` with nothing to do, as % of a core.
 //! - **CPU per message, net of idle**: CPU used over all latency phases (utime + stime of
@@ -35,9 +38,9 @@
 //!   Needs `cargo build --workspace --bins` (mcp-tools) and `scripts/install-clis.sh`;
 //!   `RUNNER_BENCH_CLI=none` skips it, `=opencode|claude` picks another CLI.
 //!
-//! Knobs for a quick run: `RUNNER_BENCH_MESSAGES` (per latency phase, default 200; 0 skips the
+//! Knobs for a quick run: `RUNNER_BENCH_MESSAGES` (per latency phase, default 400; 0 skips the
 //! latency, CPU and cold-start tables),
-//! `RUNNER_BENCH_RANDOM_MESSAGES` (the random-gap phase, default 100), `RUNNER_BENCH_IDLE_SECS`
+//! `RUNNER_BENCH_RANDOM_MESSAGES` (the random-gap phase, default 200), `RUNNER_BENCH_IDLE_SECS`
 //! (default 10), `RUNNER_BENCH_COLD_RUNS` (default 5), `RUNNER_BENCH_ROWS` (the big DB, default
 //! 1,000,000; 0 skips it), `RUNNER_BENCH_RSS_MESSAGES` (default 10,000; 0 skips it).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -265,68 +268,110 @@ fn phases() -> Vec<Pause> {
     phases
 }
 
-/// Every figure of `who` on the DB in `workspace`.
-fn measure(who: Who, workspace: &Path) -> Figures {
-    let messages = knob("RUNNER_BENCH_MESSAGES", 200) as usize;
-    let random_messages = knob("RUNNER_BENCH_RANDOM_MESSAGES", 100) as usize;
-    let idle_secs = knob("RUNNER_BENCH_IDLE_SECS", 10).max(1);
-    let mut host = Host::open(workspace);
+/// Messages one process answers in a row before the other takes its turn. The first of each
+/// turn is not counted at a fixed pause: the other's turn was its pause.
+const TURN: usize = 10;
 
-    let child = who.spawn(workspace);
-    let pid = child.id();
-    for _ in 0..WARM_UP {
-        host.round_trip();
+/// Every figure of the runner (on the DB in `runner_ws`) and of the floor (on its copy in
+/// `floor_ws`), measured interleaved: both run at once, the host serves them in turns of
+/// [`TURN`] messages, so a drift of the machine over the run shows in both alike. Returns
+/// `[runner, floor]`.
+fn measure(runner_ws: &Path, floor_ws: &Path) -> [Figures; 2] {
+    let messages = knob("RUNNER_BENCH_MESSAGES", 400) as usize;
+    let random_messages = knob("RUNNER_BENCH_RANDOM_MESSAGES", 200) as usize;
+    let idle_secs = knob("RUNNER_BENCH_IDLE_SECS", 10).max(1);
+    let sides = [(Who::Runner, runner_ws), (Who::Floor, floor_ws)];
+    let mut hosts = sides.map(|(_, ws)| Host::open(ws));
+    let children = sides.map(|(who, ws)| who.spawn(ws));
+    let pids = [children[0].id(), children[1].id()];
+    for host in &mut hosts {
+        for _ in 0..WARM_UP {
+            host.round_trip();
+        }
     }
-    // Idle: let the last reply's aftermath settle first.
+    // Idle, both at once: let the last reply's aftermath settle first.
     std::thread::sleep(Duration::from_secs(1));
-    let before = procfs::thread_times(pid);
+    let before = pids.map(procfs::thread_times);
     std::thread::sleep(Duration::from_secs(idle_secs));
-    let idle_rate = procfs::cpu_time_since(pid, &before).as_secs_f64() / idle_secs as f64;
+    let idle_rate: Vec<f64> = (0..2)
+        .map(|i| procfs::cpu_time_since(pids[i], &before[i]).as_secs_f64() / idle_secs as f64)
+        .collect();
 
     let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
-    let mut latency = Vec::new();
-    let cpu_before = procfs::cpu_time(pid);
+    let mut latency = [Vec::new(), Vec::new()];
+    let cpu_before = pids.map(procfs::cpu_time);
     let wall = Instant::now();
-    let mut total = 0usize;
+    let mut answered = 0usize;
     for pause in phases() {
         let count = match pause {
             Pause::Random => random_messages,
             Pause::Fixed(_) => messages,
         };
-        let mut times = Vec::with_capacity(count);
-        for _ in 0..count {
-            let gap = match pause {
+        // The same gaps for both sides.
+        let gaps: Vec<u64> = (0..count)
+            .map(|_| match pause {
                 Pause::Random => rng.below(301),
                 Pause::Fixed(ms) => ms,
-            };
-            std::thread::sleep(Duration::from_millis(gap));
-            times.push(host.round_trip().as_secs_f64() * 1000.0);
+            })
+            .collect();
+        let mut times = [Vec::with_capacity(count), Vec::with_capacity(count)];
+        for start in (0..count).step_by(TURN) {
+            for (side, host) in hosts.iter_mut().enumerate() {
+                for (k, gap) in gaps[start..count.min(start + TURN)].iter().enumerate() {
+                    std::thread::sleep(Duration::from_millis(*gap));
+                    let took = host.round_trip().as_secs_f64() * 1000.0;
+                    if k > 0 || matches!(pause, Pause::Random) {
+                        times[side].push(took);
+                    }
+                }
+            }
         }
-        total += count;
-        times.sort_by(|a, b| a.total_cmp(b));
-        latency.push((percentile(&times, 0.5), percentile(&times, 0.99)));
+        answered += count;
+        for (side, times) in times.iter_mut().enumerate() {
+            times.sort_by(|a, b| a.total_cmp(b));
+            latency[side].push((percentile(times, 0.5), percentile(times, 0.99)));
+        }
     }
-    let used = (procfs::cpu_time(pid) - cpu_before).as_secs_f64();
-    let net = (used - idle_rate * wall.elapsed().as_secs_f64()).max(0.0);
-    stop(child);
-
-    let cold_runs = knob("RUNNER_BENCH_COLD_RUNS", 5).max(1);
-    let mut cold = Vec::new();
-    for _ in 0..cold_runs {
-        let id = host.insert();
-        let spawned = Instant::now();
-        let child = who.spawn(workspace);
-        host.wait_reply(&id, spawned);
-        cold.push(spawned.elapsed().as_secs_f64() * 1000.0);
+    let elapsed = wall.elapsed().as_secs_f64();
+    let net: Vec<f64> = (0..2)
+        .map(|i| {
+            let used = (procfs::cpu_time(pids[i]) - cpu_before[i]).as_secs_f64();
+            (used - idle_rate[i] * elapsed).max(0.0)
+        })
+        .collect();
+    for child in children {
         stop(child);
     }
 
-    Figures {
-        latency,
-        idle_cpu_percent: idle_rate * 100.0,
-        cpu_per_message_ms: net * 1000.0 / total.max(1) as f64,
-        cold_start_ms: median(&mut cold),
+    let cold_runs = knob("RUNNER_BENCH_COLD_RUNS", 5).max(1);
+    let mut cold = [Vec::new(), Vec::new()];
+    for _ in 0..cold_runs {
+        for (side, (who, ws)) in sides.into_iter().enumerate() {
+            let id = hosts[side].insert();
+            let spawned = Instant::now();
+            let child = who.spawn(ws);
+            hosts[side].wait_reply(&id, spawned);
+            cold[side].push(spawned.elapsed().as_secs_f64() * 1000.0);
+            stop(child);
+        }
     }
+
+    let [runner_latency, floor_latency] = latency;
+    let [mut runner_cold, mut floor_cold] = cold;
+    [
+        Figures {
+            latency: runner_latency,
+            idle_cpu_percent: idle_rate[0] * 100.0,
+            cpu_per_message_ms: net[0] * 1000.0 / answered.max(1) as f64,
+            cold_start_ms: median(&mut runner_cold),
+        },
+        Figures {
+            latency: floor_latency,
+            idle_cpu_percent: idle_rate[1] * 100.0,
+            cpu_per_message_ms: net[1] * 1000.0 / answered.max(1) as f64,
+            cold_start_ms: median(&mut floor_cold),
+        },
+    ]
 }
 
 fn ratio(a: f64, b: f64) -> String {
@@ -511,7 +556,7 @@ fn main() {
         return;
     }
 
-    if knob("RUNNER_BENCH_MESSAGES", 200) > 0 {
+    if knob("RUNNER_BENCH_MESSAGES", 400) > 0 {
         latency_and_cpu();
     }
 
@@ -528,12 +573,12 @@ fn main() {
     }
 }
 
-/// The latency, CPU and cold-start tables: the empty DB, then the big one; floor first, runner
-/// second on each.
+/// The latency, CPU and cold-start tables: the empty DB, then the big one; the runner and the
+/// floor interleaved on each (on two copies of the DB).
 fn latency_and_cpu() {
-    let empty = workspace();
-    let floor_empty = measure(Who::Floor, empty.path());
-    let runner_empty = measure(Who::Runner, empty.path());
+    let runner_empty_ws = workspace();
+    let floor_empty_ws = workspace();
+    let [runner_empty, floor_empty] = measure(runner_empty_ws.path(), floor_empty_ws.path());
     print_side_by_side("empty DB", &runner_empty, &floor_empty);
 
     let rows = knob("RUNNER_BENCH_ROWS", 1_000_000);
@@ -541,12 +586,12 @@ fn latency_and_cpu() {
         let big = workspace();
         let started = Instant::now();
         fill(&big.path().join("session.db"), rows);
+        let floor_big = copy_of(big.path());
         println!(
-            "\n(built {rows} rows in each of messages_in, messages_out, delivered, session_state in {:.1} s)",
+            "\n(built {rows} rows in each of messages_in, messages_out, delivered, session_state, and a copy for the floor, in {:.1} s)",
             started.elapsed().as_secs_f64()
         );
-        let floor_big = measure(Who::Floor, big.path());
-        let runner_big = measure(Who::Runner, big.path());
+        let [runner_big, floor_big] = measure(big.path(), floor_big.path());
         print_side_by_side(&format!("{rows} rows per table"), &runner_big, &floor_big);
         print_scaling(
             rows,
@@ -554,6 +599,16 @@ fn latency_and_cpu() {
             &[("runner", &runner_big), ("floor", &floor_big)],
         );
     }
+}
+
+/// A workspace holding a copy of `workspace`'s session DB (checkpointed: no WAL beside it).
+fn copy_of(workspace: &Path) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("runner-bench-")
+        .tempdir()
+        .unwrap();
+    std::fs::copy(workspace.join("session.db"), dir.path().join("session.db")).unwrap();
+    dir
 }
 
 /// Set when this bench runs as the real-CLI RSS phase (inside the namespace when possible).

@@ -1567,7 +1567,7 @@ impl Runner {
         self.call_on(DbThread::Blocking, f).await
     }
 
-    /// [`Runner::call`] on the loop's own worker thread: for the per-message calls that take
+    /// [`Runner::call`] on the runtime's own thread: for the per-message calls that take
     /// well under a millisecond (the poll with its claim, the destinations a prompt names, a
     /// result's write), where the hand-off
     /// to a blocking thread and back cost more CPU than the call (docs/decisions.md, "The
@@ -1590,7 +1590,21 @@ impl Runner {
         let mut waited = false;
         loop {
             let outcome = match on {
-                DbThread::Inline => f(&self.db),
+                DbThread::Inline => {
+                    match schema::db::with_lock_wait(INLINE_LOCK_WAIT, || f(&self.db)) {
+                        // Another writer holds the lock: wait for it on a blocking thread,
+                        // where the connection's busy timeout applies (nothing was written).
+                        Err(err) if err.is_busy() => {
+                            tracing::debug!(%err, "DB lock held: the call waits off the runtime's thread");
+                            let db = self.db.clone();
+                            let attempt = Arc::clone(&f);
+                            tokio::task::spawn_blocking(move || attempt(&db))
+                                .await
+                                .context("a DB task panicked")?
+                        }
+                        outcome => outcome,
+                    }
+                }
                 DbThread::Blocking => {
                     let db = self.db.clone();
                     let attempt = Arc::clone(&f);
@@ -1759,10 +1773,16 @@ enum DbThread {
     /// On a blocking thread (`spawn_blocking`): calls that may take long (files read with the
     /// system prompt) or are rare.
     Blocking,
-    /// On the loop's worker thread: the per-message sub-millisecond calls. The runtime has a
-    /// second worker, so the heartbeat and the CLI's I/O go on while one waits for the lock.
+    /// On the runtime's thread: the per-message sub-millisecond calls. A call that would wait
+    /// more than [`INLINE_LOCK_WAIT`] for another writer's lock moves to a blocking thread, so
+    /// the heartbeat, the CLI's I/O and the credential proxy, on the same thread, never wait
+    /// behind a lock.
     Inline,
 }
+
+/// The longest an inline DB call waits for another connection's lock on the runtime's thread.
+/// The host's and mcp-tools' transactions take well under it.
+const INLINE_LOCK_WAIT: Duration = Duration::from_millis(20);
 
 /// First wait before a write that failed on a full disk is tried again.
 const DISK_FULL_FIRST_RETRY: Duration = Duration::from_millis(100);

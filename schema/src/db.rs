@@ -14,6 +14,7 @@ use rusqlite::config::DbConfig;
 use rusqlite::functions::FunctionFlags;
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 
+use crate::checkpoint::{self, Borrowed, Checkpointer};
 use crate::rows::{lenient_flag, lossy_text};
 use crate::sql::{COLUMNS, INDEXES, SCHEMA};
 use crate::time::parse_ts;
@@ -70,6 +71,8 @@ pub fn configure_connection(conn: &Connection, busy_timeout: Duration) -> rusqli
     // and compared variables, expires the statement on every new binding and parses it again
     // at its next step, so the poll's cached statements were re-prepared on every poll.
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+    // Checkpoints leave the commit path of pooled connections (crate::checkpoint).
+    checkpoint::install(conn);
     register_functions(conn)
 }
 
@@ -102,6 +105,7 @@ pub struct SessionDb {
     path: PathBuf,
     timezone: Tz,
     busy_timeout: Duration,
+    pub(crate) checkpointer: Checkpointer,
 }
 
 impl std::fmt::Debug for SessionDb {
@@ -170,6 +174,7 @@ impl SessionDb {
             path,
             timezone: options.timezone,
             busy_timeout,
+            checkpointer: Checkpointer::default(),
         };
         if options.migrate {
             db.migrate()?;
@@ -194,8 +199,30 @@ impl SessionDb {
         Ok(conn)
     }
 
-    pub(crate) fn conn(&self) -> Result<PooledConnection<SqliteConnectionManager>, Error> {
-        Ok(self.pool.get()?)
+    /// A pooled connection; when a commit made through it left the WAL due for a checkpoint,
+    /// giving it back starts one in the background (crate::checkpoint).
+    /// Inside [`with_lock_wait`] its busy timeout is that wait until it is given back.
+    pub(crate) fn conn(&self) -> Result<DbConn<'_>, Error> {
+        let conn = self.pool.get()?;
+        let lock_wait = LOCK_WAIT.get();
+        if let Some(wait) = lock_wait {
+            conn.busy_timeout(wait)?;
+        }
+        Ok(DbConn {
+            conn,
+            borrowed: Some(Borrowed::start()),
+            shortened: lock_wait.is_some(),
+            db: self,
+        })
+    }
+
+    /// Starts a `PASSIVE` checkpoint on a thread of its own (one at a time).
+    fn checkpoint_in_background(&self) {
+        let pool = self.pool.clone();
+        self.checkpointer.start(move || {
+            let conn = pool.get()?;
+            Ok(checkpoint::passive(&conn)?)
+        });
     }
 
     /// Runs `f` in a `BEGIN IMMEDIATE` transaction: the write lock is taken up front, so a
@@ -227,6 +254,63 @@ impl SessionDb {
             tx.execute_batch(INDEXES)?;
             Ok(())
         })
+    }
+}
+
+thread_local! {
+    /// The lock wait [`with_lock_wait`] set on this thread.
+    static LOCK_WAIT: std::cell::Cell<Option<Duration>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with every [`SessionDb`] call it makes on this thread waiting at most `wait` for
+/// another connection's lock (instead of the busy timeout, 30 s by default): a call that would
+/// wait longer fails with an error whose [`Error::is_busy`] is true, having written nothing
+/// (a write transaction takes its lock first). For a caller that must not block its thread
+/// long (an async runtime's only thread), and tries again elsewhere.
+pub fn with_lock_wait<T>(wait: Duration, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<Duration>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            LOCK_WAIT.set(self.0);
+        }
+    }
+    let _restore = Restore(LOCK_WAIT.replace(Some(wait)));
+    f()
+}
+
+/// A pooled connection of a [`SessionDb`] (see [`SessionDb::conn`]).
+pub(crate) struct DbConn<'db> {
+    conn: PooledConnection<SqliteConnectionManager>,
+    borrowed: Option<Borrowed>,
+    /// Its busy timeout is [`with_lock_wait`]'s until it goes back to the pool.
+    shortened: bool,
+    db: &'db SessionDb,
+}
+
+impl std::ops::Deref for DbConn<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for DbConn<'_> {
+    fn deref_mut(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+}
+
+impl Drop for DbConn<'_> {
+    fn drop(&mut self) {
+        if self.shortened {
+            if let Err(err) = self.conn.busy_timeout(self.db.busy_timeout) {
+                tracing::warn!(%err, "could not restore a connection's busy timeout");
+            }
+        }
+        if self.borrowed.take().is_some_and(Borrowed::end) {
+            self.db.checkpoint_in_background();
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! notification. No other crate writes SQL for these tables.
 
 mod batch;
+mod checkpoint;
 mod completion;
 pub mod content;
 pub mod control;
@@ -105,6 +106,18 @@ pub enum Error {
 }
 
 impl Error {
+    /// True when a call gave up waiting for another connection's lock (`SQLITE_BUSY` or
+    /// `SQLITE_LOCKED`): after the busy timeout, or the wait [`db::with_lock_wait`] set.
+    pub fn is_busy(&self) -> bool {
+        match self {
+            Error::Sqlite(err) => matches!(
+                err.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+            ),
+            _ => false,
+        }
+    }
+
     /// True when a write failed for lack of space: `SQLITE_FULL` (the file system returned
     /// ENOSPC, or `max_page_count` was reached), or an I/O error saying the storage is full.
     /// Writers wait for space on it instead of giving up (docs/decisions.md, "Full disk").
