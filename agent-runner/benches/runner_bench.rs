@@ -27,7 +27,8 @@
 //!   The median of `RUNNER_BENCH_COLD_RUNS` starts on the same DB.
 //! - all of the above again on a DB holding **1,000,000 completed rows** in each table the
 //!   runner reads per message (`messages_in`, `messages_out`, `delivered`, `session_state`;
-//!   built in one transaction with a recursive CTE), and the ratio `1M / empty` per figure.
+//!   built in one transaction with a recursive CTE), and the ratio `1M / empty` per figure. The
+//!   four processes (runner and floor, empty and big DB) are measured interleaved.
 //! - **RSS** (`VmRSS`) after 1,000 and after 10,000 sequential messages, runner (mock) and
 //!   floor: the growth should stay under 1 MiB.
 //! - **RSS with a real CLI** (Codex against the fake model of `tests/src/fake_model.rs` on
@@ -272,34 +273,34 @@ fn phases() -> Vec<Pause> {
 /// turn is not counted at a fixed pause: the other's turn was its pause.
 const TURN: usize = 10;
 
-/// Every figure of the runner (on the DB in `runner_ws`) and of the floor (on its copy in
-/// `floor_ws`), measured interleaved: both run at once, the host serves them in turns of
-/// [`TURN`] messages, so a drift of the machine over the run shows in both alike. Returns
-/// `[runner, floor]`.
-fn measure(runner_ws: &Path, floor_ws: &Path) -> [Figures; 2] {
+/// Every figure of each side (who, on the session DB of which workspace), measured
+/// interleaved: all run at once, the host serves them in turns of [`TURN`] messages with the
+/// same gaps, so a drift of the machine over the run shows in all alike. In `sides`' order.
+fn measure(sides: &[(Who, &Path)]) -> Vec<Figures> {
     let messages = knob("RUNNER_BENCH_MESSAGES", 400) as usize;
     let random_messages = knob("RUNNER_BENCH_RANDOM_MESSAGES", 200) as usize;
     let idle_secs = knob("RUNNER_BENCH_IDLE_SECS", 10).max(1);
-    let sides = [(Who::Runner, runner_ws), (Who::Floor, floor_ws)];
-    let mut hosts = sides.map(|(_, ws)| Host::open(ws));
-    let children = sides.map(|(who, ws)| who.spawn(ws));
-    let pids = [children[0].id(), children[1].id()];
+    let mut hosts: Vec<Host> = sides.iter().map(|(_, ws)| Host::open(ws)).collect();
+    let children: Vec<Child> = sides.iter().map(|(who, ws)| who.spawn(ws)).collect();
+    let pids: Vec<u32> = children.iter().map(Child::id).collect();
     for host in &mut hosts {
         for _ in 0..WARM_UP {
             host.round_trip();
         }
     }
-    // Idle, both at once: let the last reply's aftermath settle first.
+    // Idle, all at once: let the last reply's aftermath settle first.
     std::thread::sleep(Duration::from_secs(1));
-    let before = pids.map(procfs::thread_times);
+    let before: Vec<_> = pids.iter().map(|pid| procfs::thread_times(*pid)).collect();
     std::thread::sleep(Duration::from_secs(idle_secs));
-    let idle_rate: Vec<f64> = (0..2)
-        .map(|i| procfs::cpu_time_since(pids[i], &before[i]).as_secs_f64() / idle_secs as f64)
+    let idle_rate: Vec<f64> = pids
+        .iter()
+        .zip(&before)
+        .map(|(pid, before)| procfs::cpu_time_since(*pid, before).as_secs_f64() / idle_secs as f64)
         .collect();
 
     let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
-    let mut latency = [Vec::new(), Vec::new()];
-    let cpu_before = pids.map(procfs::cpu_time);
+    let mut latency = vec![Vec::new(); sides.len()];
+    let cpu_before: Vec<_> = pids.iter().map(|pid| procfs::cpu_time(*pid)).collect();
     let wall = Instant::now();
     let mut answered = 0usize;
     for pause in phases() {
@@ -307,14 +308,14 @@ fn measure(runner_ws: &Path, floor_ws: &Path) -> [Figures; 2] {
             Pause::Random => random_messages,
             Pause::Fixed(_) => messages,
         };
-        // The same gaps for both sides.
+        // The same gaps for every side.
         let gaps: Vec<u64> = (0..count)
             .map(|_| match pause {
                 Pause::Random => rng.below(301),
                 Pause::Fixed(ms) => ms,
             })
             .collect();
-        let mut times = [Vec::with_capacity(count), Vec::with_capacity(count)];
+        let mut times = vec![Vec::with_capacity(count); sides.len()];
         for start in (0..count).step_by(TURN) {
             for (side, host) in hosts.iter_mut().enumerate() {
                 for (k, gap) in gaps[start..count.min(start + TURN)].iter().enumerate() {
@@ -333,7 +334,7 @@ fn measure(runner_ws: &Path, floor_ws: &Path) -> [Figures; 2] {
         }
     }
     let elapsed = wall.elapsed().as_secs_f64();
-    let net: Vec<f64> = (0..2)
+    let net: Vec<f64> = (0..sides.len())
         .map(|i| {
             let used = (procfs::cpu_time(pids[i]) - cpu_before[i]).as_secs_f64();
             (used - idle_rate[i] * elapsed).max(0.0)
@@ -344,9 +345,9 @@ fn measure(runner_ws: &Path, floor_ws: &Path) -> [Figures; 2] {
     }
 
     let cold_runs = knob("RUNNER_BENCH_COLD_RUNS", 5).max(1);
-    let mut cold = [Vec::new(), Vec::new()];
+    let mut cold = vec![Vec::new(); sides.len()];
     for _ in 0..cold_runs {
-        for (side, (who, ws)) in sides.into_iter().enumerate() {
+        for (side, (who, ws)) in sides.iter().enumerate() {
             let id = hosts[side].insert();
             let spawned = Instant::now();
             let child = who.spawn(ws);
@@ -356,22 +357,17 @@ fn measure(runner_ws: &Path, floor_ws: &Path) -> [Figures; 2] {
         }
     }
 
-    let [runner_latency, floor_latency] = latency;
-    let [mut runner_cold, mut floor_cold] = cold;
-    [
-        Figures {
-            latency: runner_latency,
-            idle_cpu_percent: idle_rate[0] * 100.0,
-            cpu_per_message_ms: net[0] * 1000.0 / answered.max(1) as f64,
-            cold_start_ms: median(&mut runner_cold),
-        },
-        Figures {
-            latency: floor_latency,
-            idle_cpu_percent: idle_rate[1] * 100.0,
-            cpu_per_message_ms: net[1] * 1000.0 / answered.max(1) as f64,
-            cold_start_ms: median(&mut floor_cold),
-        },
-    ]
+    latency
+        .into_iter()
+        .zip(cold)
+        .enumerate()
+        .map(|(side, (latency, mut cold))| Figures {
+            latency,
+            idle_cpu_percent: idle_rate[side] * 100.0,
+            cpu_per_message_ms: net[side] * 1000.0 / answered.max(1) as f64,
+            cold_start_ms: median(&mut cold),
+        })
+        .collect()
 }
 
 fn ratio(a: f64, b: f64) -> String {
@@ -573,30 +569,40 @@ fn main() {
     }
 }
 
-/// The latency, CPU and cold-start tables: the empty DB, then the big one; the runner and the
-/// floor interleaved on each (on two copies of the DB).
+/// The latency, CPU and cold-start tables: the runner and the floor on an empty DB and, unless
+/// `RUNNER_BENCH_ROWS=0`, on a big one, all four interleaved (each on its own copy of its DB),
+/// so `big / empty` compares the same minutes too.
 fn latency_and_cpu() {
     let runner_empty_ws = workspace();
     let floor_empty_ws = workspace();
-    let [runner_empty, floor_empty] = measure(runner_empty_ws.path(), floor_empty_ws.path());
-    print_side_by_side("empty DB", &runner_empty, &floor_empty);
-
     let rows = knob("RUNNER_BENCH_ROWS", 1_000_000);
-    if rows > 0 {
-        let big = workspace();
+    let big = (rows > 0).then(|| {
+        let runner_big = workspace();
         let started = Instant::now();
-        fill(&big.path().join("session.db"), rows);
-        let floor_big = copy_of(big.path());
+        fill(&runner_big.path().join("session.db"), rows);
+        let floor_big = copy_of(runner_big.path());
         println!(
             "\n(built {rows} rows in each of messages_in, messages_out, delivered, session_state, and a copy for the floor, in {:.1} s)",
             started.elapsed().as_secs_f64()
         );
-        let [runner_big, floor_big] = measure(big.path(), floor_big.path());
-        print_side_by_side(&format!("{rows} rows per table"), &runner_big, &floor_big);
+        (runner_big, floor_big)
+    });
+    let mut sides = vec![
+        (Who::Runner, runner_empty_ws.path()),
+        (Who::Floor, floor_empty_ws.path()),
+    ];
+    if let Some((runner_big, floor_big)) = &big {
+        sides.push((Who::Runner, runner_big.path()));
+        sides.push((Who::Floor, floor_big.path()));
+    }
+    let figures = measure(&sides);
+    print_side_by_side("empty DB", &figures[0], &figures[1]);
+    if let [runner_empty, floor_empty, runner_big, floor_big] = &figures[..] {
+        print_side_by_side(&format!("{rows} rows per table"), runner_big, floor_big);
         print_scaling(
             rows,
-            &[("runner", &runner_empty), ("floor", &floor_empty)],
-            &[("runner", &runner_big), ("floor", &floor_big)],
+            &[("runner", runner_empty), ("floor", floor_empty)],
+            &[("runner", runner_big), ("floor", floor_big)],
         );
     }
 }
