@@ -22,6 +22,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::{ApprovalKind, ProviderEvent};
+
 /// What happens to a tool call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -175,6 +177,43 @@ impl Default for ToolPolicy {
             ask: Vec::new(),
             default: Decision::Allow,
             ask_timeout: DEFAULT_ASK_TIMEOUT,
+        }
+    }
+}
+
+/// A tool call as a driver puts it to the policy, in canonical names: what [`ToolPolicy::decide`]
+/// judges, what the runner asks about ([`ApprovalKind::ToolCall`]) and what a refusal reports
+/// ([`ProviderEvent::ToolDenied`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Call {
+    /// Canonical tool name.
+    pub tool: String,
+    /// Short form for the chat and the decision row.
+    pub summary: Option<String>,
+    /// What the policy matches (see [`ToolPolicy::decide`]).
+    pub argument: Option<String>,
+}
+
+impl Call {
+    /// What `policy` says about this call.
+    pub(crate) fn decide(&self, policy: &ToolPolicy) -> Decision {
+        policy.decide(&self.tool, self.argument.as_deref())
+    }
+
+    /// The question the runner asks about this call.
+    pub(crate) fn ask(self) -> ApprovalKind {
+        ApprovalKind::ToolCall {
+            tool: self.tool,
+            summary: self.summary,
+            argument: self.argument,
+        }
+    }
+
+    /// The event that reports this call refused by the policy.
+    pub(crate) fn denied(self) -> ProviderEvent {
+        ProviderEvent::ToolDenied {
+            tool: self.tool,
+            summary: self.summary,
         }
     }
 }

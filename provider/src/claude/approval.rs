@@ -24,6 +24,7 @@ use serde_json::{json, Map, Value};
 
 use super::translate::tool_argument;
 use crate::activity::one_line_summary;
+use crate::policy::Call;
 use crate::{
     ApprovalAnswer, ApprovalKind, ApprovalRequest, Decision, ElicitationMode, ProviderEvent,
     ProviderSettings,
@@ -139,8 +140,12 @@ fn on_hook(settings: &ProviderSettings, request_id: &str, request: &Value) -> Ac
     match request.get("callback_id").and_then(Value::as_str) {
         Some(POLICY_HOOK) => {
             let argument = tool_argument(tool, tool_input);
-            let summary = argument.as_deref().and_then(one_line_summary);
-            match settings.tool_policy.decide(tool, argument.as_deref()) {
+            let call = Call {
+                tool: tool.to_owned(),
+                summary: argument.as_deref().and_then(one_line_summary),
+                argument,
+            };
+            match call.decide(&settings.tool_policy) {
                 Decision::Allow => Action::Answer {
                     response: json!({}),
                     events: Vec::new(),
@@ -149,19 +154,12 @@ fn on_hook(settings: &ProviderSettings, request_id: &str, request: &Value) -> Ac
                     response: deny(&format!(
                         "denied by the tool policy: this {tool} call may not run; do not retry it"
                     )),
-                    events: vec![ProviderEvent::ToolDenied {
-                        tool: tool.to_owned(),
-                        summary,
-                    }],
+                    events: vec![call.denied()],
                 },
                 Decision::Ask => Action::Ask(Pending {
                     request: ApprovalRequest {
                         id: request_id.to_owned(),
-                        kind: ApprovalKind::ToolCall {
-                            tool: tool.to_owned(),
-                            summary,
-                            argument,
-                        },
+                        kind: call.ask(),
                     },
                     field: None,
                 }),

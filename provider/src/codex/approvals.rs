@@ -12,6 +12,7 @@
 use serde_json::{json, Value};
 
 use super::protocol::shell_script;
+use crate::policy::Call;
 use crate::{ApprovalAnswer, ApprovalKind, Decision, ElicitationMode, ToolPolicy};
 
 /// The server requests that wait for the query instead of being answered by the connection.
@@ -25,17 +26,6 @@ pub(super) const GATED_METHODS: [&str; 3] = [
 /// elicitations" needs the approval requests.
 pub(super) fn gated(policy: &ToolPolicy, elicitation: ElicitationMode) -> bool {
     !policy.allows_everything() || elicitation == ElicitationMode::Ask
-}
-
-/// A tool call as the policy sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Call {
-    /// Canonical tool name.
-    pub tool: String,
-    /// Short summary for the chat and the decision row.
-    pub summary: Option<String>,
-    /// What the policy matches (the whole command line, the path, the JSON arguments).
-    pub argument: Option<String>,
 }
 
 /// How an answer is written back: the request kinds answer in different shapes.
@@ -157,7 +147,7 @@ pub(super) fn judge(
     };
     let (decision, call) = calls
         .into_iter()
-        .map(|call| (policy.decide(&call.tool, call.argument.as_deref()), call))
+        .map(|call| (call.decide(policy), call))
         .max_by_key(|(decision, _)| rank(*decision))
         .unwrap_or((
             Decision::Deny,
@@ -177,11 +167,7 @@ pub(super) fn judge(
             denied: Some(call),
         },
         Decision::Ask => Verdict::Ask {
-            kind: ApprovalKind::ToolCall {
-                tool: call.tool.clone(),
-                summary: call.summary.clone(),
-                argument: call.argument.clone(),
-            },
+            kind: call.clone().ask(),
             reply,
             call: Some(call),
         },

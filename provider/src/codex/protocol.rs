@@ -310,7 +310,7 @@ impl Item {
 
     /// A `fileChange`'s files as tool calls for the policy: `Write` for an added file, `Edit`
     /// for any other change, with the path as the argument.
-    pub(super) fn file_calls(&self) -> Vec<super::approvals::Call> {
+    pub(super) fn file_calls(&self) -> Vec<crate::policy::Call> {
         self.changes
             .iter()
             .flatten()
@@ -320,7 +320,7 @@ impl Item {
                     .and_then(Value::as_str)
                     .map(str::to_owned);
                 let adds = change.pointer("/kind/type").and_then(Value::as_str) == Some("add");
-                super::approvals::Call {
+                crate::policy::Call {
                     tool: if adds { "Write" } else { "Edit" }.into(),
                     summary: path.as_deref().and_then(crate::activity::one_line_summary),
                     argument: path,

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::approvals::{self, Call, Reply, Verdict};
+use super::approvals::{self, Reply, Verdict};
 use super::command::APPROVAL_STOP_HOOK_STATUS;
 use super::protocol::{
     input_text, user_input, AgentMessageDelta, ErrorNotification, ItemNotification,
@@ -36,6 +36,7 @@ use super::protocol::{
     TurnError, TurnNotification,
 };
 use crate::classify::classify;
+use crate::policy::Call;
 use crate::{
     ApprovalAnswer, ApprovalRequest, Control, ElicitationMode, ErrorClass, InterruptReason, Prompt,
     PromptId, ProviderEvent, ToolPolicy, Usage,
@@ -608,10 +609,7 @@ impl QueryState {
             Verdict::Answer { result, denied } => {
                 if let Some(call) = denied {
                     tracing::info!(tool = %call.tool, argument = ?call.argument, "tool call denied by the policy");
-                    actions.push(Action::Emit(ProviderEvent::ToolDenied {
-                        tool: call.tool,
-                        summary: call.summary,
-                    }));
+                    actions.push(Action::Emit(call.denied()));
                 }
                 actions.push(Action::Respond { id: rpc_id, result });
             }

@@ -14,8 +14,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    ApprovalAnswer, ApprovalKind, ApprovalRequest, Control, ErrorClass, InterruptReason, Prompt,
-    PromptId, ProviderEvent, ProviderSettings, QueryHandle, QueryInput, Usage,
+    ApprovalAnswer, ApprovalRequest, Control, ErrorClass, InterruptReason, Prompt, PromptId,
+    ProviderEvent, ProviderSettings, QueryHandle, QueryInput, Usage,
 };
 
 use super::archiving;
@@ -639,22 +639,14 @@ impl<'a> Driver<'a> {
                     PermissionReply::Reject(permission::POLICY_DENIAL),
                 )
                 .await;
-                self.send(ProviderEvent::ToolDenied {
-                    tool: call.tool,
-                    summary: call.summary,
-                })
-                .await;
+                self.send(call.denied()).await;
             }
             Verdict::Ask(call) => {
                 tracing::info!(tool = %call.tool, request = %asked.id, "tool call waits for the user's approval");
                 self.pending.insert(asked.id.clone());
                 self.send(ProviderEvent::ApprovalRequest(ApprovalRequest {
                     id: asked.id,
-                    kind: ApprovalKind::ToolCall {
-                        tool: call.tool,
-                        summary: call.summary,
-                        argument: call.argument,
-                    },
+                    kind: call.ask(),
                 }))
                 .await;
             }

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 
 use crate::activity::one_line_summary;
-use crate::policy::{Decision, ToolPolicy, ToolRule};
+use crate::policy::{Call, Decision, ToolPolicy, ToolRule};
 
 use super::translate::{argument_field, canonical_tool};
 
@@ -223,17 +223,6 @@ impl Asked {
     }
 }
 
-/// The call a request is about, in the policy's terms.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Call {
-    /// Canonical tool name.
-    pub tool: String,
-    /// The argument the policy matches (see [`ToolPolicy::decide`]).
-    pub argument: Option<String>,
-    /// Short form for the chat and the records.
-    pub summary: Option<String>,
-}
-
 /// What the driver does with a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Verdict {
@@ -257,7 +246,7 @@ pub(super) fn decide(
         return Verdict::Allow;
     }
     let call = call(asked, tool_part, mcp_servers);
-    match policy.decide(&call.tool, call.argument.as_deref()) {
+    match call.decide(policy) {
         Decision::Allow => Verdict::Allow,
         Decision::Deny => Verdict::Deny(call),
         Decision::Ask => Verdict::Ask(call),
@@ -517,10 +506,10 @@ mod tests {
                 Deny(
                     Call {
                         tool: "Bash",
-                        argument: Some(
+                        summary: Some(
                             "cd x && rm -rf target",
                         ),
-                        summary: Some(
+                        argument: Some(
                             "cd x && rm -rf target",
                         ),
                     },
@@ -528,10 +517,10 @@ mod tests {
                 Deny(
                     Call {
                         tool: "Bash",
-                        argument: Some(
+                        summary: Some(
                             "cd x && rm -rf target",
                         ),
-                        summary: Some(
+                        argument: Some(
                             "cd x && rm -rf target",
                         ),
                     },
@@ -539,10 +528,10 @@ mod tests {
                 Ask(
                     Call {
                         tool: "Bash",
-                        argument: Some(
+                        summary: Some(
                             "git push origin",
                         ),
-                        summary: Some(
+                        argument: Some(
                             "git push origin",
                         ),
                     },
@@ -551,10 +540,10 @@ mod tests {
                 Deny(
                     Call {
                         tool: "Write",
-                        argument: Some(
+                        summary: Some(
                             "/etc/passwd",
                         ),
-                        summary: Some(
+                        argument: Some(
                             "/etc/passwd",
                         ),
                     },
@@ -563,10 +552,10 @@ mod tests {
                 Ask(
                     Call {
                         tool: "mcp__nanoclaw__send_message",
-                        argument: Some(
+                        summary: Some(
                             "{\"text\":\"hi\"}",
                         ),
-                        summary: Some(
+                        argument: Some(
                             "{\"text\":\"hi\"}",
                         ),
                     },
