@@ -54,7 +54,8 @@ impl FileId {
 struct Protected {
     path: PathBuf,
     /// Identities seen at `path` when it was protected: the inode this process's connections
-    /// hold stays protected even after the path is replaced or deleted.
+    /// hold stays protected even after the path is replaced or deleted, for as long as this
+    /// process holds it open (see [`held_open`]).
     seen: Vec<FileId>,
 }
 
@@ -125,13 +126,50 @@ pub fn is_refused(err: &io::Error) -> bool {
     err.get_ref().is_some_and(|inner| inner.is::<Refused>())
 }
 
-/// The protected file with identity `id`, if any.
+/// The protected file with identity `id`, if any: the file at a protected path now, or one
+/// seen there earlier that this process still holds open.
 fn protected_file(id: FileId) -> Option<PathBuf> {
     let list = protected();
-    list.iter().find_map(|entry| {
+    let mut earlier = None;
+    for entry in list.iter() {
         let now = std::fs::metadata(&entry.path).ok().map(|m| FileId::of(&m));
-        (entry.seen.contains(&id) || now == Some(id)).then(|| entry.path.clone())
+        if now == Some(id) {
+            return Some(entry.path.clone());
+        }
+        if earlier.is_none() && entry.seen.contains(&id) {
+            earlier = Some(entry.path.clone());
+        }
+    }
+    // A file deleted or replaced at a protected path keeps its identity only while something
+    // holds it: once no descriptor of this process does, its inode can be freed and reused by
+    // any new file (a download, an archive), which must not be refused for it.
+    earlier.filter(|_| held_open(id))
+}
+
+/// Whether a descriptor of this process other than an `O_PATH` one (which opens nothing and
+/// holds no lock: [`open`]'s own look-ups, here or on another thread) reaches identity `id`.
+/// Looks with `stat(2)` through `/proc/self/fd`, which opens nothing. Without `/proc` it
+/// answers yes: refusing is the safe side.
+fn held_open(id: FileId) -> bool {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+        return true;
+    };
+    fds.flatten().any(|fd| {
+        let same = std::fs::metadata(fd.path()).is_ok_and(|m| FileId::of(&m) == id);
+        same && !is_o_path(&fd.file_name())
     })
+}
+
+/// Whether descriptor `fd` (a name in `/proc/self/fd`) was opened with `O_PATH`, from the
+/// `flags:` line of `/proc/self/fdinfo/<fd>` (octal). Unknown: no.
+fn is_o_path(fd: &std::ffi::OsStr) -> bool {
+    let Ok(info) = std::fs::read_to_string(Path::new("/proc/self/fdinfo").join(fd)) else {
+        return false;
+    };
+    info.lines()
+        .find_map(|line| line.strip_prefix("flags:"))
+        .and_then(|flags| i64::from_str_radix(flags.trim(), 8).ok())
+        .is_some_and(|flags| flags & i64::from(libc::O_PATH) != 0)
 }
 
 /// Whether a path may be opened: `Err` with a [`Refused`] inside (kind `PermissionDenied`) when
@@ -346,6 +384,51 @@ mod tests {
         let alias = aliases.join("lock.txt");
         std::fs::hard_link(&lock, &alias).unwrap();
         assert!(is_refused(&open(&alias).unwrap_err()));
+    }
+
+    /// A DB file deleted while this process held it stays refused until the process lets go;
+    /// after that its identity belongs to no DB (the file system may give it to a new file).
+    #[test]
+    fn a_deleted_db_file_is_protected_only_while_this_process_holds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, conn) = testing::wal_db(dir.path());
+        let id = FileId::of(&std::fs::metadata(&db).unwrap());
+        std::fs::remove_file(&db).unwrap();
+        assert_eq!(
+            protected_file(id),
+            Some(db.clone()),
+            "the connection holds it"
+        );
+        drop(conn);
+        assert_eq!(protected_file(id), None, "nothing holds it any more");
+        // Any other identity seen there: a plain descriptor on it is a hold (as a connection's
+        // is), an O_PATH one (as `open` takes to look) is not.
+        let other = dir.path().join("other.txt");
+        std::fs::write(&other, "x").unwrap();
+        let other_id = FileId::of(&std::fs::metadata(&other).unwrap());
+        protected()
+            .iter_mut()
+            .find(|p| p.path == db)
+            .unwrap()
+            .seen
+            .push(other_id);
+        let held = std::fs::File::open(&other).unwrap();
+        assert_eq!(protected_file(other_id), Some(db.clone()));
+        let o_path = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH)
+            .open(&other)
+            .unwrap();
+        drop(held);
+        assert_eq!(
+            protected_file(other_id),
+            None,
+            "an O_PATH descriptor holds nothing"
+        );
+        drop(o_path);
+        for entry in protected().iter_mut() {
+            entry.seen.retain(|seen| *seen != other_id);
+        }
     }
 
     #[test]
