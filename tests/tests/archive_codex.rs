@@ -1,6 +1,7 @@
 //! Transcript archiving (issue 5) for the Codex provider, end to end: after each query the real
-//! `agent-runner` reads the thread back from the real pinned `codex app-server` (`thread/read`)
-//! and writes what no earlier archive holds as Markdown into `<workspace>/agent/conversations/`.
+//! `agent-runner` reads the new turns back from the real pinned `codex app-server`
+//! (`thread/turns/list`) and writes what no earlier archive holds as Markdown into
+//! `<workspace>/agent/conversations/`.
 //!
 //! The scenarios are shared with the other CLIs (`e2e::scenarios`); each test here runs one of
 //! them for this CLI.

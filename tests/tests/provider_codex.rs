@@ -281,6 +281,84 @@ async fn new_session_gets_a_fresh_process_and_old_ones_resume() {
     provider.shutdown().await;
 }
 
+/// Each archive after a query reads back only the newest turns (one `thread/turns/list` page,
+/// newest first), never the whole thread, so what archiving costs the runner does not grow with
+/// the conversation; the archives still hold every query once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_archive_reads_only_the_newest_turns() {
+    let Some(cli) = start::<Cli>("each_archive_reads_only_the_newest_turns") else {
+        return;
+    };
+    const QUERIES: usize = 6;
+    let s = setup::<Cli>("archive_pages", cli);
+    s.fake
+        .push_all((1..=QUERIES).map(|n| Step::text(format!("answer number {n}"))));
+    let provider = s.provider::<Cli>();
+    let rpc = s.dir.path().join("rpc.jsonl");
+    provider.record_transcript(&rpc).unwrap();
+    let mut thread: Option<String> = None;
+    for n in 1..=QUERIES {
+        let text = format!("<message id=\"{n}\">question number {n}</message>");
+        let events = ask(&provider, &text, thread.as_deref()).await;
+        thread = Some(session_id(&events));
+    }
+    // Shutting down waits for the last query's archive.
+    provider.shutdown().await;
+    s.print_log();
+
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&rpc)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let requests = |method: &str| -> Vec<serde_json::Value> {
+        lines
+            .iter()
+            .filter(|l| l["out"]["method"] == method)
+            .map(|l| l["out"].clone())
+            .collect()
+    };
+    let pages = requests("thread/turns/list");
+    // One archive per query (fewer if queries ended while one ran: they share the next).
+    let archives = requests("thread/read").len();
+    assert!((1..=QUERIES).contains(&archives), "{archives} archives");
+    assert_eq!(pages.len(), archives, "one page per archive: {pages:#?}");
+    assert!(
+        requests("thread/read")
+            .iter()
+            .all(|r| r["params"]["includeTurns"] == json!(false)),
+        "the whole thread is never read: {:#?}",
+        requests("thread/read")
+    );
+    let last_id = &pages[archives - 1]["id"];
+    let answer = lines
+        .iter()
+        .find(|l| &l["in"]["id"] == last_id && l["in"]["result"].is_object())
+        .map(|l| l["in"]["result"].clone())
+        .unwrap();
+    let turns = answer["data"].as_array().unwrap();
+    assert!(turns.len() < QUERIES, "a page, not the thread: {answer:#}");
+    assert!(
+        turns[0].to_string().contains("question number 6"),
+        "newest first: {answer:#}"
+    );
+
+    let conversations = s.settings.agent_dir.join("conversations");
+    let mut archived = String::new();
+    for entry in std::fs::read_dir(&conversations).unwrap() {
+        archived += &std::fs::read_to_string(entry.unwrap().path()).unwrap();
+    }
+    for n in 1..=QUERIES {
+        // (The prompt in its XML: the first one is also the archive's title.)
+        for text in [
+            format!(">question number {n}<"),
+            format!("answer number {n}"),
+        ] {
+            assert_eq!(archived.matches(&text).count(), 1, "{text}: {archived}");
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Usage, stop, text as it is written, step limit, model per query (issues 14 and 15)
 // ---------------------------------------------------------------------------------------------

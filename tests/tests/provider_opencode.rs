@@ -164,6 +164,51 @@ async fn question_id(db: &SessionDb) -> String {
     e2e::provider_harness::question_id(db, Duration::from_secs(30)).await
 }
 
+/// Archives after each query read only the session's last messages (16, then more only when
+/// the last archived entry is not among them); over a history longer than that first read, the
+/// archives still hold every query once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archives_over_a_long_history_hold_every_query_once() {
+    let Some(cli) = start::<Cli>("archives_over_a_long_history_hold_every_query_once") else {
+        return;
+    };
+    const QUERIES: usize = 12;
+    let s = setup::<Cli>("archive_long", cli);
+    s.fake
+        .push_all((1..=QUERIES).map(|n| Step::text(format!("answer number {n}"))));
+    let provider = s.provider::<Cli>();
+    let mut session: Option<String> = None;
+    for n in 1..=QUERIES {
+        let text = format!("<message id=\"{n}\">question number {n}</message>");
+        let events = ask(&provider, &text, session.as_deref()).await;
+        session = Some(session_id(&events));
+    }
+    // Shutting down waits for the last query's archive.
+    provider.shutdown().await;
+    s.print_log();
+    let conversations = s.settings.agent_dir.join("conversations");
+    let mut archived = String::new();
+    for entry in std::fs::read_dir(&conversations).unwrap() {
+        archived += &std::fs::read_to_string(entry.unwrap().path()).unwrap();
+    }
+    let mut at = 0;
+    for n in 1..=QUERIES {
+        // (The prompt in its XML: the first one is also the archive's title.)
+        for text in [
+            format!(">question number {n}<"),
+            format!("answer number {n}\n"),
+        ] {
+            assert_eq!(archived.matches(&text).count(), 1, "{text}: {archived}");
+            let found = archived.find(&text).unwrap();
+            assert!(
+                found > at,
+                "{text} comes after what came before it: {archived}"
+            );
+            at = found;
+        }
+    }
+}
+
 /// A text reply; the request carries the key, model, system prompt, user text and the
 /// mcp-tools tools; later queries reuse the same server and session (no respawn), and a
 /// send_message call through mcp-tools writes its row.

@@ -6,7 +6,7 @@
 //! * `model`: a small model ([`Transcript`], [`Entry`], [`ToolCallSummary`]) and the builder
 //!   that the history parsers fill. Each CLI's parser lives next to its driver, in its
 //!   `history.rs`: Claude's session file (`$HOME/.claude/projects/<cwd>/<id>.jsonl`,
-//!   [`from_claude_jsonl`]), the result of `codex app-server`'s `thread/read`, and `opencode
+//!   [`from_claude_jsonl`]), the turns of `codex app-server`'s `thread/turns/list`, and `opencode
 //!   serve`'s `GET /session/{id}/message`. Unknown record shapes are skipped, never an error.
 //!   Prompts in a history are the runner's XML, read back with [`crate::prompt_xml`];
 //! * `render`: [`render_markdown`], a header (title, provider, session id, archive time), then
@@ -31,7 +31,8 @@
 //!   `{"hooks":{"PreCompact":[{"matcher":"","hooks":[{"type":"command","command":"'/usr/local/bin/agent-runner' archive-hook --conversations-dir '/workspace/agent/conversations' --timezone 'UTC'"}]}]}}`.
 //!   The hook never fails noisily: any problem is printed on stderr and it exits 0, so
 //!   compaction always goes ahead.
-//! * **Codex**: after a query ends (`turn/completed`), the driver sends `thread/read`, parses
+//! * **Codex**: after a query ends (`turn/completed`), the driver reads the turns since the
+//!   last archived entry (`archived_through`) with `thread/turns/list`, newest first, parses
 //!   the result (`codex/history.rs`) and hands it to the job.
 //! * **OpenCode**: after a query ends (`session.idle`), the driver reads the session's messages,
 //!   parses them (`opencode/history.rs`) and hands them to the job.
@@ -55,5 +56,5 @@ pub(crate) mod fixtures;
 pub use crate::claude::history::{claude_hook_settings, from_claude_jsonl};
 pub use model::{Entry, Role, ToolCallSummary, Transcript, TOOL_EXCERPT_CHARS};
 pub use render::{parse_tz, render_markdown, RenderOptions, MAX_MESSAGE_CHARS};
-pub(crate) use store::archive_new_entries;
+pub(crate) use store::{archive_new_entries, archived_through};
 pub use store::{write_archive, write_archive_with};

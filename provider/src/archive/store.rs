@@ -87,9 +87,9 @@ pub(crate) fn archive_new_entries(
     if transcript.entries.is_empty() {
         return Ok(None);
     }
-    let archives = session_archives(dir, transcript)?;
+    let archives = session_archives(dir, &transcript.provider, &transcript.session_id)?;
     let mut start = 0;
-    if let Some(latest) = archives.iter().max_by_key(|a| (a.modified, a.path.clone())) {
+    if let Some(latest) = newest(&archives) {
         match last_marker(&latest.path)? {
             Some(id) => match transcript
                 .entries
@@ -137,6 +137,25 @@ pub(crate) fn archive_new_entries(
     write_archive_with(dir, &part, opts).map(Some)
 }
 
+/// The id of the last entry archived for `provider`'s session `session_id` (the end marker of
+/// its newest archive in `dir`), or `None` when there is no archive of it. A reader of the CLI's
+/// history needs only what comes after this entry.
+pub(crate) fn archived_through(
+    dir: &Path,
+    provider: &str,
+    session_id: &str,
+) -> io::Result<Option<String>> {
+    match newest(&session_archives(dir, provider, session_id)?) {
+        Some(latest) => last_marker(&latest.path),
+        None => Ok(None),
+    }
+}
+
+/// The archive written last.
+fn newest(archives: &[SessionArchive]) -> Option<&SessionArchive> {
+    archives.iter().max_by_key(|a| (a.modified, a.path.clone()))
+}
+
 /// An archive file of one session.
 struct SessionArchive {
     path: PathBuf,
@@ -144,7 +163,11 @@ struct SessionArchive {
 }
 
 /// The `.md` files in `dir` whose first line names this provider and session.
-fn session_archives(dir: &Path, transcript: &Transcript) -> io::Result<Vec<SessionArchive>> {
+fn session_archives(
+    dir: &Path,
+    provider: &str,
+    session_id: &str,
+) -> io::Result<Vec<SessionArchive>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -156,10 +179,10 @@ fn session_archives(dir: &Path, transcript: &Transcript) -> io::Result<Vec<Sessi
         if path.extension().and_then(|e| e.to_str()) != Some("md") {
             continue;
         }
-        let Some((provider, session)) = read_header(&path) else {
+        let Some((header_provider, session)) = read_header(&path) else {
             continue;
         };
-        if provider == transcript.provider && session == transcript.session_id {
+        if header_provider == provider && session == session_id {
             let modified = entry
                 .metadata()
                 .and_then(|m| m.modified())
@@ -189,15 +212,41 @@ fn read_header(path: &Path) -> Option<(String, String)> {
     ))
 }
 
-/// The entry id of the last end marker in an archive.
+/// The first tail of an archive that [`last_marker`] reads; each further try reads 8 times more.
+const MARKER_WINDOW: u64 = 16 * 1024;
+
+/// The entry id of the last end marker in an archive. The marker ends what each archive run
+/// wrote, so it is read from the file's tail (a longer tail when the last one held no whole
+/// marker line), never the whole of a day's archive: that grows with every query, and a read
+/// of it would too. Text that is not UTF-8 (an edited archive) is read lossily.
 fn last_marker(path: &Path) -> io::Result<Option<String>> {
-    let text = fsguard::read_to_string(path)?;
-    Ok(text
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix(THROUGH_MARKER)?.strip_suffix(" -->"))
-        .and_then(|json| serde_json::from_str::<Value>(json).ok())
-        .and_then(|v| v["entry"].as_str().map(str::to_owned)))
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let mut file = fsguard::open(path)?;
+    let len = file.metadata()?.len();
+    let mut window = MARKER_WINDOW;
+    loop {
+        let start = len.saturating_sub(window);
+        file.seek(SeekFrom::Start(start))?;
+        let mut tail = Vec::new();
+        (&mut file).take(len - start).read_to_end(&mut tail)?;
+        let text = String::from_utf8_lossy(&tail);
+        // A tail that starts mid-file starts mid-line: only the lines after its first newline
+        // are whole.
+        let whole = match start {
+            0 => &text[..],
+            _ => text.split_once('\n').map_or("", |(_, rest)| rest),
+        };
+        let marker = whole
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix(THROUGH_MARKER)?.strip_suffix(" -->"))
+            .and_then(|json| serde_json::from_str::<Value>(json).ok())
+            .and_then(|v| v["entry"].as_str().map(str::to_owned));
+        if marker.is_some() || start == 0 {
+            return Ok(marker);
+        }
+        window = window.saturating_mul(8);
+    }
 }
 
 /// Creates `<dir>/<stem>.md`, or `<stem>-2.md`, … when taken, holding `content`. The content
@@ -318,6 +367,31 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names.len(), 3, "no temporary file is left: {names:?}");
+    }
+
+    /// The marker is read from the archive's tail: found past a long archive, across the edge
+    /// of the first tail read, and behind text that is not UTF-8 (which a whole-file read
+    /// refused, stopping every later archive of the session).
+    #[test]
+    fn the_last_marker_is_read_from_the_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.md");
+        let marker = |id: &str| format!("{THROUGH_MARKER}{{\"entry\":\"{id}\"}} -->\n");
+        let mut text = b"<!-- nanoclaw-archive {} -->\n\xff\xfe not UTF-8\n".to_vec();
+        text.extend(marker("early").as_bytes());
+        text.extend(vec![b'x'; 200_000]);
+        text.extend(b"\n");
+        text.extend(marker("last").as_bytes());
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(last_marker(&path).unwrap().as_deref(), Some("last"));
+        // The last marker straddles the first window's edge, with a long line after it.
+        let mut text = marker("straddling").into_bytes();
+        text.extend(vec![b'y'; MARKER_WINDOW as usize - 10]);
+        text.extend(b"\n");
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(last_marker(&path).unwrap().as_deref(), Some("straddling"));
+        std::fs::write(&path, b"no marker\n").unwrap();
+        assert_eq!(last_marker(&path).unwrap(), None);
     }
 
     #[test]

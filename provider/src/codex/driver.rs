@@ -38,7 +38,7 @@ pub(super) struct Shared {
     pub(super) server: tokio::sync::Mutex<Option<Arc<AppServer>>>,
     pub(super) transcript: std::sync::Mutex<Option<Transcript>>,
     /// Held by the transcript archive that runs (`archiving.rs`).
-    pub(super) archive: crate::archive::job::ArchiveLock,
+    pub(super) archive: crate::archive::job::Archives<archiving::Job>,
     /// Waited before each `turn/interrupt` (zero but in tests: [`super::CodexProvider::delay_interrupts`]).
     pub(super) interrupt_delay: std::sync::Mutex<Duration>,
 }
@@ -84,7 +84,7 @@ pub(super) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
             "another session: restarting codex app-server"
         );
         // The previous session's archive reads its thread from this process.
-        crate::archive::job::wait_idle(&shared.archive, "codex").await;
+        shared.archive.wait_idle("codex").await;
         server.terminate().await;
         forget_server(&shared, &server).await;
         server = match live_server(&shared).await {
@@ -238,10 +238,17 @@ pub(super) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
         if state.is_closed() {
             // The archive lock is taken before the stream closes, so a shutdown or another
             // session the runner starts next waits for this query's archive.
-            let guard = crate::archive::job::reserve(&shared.archive);
+            let guard = shared.archive.reserve();
             drop(incoming);
             drop(handle);
-            archiving::archive_thread(&shared.archive, guard, settings, &server, &thread_id).await;
+            let job = archiving::Job {
+                server: Arc::clone(&server),
+                thread_id,
+            };
+            shared
+                .archive
+                .run(guard, job, |job| archiving::archive_thread(settings, job))
+                .await;
             return;
         }
         if state.aborting() && abort_started.is_none() {

@@ -1,5 +1,5 @@
-//! Codex's history: the result of `codex app-server`'s `thread/read`, parsed into the archive's
-//! model. Unknown item shapes are skipped, never an error.
+//! Codex's history: turns of `codex app-server`'s `thread/turns/list` (or a whole `thread/read`
+//! result), parsed into the archive's model. Unknown item shapes are skipped, never an error.
 
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
@@ -7,27 +7,64 @@ use serde_json::{json, Value};
 use crate::archive::model::{millis, nonempty, seconds, summary, Builder};
 use crate::archive::Transcript;
 
-/// The params of the `thread/read` request whose result [`from_codex_thread`] parses.
-pub(crate) fn codex_thread_read_params(thread_id: &str) -> Value {
-    json!({"threadId": thread_id, "includeTurns": true})
+/// The params of a `thread/read` request for the thread's metadata only (its name), not its
+/// turns.
+pub(crate) fn codex_thread_meta_params(thread_id: &str) -> Value {
+    json!({"threadId": thread_id, "includeTurns": false})
+}
+
+/// The params of one `thread/turns/list` page: `limit` turns with every item, newest first,
+/// after `cursor` (the previous page's `nextCursor`).
+pub(crate) fn codex_turns_page_params(thread_id: &str, cursor: Option<&str>, limit: u32) -> Value {
+    json!({
+        "threadId": thread_id,
+        "cursor": cursor,
+        "limit": limit,
+        "sortDirection": "desc",
+        "itemsView": "full",
+    })
+}
+
+/// The thread's name from a `thread/read` result (`{thread: {name}}`, or the bare thread).
+pub(crate) fn thread_title(value: &Value) -> Option<String> {
+    let thread = if value["thread"].is_object() {
+        &value["thread"]
+    } else {
+        value
+    };
+    nonempty(&thread["name"])
 }
 
 /// Parses `codex app-server`'s `thread/read` result (`{thread: {id, name, turns: [{items}]}}`;
 /// the bare thread object works too). Kept: user messages, agent messages, MCP tool calls,
 /// commands, file changes, dynamic tool calls, web searches, plans, compactions, failed and
-/// interrupted turns. Skipped: reasoning and anything unknown.
+/// interrupted turns. Skipped: reasoning and anything unknown. (The driver reads pages of turns,
+/// [`from_codex_turns`]; the captured fixture is a whole thread.)
+#[cfg(test)]
 pub(crate) fn from_codex_thread(value: &Value) -> Transcript {
     let thread = if value["thread"].is_object() {
         &value["thread"]
     } else {
         value
     };
+    from_codex_turns(
+        thread["id"].as_str().unwrap_or_default(),
+        thread_title(value),
+        thread["turns"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default(),
+    )
+}
+
+/// Parses turns (oldest first) of thread `thread_id`, as in [`from_codex_thread`].
+pub(crate) fn from_codex_turns<'a>(
+    thread_id: &str,
+    title: Option<String>,
+    turns: impl IntoIterator<Item = &'a Value>,
+) -> Transcript {
     let mut b = Builder::default();
-    for turn in thread["turns"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-    {
+    for turn in turns {
         let turn_at = seconds(&turn["startedAt"]);
         for item in turn["items"]
             .as_array()
@@ -59,9 +96,9 @@ pub(crate) fn from_codex_thread(value: &Value) -> Transcript {
         }
     }
     Transcript {
-        session_id: thread["id"].as_str().unwrap_or_default().to_owned(),
+        session_id: thread_id.to_owned(),
         provider: "codex".into(),
-        title: nonempty(&thread["name"]),
+        title,
         entries: b.entries,
     }
 }

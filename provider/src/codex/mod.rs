@@ -16,9 +16,10 @@
 //! * Follow-ups: abort-and-restart by default (`turn/interrupt`, then one `turn/start` with every
 //!   prompt not yet answered), or native `turn/steer` with `settings.codex_steer`
 //!   ([`translate::QueryState`]).
-//! * Archiving (issue 5): after a query's stream is closed, the thread is read back with
-//!   `thread/read` and its new entries written as Markdown to `<agent dir>/conversations/`
-//!   (`archiving.rs`); a side job that never fails or delays a query.
+//! * Archiving (issue 5): after a query's stream is closed, the turns since the last archived
+//!   entry are read back with `thread/turns/list` (newest first, one page as a rule) and their
+//!   new entries written as Markdown to `<agent dir>/conversations/` (`archiving.rs`); a side
+//!   job that never fails or delays a query.
 //!
 //! The system prompt after a resume: Codex 0.169 keeps the developer instructions recorded when
 //! the thread started and ignores new ones on `thread/resume` (and `-c developer_instructions`).
@@ -75,7 +76,7 @@ impl CodexProvider {
                 configured,
                 server: tokio::sync::Mutex::new(None),
                 transcript: std::sync::Mutex::new(None),
-                archive: crate::archive::job::ArchiveLock::default(),
+                archive: crate::archive::job::Archives::default(),
                 interrupt_delay: std::sync::Mutex::new(std::time::Duration::ZERO),
             }),
         })
@@ -127,7 +128,7 @@ impl AgentProvider for CodexProvider {
             let server = self.shared.server.lock().await.take();
             if let Some(server) = server {
                 // The last query's archive reads the thread from this process.
-                crate::archive::job::wait_idle(&self.shared.archive, "codex").await;
+                self.shared.archive.wait_idle("codex").await;
                 server.terminate().await;
             }
         })

@@ -1,28 +1,39 @@
 //! Transcript archiving after each query (issue 5): once a query's stream is closed and its run
-//! loop has settled, the session's history is read with `GET /session/{id}/message`
-//! ([`history::opencode_messages_path`]), parsed with [`history::from_opencode_messages`] and
-//! what no earlier archive holds is written with `archive_new_entries` into
-//! `<agent dir>/conversations/`.
+//! loop has settled, the session's latest messages are read with `GET
+//! /session/{id}/message?limit=N` ([`history::opencode_messages_path`]), parsed with
+//! [`history::from_opencode_messages`] and what no earlier archive holds is written with
+//! `archive_new_entries` into `<agent dir>/conversations/`.
+//!
+//! Only what is new is read: the id of the last archived entry comes from the session's newest
+//! archive, and the read asks for the last [`FIRST_READ`] messages, then 8 times more each time,
+//! until they hold that entry (with an entry before it, so it is whole) or the whole history.
+//! So what an archive costs the runner depends on the last query, not on the length of the
+//! conversation. With no archive yet, or an entry the history no longer holds, it reads all.
 //!
 //! Archiving is a side job: it runs after the query's last event, never fails the query (every
 //! problem is a `tracing` warning) and never holds up the next one: the query releases the
 //! server first and the archive reads the history through a clone of the server's HTTP client
 //! ([`Api`]) while the next query may already run. One archive runs at a time (the provider's
-//! archive lock), each reading the history only once it holds the lock, so a later archive
-//! always sees at least what an earlier one saw. What may still change is left for a later
+//! `Archives`; the queries that end meanwhile leave one job for after it), each reading the
+//! history only once it holds the lock, so a later archive always sees at least what an
+//! earlier one saw. What may still change is left for a later
 //! archive ([`settled`]): the messages from the next query's prompt on, and a run loop still in
 //! progress with its prompt. Stopping the server (shutdown) waits briefly for a running archive
 //! first.
 
-use std::sync::Arc;
+use std::future::Future;
 
 use serde_json::Value;
-use tokio::sync::OwnedMutexGuard;
 
 use super::connection::Api;
 use super::history;
-use crate::archive::job::{self as archive_job, ArchiveLock, READ_TIMEOUT};
+use crate::archive::job::{self as archive_job, READ_TIMEOUT};
+use crate::archive::Transcript;
 use crate::ProviderSettings;
+
+/// Messages asked for by an archive's first read: a query's prompt and its steps, as a rule,
+/// with the previous query's last answer.
+const FIRST_READ: usize = 16;
 
 /// What one archive needs: where to read and up to where the history belongs to its query.
 #[derive(Debug)]
@@ -37,34 +48,83 @@ pub(crate) struct Job {
     pub cutoff: String,
 }
 
-/// Archives the job's session: takes the lock (unless `guard` already holds it), reads the
-/// history, writes the new entries. Logs the outcome; never fails.
-pub(crate) async fn archive_session(
-    lock: &ArchiveLock,
-    guard: Option<OwnedMutexGuard<()>>,
-    settings: &ProviderSettings,
-    job: Job,
-) {
-    let _guard = match guard {
-        Some(guard) => guard,
-        None => Arc::clone(lock).lock_owned().await,
-    };
+/// Archives the job's session (run through the provider's `Archives`, one at a time): reads
+/// the messages no archive holds yet, writes their new entries. Logs the outcome; never fails.
+pub(crate) async fn archive_session(settings: &ProviderSettings, job: Job) {
     let Job {
         api,
         session_id,
         cutoff,
     } = job;
-    let messages = match api.all_messages(&session_id, READ_TIMEOUT).await {
-        Ok(messages) => messages,
+    let through = match archive_job::archived_through(settings, "opencode", &session_id).await {
+        Ok(through) => through,
         Err(err) => {
-            tracing::warn!(session = %session_id, %err, "cannot read the OpenCode history; transcript not archived");
+            tracing::warn!(session = %session_id, %err, "the last archive could not be read; transcript not archived");
             return;
         }
     };
-    archive_job::write_new_entries(settings, "opencode", &session_id, move || {
-        history::from_opencode_messages(&settled(messages, &cutoff))
-    })
-    .await;
+    let read = unarchived_messages(through.as_deref(), &cutoff, |limit| {
+        api.last_messages(&session_id, limit, READ_TIMEOUT)
+    });
+    let transcript = match tokio::time::timeout(READ_TIMEOUT, read).await {
+        Ok(Ok(transcript)) => transcript,
+        Ok(Err(err)) => {
+            tracing::warn!(session = %session_id, %err, "cannot read the OpenCode history; transcript not archived");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(
+                session = %session_id,
+                "reading the OpenCode history took over {} s; transcript not archived",
+                READ_TIMEOUT.as_secs()
+            );
+            return;
+        }
+    };
+    archive_job::write_new_entries(settings, "opencode", &session_id, move || transcript).await;
+}
+
+/// The settled history (see [`settled`]) from far enough back to hold entry `through` (the last
+/// one archived) with an entry before it, so that the entry is whole; the whole history when
+/// `through` is `None` or in no message. `last` fetches the last `limit` messages.
+async fn unarchived_messages<F, Fut, E>(
+    through: Option<&str>,
+    cutoff: &str,
+    mut last: F,
+) -> Result<Transcript, E>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = Result<Value, E>>,
+{
+    let mut limit = FIRST_READ;
+    loop {
+        let messages = last(limit).await?;
+        let count = messages.as_array().map_or(0, Vec::len);
+        let whole_history = count < limit;
+        tracing::debug!(limit, count, "OpenCode messages read for the archive");
+        let holds_marker = through.is_some_and(|marker| {
+            messages.as_array().is_some_and(|list| {
+                list.iter()
+                    .any(|m| m["info"]["id"].as_str() == Some(marker))
+            })
+        });
+        if holds_marker || whole_history {
+            let transcript = history::from_opencode_messages(&settled(messages, cutoff));
+            // Entries merge (one answer's steps become one entry), so the marker's entry is
+            // only known whole when another entry comes before it.
+            let whole = through.is_some_and(|marker| {
+                transcript
+                    .entries
+                    .iter()
+                    .rposition(|e| e.id.as_deref() == Some(marker))
+                    .is_some_and(|i| i > 0)
+            });
+            if whole || whole_history {
+                return Ok(transcript);
+            }
+        }
+        limit = limit.saturating_mul(8);
+    }
 }
 
 /// The history without what may still change, so that no entry is archived half-way (an entry
@@ -169,6 +229,49 @@ mod tests {
             ["first", "cut", "MessageAbortedError"]
         );
         assert_eq!(settled(json!({"x": 1}), "msg_0"), json!({"x": 1}));
+    }
+
+    /// Reads `history` as `GET /session/{id}/message?limit=N` does (the last N), counting reads.
+    fn read(history: &[Value], through: Option<&str>) -> (Vec<String>, Vec<usize>) {
+        let limits = std::cell::RefCell::new(Vec::new());
+        let transcript = futures::executor::block_on(unarchived_messages(
+            through,
+            "msg_ffffffffffffzzzz",
+            |limit| {
+                limits.borrow_mut().push(limit);
+                let from = history.len().saturating_sub(limit);
+                std::future::ready(Ok::<_, ()>(Value::Array(history[from..].to_vec())))
+            },
+        ))
+        .unwrap();
+        let texts = transcript.entries.iter().map(|e| e.text.clone()).collect();
+        (texts, limits.into_inner())
+    }
+
+    #[test]
+    fn only_the_last_messages_back_to_the_last_archived_entry_are_read() {
+        let history: Vec<Value> = (1..=40)
+            .flat_map(|n| {
+                [
+                    user(&format!("msg_{:012}u", n), &format!("question {n}")),
+                    assistant(&format!("msg_{:012}a", n), &format!("answer {n}"), true),
+                ]
+            })
+            .collect();
+        // The previous query's answer: in the first read, with an entry before it.
+        let (texts, limits) = read(&history, Some("msg_000000000039a"));
+        assert_eq!(limits, [FIRST_READ]);
+        assert_eq!(texts.len(), FIRST_READ);
+        assert_eq!(texts.last().map(String::as_str), Some("answer 40"));
+        // The first message of the first read: one read more, so its entry is whole.
+        let (_, limits) = read(&history, Some("msg_000000000033u"));
+        assert_eq!(limits, [FIRST_READ, FIRST_READ * 8]);
+        // No archive yet, or a marker the history has lost: everything, once it is all read.
+        for through in [None, Some("msg_gone")] {
+            let (texts, limits) = read(&history, through);
+            assert_eq!(limits, [FIRST_READ, FIRST_READ * 8], "{through:?}");
+            assert_eq!(texts.len(), 80, "{through:?}");
+        }
     }
 
     #[test]

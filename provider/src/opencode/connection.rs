@@ -395,14 +395,18 @@ impl Server {
 }
 
 impl Api {
-    /// `GET /session/{id}/message`: the whole history of a session, oldest first
-    /// (`[{info, parts}]`; see [`super::history::from_opencode_messages`]), as JSON.
-    pub(super) async fn all_messages(
+    /// `GET /session/{id}/message?limit=N`: the last `limit` messages of a session, oldest
+    /// first (`[{info, parts}]`; see [`super::history::from_opencode_messages`]), as JSON.
+    pub(super) async fn last_messages(
         &self,
         session_id: &str,
+        limit: usize,
         timeout: Duration,
     ) -> Result<Value, HttpError> {
-        let path = super::history::opencode_messages_path(session_id);
+        let path = format!(
+            "{}?limit={limit}",
+            super::history::opencode_messages_path(session_id)
+        );
         self.request(reqwest::Method::GET, &path, None, timeout)
             .await
     }

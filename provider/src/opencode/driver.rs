@@ -59,7 +59,7 @@ pub(super) struct Shared {
     /// config declares them all (OpenCode refuses a model its config does not list).
     pub(super) extra_models: Mutex<BTreeSet<String>>,
     /// Held by the transcript archive that runs (`archiving.rs`).
-    pub(super) archive: crate::archive::job::ArchiveLock,
+    pub(super) archive: crate::archive::job::Archives<archiving::Job>,
 }
 
 #[derive(Debug, Default)]
@@ -131,7 +131,7 @@ impl Shared {
             if let Some(server) = slot.as_mut().filter(|_| added) {
                 // The session lives in OpenCode's DB: the new server resumes it.
                 tracing::info!(model, "restarting opencode serve to declare the model");
-                crate::archive::job::wait_idle(&self.archive, "opencode").await;
+                self.archive.wait_idle("opencode").await;
                 server.stop().await;
                 *slot = None;
                 *lock(&self.pid) = None;
@@ -263,9 +263,13 @@ pub(super) async fn run_query(
         session_id,
         cutoff: shared.message_id(),
     };
-    let guard = crate::archive::job::reserve(&shared.archive);
+    let guard = shared.archive.reserve();
     drop(slot);
-    archiving::archive_session(&shared.archive, guard, &shared.settings, job).await;
+    let settings = &shared.settings;
+    shared
+        .archive
+        .run(guard, job, |job| archiving::archive_session(settings, job))
+        .await;
 }
 
 /// How a query ended, for the server's fate.

@@ -106,7 +106,7 @@ impl OpenCodeProvider {
                 record: Mutex::new(None),
                 pid: Mutex::new(None),
                 extra_models: Mutex::new(Default::default()),
-                archive: crate::archive::job::ArchiveLock::default(),
+                archive: crate::archive::job::Archives::default(),
             }),
         })
     }
@@ -148,7 +148,7 @@ impl AgentProvider for OpenCodeProvider {
             let mut slot = self.shared.slot.lock().await;
             if let Some(mut server) = slot.take() {
                 // The last query's archive reads the history from this server.
-                crate::archive::job::wait_idle(&self.shared.archive, "opencode").await;
+                self.shared.archive.wait_idle("opencode").await;
                 server.stop().await;
             }
             *lock(&self.shared.pid) = None;
