@@ -5,7 +5,10 @@
 //! as its API key. Every request must carry the token (`x-api-key` or `Authorization: Bearer`),
 //! compared in constant time; the proxy strips it, adds the real key and forwards the request to
 //! the configured gateway, then streams the response back chunk by chunk as it arrives (SSE stays
-//! live; nothing reads a whole body). One route per upstream API:
+//! live). The request body goes up the same way, chunk by chunk with its `content-length`: a
+//! CLI sends the whole conversation with every request, so a proxy that read whole bodies would
+//! hold (and leave malloc holding) memory that grows with the conversation. Nothing reads a
+//! whole body. One route per upstream API:
 //!
 //! * `/anthropic/…` → the Anthropic base URL + the rest of the path (Claude appends
 //!   `/v1/messages`); the real key goes out as `x-api-key`, or as `Authorization: Bearer` when the
@@ -536,23 +539,22 @@ async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
             ),
         );
     };
-    let body = match axum::body::to_bytes(body, MAX_REQUEST_BYTES).await {
-        Ok(body) => body,
-        Err(err) => {
-            return error(
-                Some(api),
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "request_too_large",
-                format!("credential proxy: cannot read the request body (limit {MAX_REQUEST_BYTES} bytes): {err}"),
-            )
-        }
-    };
+    let declared = declared_length(&parts.headers);
+    if declared.is_some_and(|length| length > MAX_REQUEST_BYTES as u64) {
+        return too_large(api);
+    }
+    let (body, over_limit) = limited_body(body);
     let endpoint = {
         let mut endpoint = url.clone();
         endpoint.set_query(None);
         endpoint.to_string()
     };
     let mut headers = filtered(&parts.headers, DROPPED_REQUEST_HEADERS);
+    if let Some(length) = declared {
+        // The streamed body has no length of its own; the client's keeps the request framed as
+        // it was (some gateways refuse chunked uploads), and the client sends exactly that many.
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    }
     let (name, value) = match (api, scheme) {
         (Api::Anthropic, Scheme::ApiKeyHeader) => (
             HeaderName::from_static("x-api-key"),
@@ -578,10 +580,9 @@ async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
         }
     }
     tracing::debug!(method = %parts.method, endpoint = %endpoint, "credential proxy: forwarding");
-    let upstream_response = match send(&inner, parts.method.clone(), url, headers, body.into())
-        .await
-    {
+    let upstream_response = match send(&inner, parts.method.clone(), url, headers, body).await {
         Ok(response) => response,
+        Err(_) if over_limit.load(Ordering::SeqCst) => return too_large(api),
         Err(cause) => {
             tracing::warn!(endpoint = %endpoint, error = %cause, "credential proxy: the model gateway is unreachable");
             return error(
@@ -595,6 +596,50 @@ async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
     streamed_back(
         upstream_response,
         format!("the model gateway at {endpoint}"),
+    )
+}
+
+/// The request's `content-length`, when it has one that parses.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The request body as a stream for the upstream request, chunk by chunk as the CLI sends it,
+/// failing once more than [`MAX_REQUEST_BYTES`] came; the flag tells that this was the failure.
+fn limited_body(body: Body) -> (reqwest::Body, Arc<AtomicBool>) {
+    use futures::StreamExt;
+    let over_limit = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&over_limit);
+    let mut forwarded = 0usize;
+    let stream = body.into_data_stream().map(move |chunk| {
+        let chunk = chunk.map_err(axum::BoxError::from)?;
+        forwarded = forwarded.saturating_add(chunk.len());
+        if forwarded > MAX_REQUEST_BYTES {
+            flag.store(true, Ordering::SeqCst);
+            return Err(axum::BoxError::from(format!(
+                "the request body is over {MAX_REQUEST_BYTES} bytes"
+            )));
+        }
+        Ok(chunk)
+    });
+    (reqwest::Body::wrap_stream(stream), over_limit)
+}
+
+/// The answer to a request body over [`MAX_REQUEST_BYTES`].
+fn too_large(api: Api) -> Response {
+    error(
+        Some(api),
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "request_too_large",
+        format!(
+            "credential proxy: the request body is over the limit of {MAX_REQUEST_BYTES} bytes"
+        ),
     )
 }
 

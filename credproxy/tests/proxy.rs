@@ -312,3 +312,122 @@ async fn a_bearer_client_on_the_anthropic_route_gets_the_key_as_bearer() {
     );
     assert!(seen[0].headers.get("x-api-key").is_none());
 }
+
+/// A loopback upstream on the OpenAI route that reports each request body's first chunk as it
+/// arrives (before reading the rest) and its `content-length` header, then answers with how many
+/// body bytes it got in all.
+async fn chunk_reporting_upstream() -> (
+    String,
+    tokio::sync::mpsc::UnboundedReceiver<(usize, Option<String>)>,
+) {
+    use futures::StreamExt;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let app = axum::Router::new().fallback(move |request: axum::extract::Request| {
+        let tx = tx.clone();
+        async move {
+            let length = request
+                .headers()
+                .get("content-length")
+                .map(|v| v.to_str().unwrap().to_owned());
+            let mut body = request.into_body().into_data_stream();
+            let mut total = 0;
+            if let Some(Ok(first)) = body.next().await {
+                total += first.len();
+                let _ = tx.send((first.len(), length));
+            }
+            while let Some(Ok(chunk)) = body.next().await {
+                total += chunk.len();
+            }
+            total.to_string()
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}/v1"), rx)
+}
+
+/// A request body fed by the test: what is sent on the returned channel, then the end.
+fn fed_body() -> (
+    tokio::sync::mpsc::Sender<Result<Vec<u8>, std::io::Error>>,
+    reqwest::Body,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    (tx, reqwest::Body::wrap_stream(stream))
+}
+
+/// The request body goes up as it arrives: the gateway has its first part while the CLI still
+/// holds the rest (a proxy that read whole bodies would hold the whole conversation in memory
+/// with every request), and a body of known length keeps its `content-length`.
+#[tokio::test]
+async fn request_bodies_stream_up_and_keep_their_length() {
+    let (base, mut firsts) = chunk_reporting_upstream().await;
+    let proxy = CredProxy::start(vec![Upstream::new(Api::OpenAi, Some(&base), REAL_KEY)])
+        .await
+        .unwrap();
+    let url = format!("{}/responses", proxy.base_url(Api::OpenAi));
+    let (feed, body) = fed_body();
+    let sent = tokio::spawn(
+        client()
+            .post(&url)
+            .bearer_auth(proxy.token())
+            .body(body)
+            .send(),
+    );
+    feed.send(Ok(b"{\"input\":[".to_vec())).await.unwrap();
+    let (first, length) = tokio::time::timeout(Duration::from_secs(10), firsts.recv())
+        .await
+        .expect("the gateway gets the first part while the client still holds the rest")
+        .unwrap();
+    assert_eq!(first, 10);
+    assert_eq!(length, None, "a streamed upload stays chunked");
+    feed.send(Ok(vec![b' '; 300_000])).await.unwrap();
+    feed.send(Ok(b"]}".to_vec())).await.unwrap();
+    drop(feed);
+    let response = sent.await.unwrap().unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.text().await.unwrap(), "300012");
+
+    let response = client()
+        .post(&url)
+        .bearer_auth(proxy.token())
+        .body(vec![b'x'; 3 << 20])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.text().await.unwrap(), (3 << 20).to_string());
+    let (_, length) = firsts.recv().await.unwrap();
+    assert_eq!(length.as_deref(), Some("3145728"));
+}
+
+/// A body over the limit, streamed (no length to refuse up front), is a 413 naming the limit.
+#[tokio::test]
+async fn a_request_body_over_the_limit_is_a_413() {
+    let (base, _firsts) = chunk_reporting_upstream().await;
+    let proxy = CredProxy::start(vec![Upstream::new(Api::OpenAi, Some(&base), REAL_KEY)])
+        .await
+        .unwrap();
+    let (feed, body) = fed_body();
+    let sent = tokio::spawn(
+        client()
+            .post(format!("{}/responses", proxy.base_url(Api::OpenAi)))
+            .bearer_auth(proxy.token())
+            .body(body)
+            .send(),
+    );
+    let chunk = vec![b' '; 1 << 20];
+    for _ in 0..=credproxy::MAX_REQUEST_BYTES >> 20 {
+        if feed.send(Ok(chunk.clone())).await.is_err() {
+            break;
+        }
+    }
+    drop(feed);
+    let response = sent.await.unwrap().unwrap();
+    assert_eq!(response.status(), 413);
+    let message = json_of(response).await["error"]["message"].to_string();
+    assert!(message.contains("over the limit"), "{message}");
+}
