@@ -34,8 +34,9 @@
 //! - **RSS with a real CLI** (Codex against the fake model of `tests/src/fake_model.rs` on
 //!   127.0.0.1, inside a loopback-only network namespace when one can be made): the runner
 //!   process only, the CLI's memory aside, after `RUNNER_BENCH_CLI_MESSAGES / 10` and after
-//!   `RUNNER_BENCH_CLI_MESSAGES` messages (default 300: a turn starts at ~80 ms here, but each
-//!   costs more as the conversation grows (seconds past 1,000 turns): 10,000 is out of reach).
+//!   `RUNNER_BENCH_CLI_MESSAGES` messages, with the RSS at every tenth between (default 1,000,
+//!   ~2 minutes: a turn takes ~60 ms at first and more as the conversation grows; 10,000, the
+//!   issue's figure, takes ~40 minutes: run it with the knob).
 //!   Needs `cargo build --workspace --bins` (mcp-tools) and `scripts/install-clis.sh`;
 //!   `RUNNER_BENCH_CLI=none` skips it, `=opencode|claude` picks another CLI.
 //!
@@ -173,6 +174,8 @@ fn stop(mut child: Child) {
 
 /// The host side: inserts messages and notices replies.
 struct Host {
+    /// The workspace: its `runner.log` is shown when a reply does not come.
+    workspace: PathBuf,
     db: SessionDb,
     /// Its own connection for `PRAGMA data_version` and the reply lookup.
     conn: rusqlite::Connection,
@@ -183,7 +186,12 @@ impl Host {
     fn open(workspace: &Path) -> Host {
         let db = SessionDb::open(workspace.join("session.db")).unwrap();
         let conn = db.dedicated_connection().unwrap();
-        Host { db, conn, sent: 0 }
+        Host {
+            workspace: workspace.to_owned(),
+            db,
+            conn,
+            sent: 0,
+        }
     }
 
     fn data_version(&self) -> i64 {
@@ -220,7 +228,17 @@ impl Host {
                     return;
                 }
             }
-            assert!(since.elapsed() < REPLY_TIMEOUT, "no reply to {id}");
+            if since.elapsed() >= REPLY_TIMEOUT {
+                let log =
+                    std::fs::read_to_string(self.workspace.join("runner.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                panic!(
+                    "no reply to message {} ({id}) within {REPLY_TIMEOUT:?}; the runner's log ends:\n{}",
+                    self.sent,
+                    tail.join("\n")
+                );
+            }
             std::thread::sleep(HOST_POLL);
         }
     }
@@ -655,7 +673,7 @@ fn run_cli_rss(cli: &str) {
 /// The runner's RSS with a real CLI against the fake model, the CLI's memory aside.
 fn cli_rss() {
     let cli = std::env::var(CLI_CHILD).unwrap_or_else(|_| "codex".to_owned());
-    let total = knob("RUNNER_BENCH_CLI_MESSAGES", 300) as usize;
+    let total = knob("RUNNER_BENCH_CLI_MESSAGES", 1_000) as usize;
     let Some(_) = e2e::harness::provider_cli(&cli) else {
         println!("(NANOCLAW_SKIP_CLI_TESTS=1: no real-CLI RSS figure)");
         return;
@@ -665,25 +683,26 @@ fn cli_rss() {
     let session = e2e::harness::Session::new();
     let env = session.runner_env(&cli, &model);
     let mut env: BTreeMap<String, String> = env;
-    env.insert("RUST_LOG".to_owned(), "warn".to_owned());
+    env.insert("RUST_LOG".to_owned(), "info".to_owned());
     let log = std::fs::File::create(session.workspace.join("runner.log")).unwrap();
     let child = runner_command(&session.workspace, &cli, &env, log)
         .spawn()
         .unwrap();
     let pid = child.id();
-    let mut host = Host {
-        db: SessionDb::open(session.workspace.join("session.db")).unwrap(),
-        conn: session.db.dedicated_connection().unwrap(),
-        sent: 0,
-    };
+    let mut host = Host::open(&session.workspace);
     let started = Instant::now();
     let first = total / 10;
     let (mut at_first, mut cli_at_first) = (0, 0);
+    // The runner's RSS at every tenth of the run: a step while caches fill differs from a climb.
+    let mut curve = Vec::new();
     for i in 1..=total {
         host.round_trip();
         if i == first {
             at_first = procfs::rss(pid);
             cli_at_first = descendants_rss(pid);
+        }
+        if first > 0 && i % first == 0 {
+            curve.push(format!("{i}: {:.2}", mib(procfs::rss(pid))));
         }
     }
     let at_total = procfs::rss(pid);
@@ -702,6 +721,7 @@ fn cli_rss() {
         mib(cli_at_first),
         mib(cli_at_total),
     );
+    println!("runner RSS (MiB) by messages: {}", curve.join(", "));
 }
 
 /// Summed RSS of every descendant of `pid` (the CLI, mcp-tools, …).

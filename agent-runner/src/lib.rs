@@ -9,6 +9,7 @@ pub mod format;
 mod last_event;
 pub(crate) mod ledger;
 pub mod lock;
+pub mod malloc;
 pub mod media;
 pub mod model_proxy;
 pub mod privileges;
