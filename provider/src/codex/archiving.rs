@@ -236,15 +236,37 @@ mod tests {
         }
     }
 
+    /// A failed (or interrupted) turn's end carries its last item's id: found again even when
+    /// a later read gives the turn another status, instead of a lost marker that archives the
+    /// whole history again.
     #[test]
-    fn a_turn_marker_is_found_and_turns_in_progress_are_left_out() {
+    fn a_turn_end_marker_survives_a_changed_status_and_turns_in_progress_are_left_out() {
         let mut turns: Vec<Value> = (1..=4).map(turn).collect();
         turns[2]["status"] = json!("failed");
         turns[2]["error"] = json!({"message": "boom"});
         turns.push(json!({"id": "t5", "status": "inProgress", "items": [
             {"type": "userMessage", "id": "u5", "content": [{"type": "text", "text": "next"}]}
         ]}));
-        let (texts, served) = read(&turns, Some("t3:failed"));
+        let archived = history::from_codex_turns("thread-1", None, &turns[..4]);
+        let marker = archived.entries.last().and_then(|e| e.id.clone()).unwrap();
+        assert_eq!(archived.entries.last().unwrap().text, "answer 4");
+        let failed = archived
+            .entries
+            .iter()
+            .find(|e| e.text == "Turn failed: boom")
+            .unwrap();
+        assert_eq!(failed.id.as_deref(), Some("m3"));
+        assert_eq!(marker, "m4");
+        // A turn interrupted before any item (a follow-up's restart) adds nothing.
+        let empty = json!({"id": "t6", "status": "interrupted", "items": []});
+        let with_empty = history::from_codex_turns("thread-1", None, [&turns[3], &empty]);
+        assert_eq!(with_empty.entries.len(), 2, "{:?}", with_empty.entries);
+        let mut later = turns.clone();
+        later[2]["status"] = json!("completed");
+        let (texts, served) = read(&later, Some("m3"));
+        assert_eq!(served, 2);
+        assert_eq!(texts[texts.len() - 2..], ["question 4", "answer 4"]);
+        let (texts, served) = read(&turns, Some("m3"));
         assert_eq!(served, 2);
         assert!(
             texts.ends_with(&[

@@ -74,24 +74,23 @@ pub(crate) fn from_codex_turns<'a>(
             let at = millis(&item["startedAtMs"]).or(turn_at);
             codex_item(&mut b, item, at);
         }
-        let turn_id = turn["id"].as_str().unwrap_or_default();
         let end_at = seconds(&turn["completedAt"]).or(turn_at);
+        // The turn's end gets the id of its last item, never one of its own: a turn can read
+        // differently later (measured: turns interrupted before any item, by a follow-up's
+        // restart, were in no later read), and an archive whose last entry's id is gone would
+        // read and archive the whole history again. A turn interrupted before any item has
+        // nothing to show (its prompt goes again in the next turn) and adds no entry.
+        let last_item = turn["items"]
+            .as_array()
+            .and_then(|items| items.iter().rev().find_map(|item| item["id"].as_str()));
         match turn["status"].as_str() {
             Some("failed") => {
                 let message = turn["error"]["message"].as_str().unwrap_or("unknown error");
-                b.system(
-                    &format!("Turn failed: {message}"),
-                    end_at,
-                    Some(&format!("{turn_id}:failed")),
-                    false,
-                );
+                b.system(&format!("Turn failed: {message}"), end_at, last_item, false);
             }
-            Some("interrupted") => b.system(
-                "Interrupted",
-                end_at,
-                Some(&format!("{turn_id}:interrupted")),
-                false,
-            ),
+            Some("interrupted") if last_item.is_some() => {
+                b.system("Interrupted", end_at, last_item, false)
+            }
             _ => {}
         }
     }
