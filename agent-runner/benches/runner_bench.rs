@@ -35,8 +35,9 @@
 //!   127.0.0.1, inside a loopback-only network namespace when one can be made): the runner
 //!   process only, the CLI's memory aside, after `RUNNER_BENCH_CLI_MESSAGES / 10` and after
 //!   `RUNNER_BENCH_CLI_MESSAGES` messages, with the RSS at every tenth between (default 1,000,
-//!   ~2 minutes: a turn takes ~60 ms at first and more as the conversation grows; 10,000, the
-//!   issue's figure, takes ~40 minutes: run it with the knob).
+//!   ~2 minutes; 3,000 take ~6). 10,000 are out of reach with Codex here: in two runs it stopped
+//!   answering at the 3,358th and the 3,361st message of one thread (its model request got no
+//!   output for 120 s, the runner's archives were fast), see `docs/decisions.md`.
 //!   Needs `cargo build --workspace --bins` (mcp-tools) and `scripts/install-clis.sh`;
 //!   `RUNNER_BENCH_CLI=none` skips it, `=opencode|claude` picks another CLI.
 //!
