@@ -934,10 +934,11 @@ impl Runner {
     async fn drive_query(&mut self, first: Prepared, stop: &CancellationToken) -> Result<QueryEnd> {
         let provider = self.provider.name();
         let sources = self.options.prompt_sources.clone();
-        // What a query starts from, in one DB call (the system prompt's files are read there
-        // too): one hand-off to a blocking thread instead of four.
+        // What a query starts from, in one DB call on the runtime's thread (the system
+        // prompt's files are read there too: regular files only, each capped, so the call is
+        // bounded; docs/decisions.md, "The query's start on the runtime's thread").
         let (continuation, start_seq, system_prompt, model) = self
-            .call(move |db| {
+            .call_inline(move |db| {
                 let system_prompt = sources.as_ref().map(|sources| system_prompt(db, sources));
                 let model = db.session_model()?;
                 let trial = control::model_unconfirmed(db)?;
@@ -1569,9 +1570,8 @@ impl Runner {
 
     /// [`Runner::call`] on the runtime's own thread: for the per-message calls that take
     /// well under a millisecond (the poll with its claim, the destinations a prompt names, a
-    /// result's write), where the hand-off
-    /// to a blocking thread and back cost more CPU than the call (docs/decisions.md, "The
-    /// runner's hot path").
+    /// query's start, a result's write), where the hand-off to a blocking thread and back cost
+    /// more CPU and latency than the call (docs/decisions.md, "The runner's hot path").
     async fn call_inline<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
@@ -1770,8 +1770,7 @@ fn target_of(rows: &[MessageIn]) -> Target {
 /// Where a DB call of the loop runs.
 #[derive(Debug, Clone, Copy)]
 enum DbThread {
-    /// On a blocking thread (`spawn_blocking`): calls that may take long (files read with the
-    /// system prompt) or are rare.
+    /// On a blocking thread (`spawn_blocking`): calls that are rare or may wait long.
     Blocking,
     /// On the runtime's thread: the per-message sub-millisecond calls. A call that would wait
     /// more than [`INLINE_LOCK_WAIT`] for another writer's lock moves to a blocking thread, so

@@ -18,6 +18,11 @@
 //! `<!-- import depth limit reached: x.md -->`, `<!-- import outside the workspace: x.md -->`,
 //! `<!-- import is not a file: x.md -->`, `<!-- import too large: x.md (… bytes) -->`,
 //! `<!-- unreadable import: x.md (…) -->`. A file imported twice without a cycle is inlined twice.
+//! One prompt inlines at most [`MAX_IMPORTS`] imports and [`MAX_INSTRUCTION_BYTES`] of
+//! instruction text in all: past either, an import becomes `<!-- import limit reached: x.md -->`
+//! or `<!-- instruction size limit reached: x.md -->`, with one warning per prompt. So a
+//! file that imports a big file many times cannot make the prompt (or the time to build it,
+//! which runs on the runner's loop thread) grow without bound.
 //!
 //! The prompt is rebuilt at the start of every query (the files are re-read and the destinations
 //! come from the DB), so instruction edits and destination changes made by the host mid-session
@@ -37,6 +42,13 @@ pub const MAX_IMPORT_DEPTH: usize = 5;
 
 /// Largest instruction or imported file inlined, in bytes; a bigger one becomes a note.
 pub const MAX_FILE_BYTES: u64 = 256 * 1024;
+
+/// Most import lines one system prompt follows (all its files together); the later ones become
+/// notes without touching the file system.
+pub const MAX_IMPORTS: usize = 100;
+
+/// Most instruction text one system prompt inlines, in bytes (its files and imports together).
+pub const MAX_INSTRUCTION_BYTES: usize = 1024 * 1024;
 
 /// The MCP tools of server `nanoclaw` (mcp-tools), with the one line the addendum gives each.
 pub const TOOLS: &[(&str, &str)] = &[
@@ -149,14 +161,16 @@ impl PromptSources {
 /// read is a note in the text and a log warning).
 pub fn build_system_prompt(sources: &PromptSources, destinations: &[Destination]) -> String {
     let mut parts = Vec::new();
+    let mut budget = Budget::default();
     for (label, path) in sources.instruction_files() {
-        if let Some(text) = instructions(sources, &path) {
+        if let Some(text) = instructions_within(sources, &path, &mut budget) {
             parts.push(format!(
                 "<!-- {label}: {} -->\n{text}",
                 display_path(sources, &path)
             ));
         }
     }
+    budget.warn_refused();
     parts.push(addendum(sources, destinations));
     parts.join("\n\n")
 }
@@ -164,6 +178,18 @@ pub fn build_system_prompt(sources: &PromptSources, destinations: &[Destination]
 /// One top-level instruction file with its imports inlined, trimmed; `None` when it does not
 /// exist or holds only whitespace.
 pub fn instructions(sources: &PromptSources, path: &Path) -> Option<String> {
+    let mut budget = Budget::default();
+    let text = instructions_within(sources, path, &mut budget);
+    budget.warn_refused();
+    text
+}
+
+/// [`instructions`], counting what it reads against `budget` (shared by a prompt's files).
+fn instructions_within(
+    sources: &PromptSources,
+    path: &Path,
+    budget: &mut Budget,
+) -> Option<String> {
     let canonical = match path.canonicalize() {
         Ok(canonical) => canonical,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return None,
@@ -179,9 +205,18 @@ pub fn instructions(sources: &PromptSources, path: &Path) -> Option<String> {
             return None;
         }
     };
+    if !budget.take_bytes(text.len()) {
+        tracing::warn!(
+            path = %path.display(),
+            limit = MAX_INSTRUCTION_BYTES,
+            "instruction file left out of the system prompt: the instructions' size limit is reached"
+        );
+        return None;
+    }
     let mut expander = Expander {
         roots: allowed_roots(sources),
         stack: Vec::new(),
+        budget,
     };
     let expanded = expander.expand(&canonical, &text, 0);
     let trimmed = expanded.trim();
@@ -267,14 +302,55 @@ fn allowed_roots(sources: &PromptSources) -> Vec<PathBuf> {
         .collect()
 }
 
+/// What one system prompt has inlined so far, against [`MAX_IMPORTS`] and
+/// [`MAX_INSTRUCTION_BYTES`].
+#[derive(Debug, Default)]
+struct Budget {
+    imports: usize,
+    bytes: usize,
+    /// Imports turned into a note by a limit, for the prompt's one warning.
+    refused: usize,
+}
+
+impl Budget {
+    /// Counts an import line; false when the prompt already followed [`MAX_IMPORTS`].
+    fn take_import(&mut self) -> bool {
+        self.imports += 1;
+        self.imports <= MAX_IMPORTS
+    }
+
+    /// Counts `len` bytes of text; false (nothing counted) when they would pass
+    /// [`MAX_INSTRUCTION_BYTES`].
+    fn take_bytes(&mut self, len: usize) -> bool {
+        if self.bytes.saturating_add(len) > MAX_INSTRUCTION_BYTES {
+            return false;
+        }
+        self.bytes += len;
+        true
+    }
+
+    fn warn_refused(&self) {
+        if self.refused > 0 {
+            tracing::warn!(
+                refused = self.refused,
+                imports = self.imports,
+                max_imports = MAX_IMPORTS,
+                max_bytes = MAX_INSTRUCTION_BYTES,
+                "imports over the system prompt's limits were not inlined"
+            );
+        }
+    }
+}
+
 /// Inlines the imports of one file at a time, remembering the chain being expanded.
-struct Expander {
+struct Expander<'budget> {
     roots: Vec<PathBuf>,
     /// Canonical paths of the files being expanded, outermost first.
     stack: Vec<PathBuf>,
+    budget: &'budget mut Budget,
 }
 
-impl Expander {
+impl Expander<'_> {
     /// `text` (the content of `canonical`) with its imports inlined.
     fn expand(&mut self, canonical: &Path, text: &str, depth: usize) -> String {
         self.stack.push(canonical.to_path_buf());
@@ -317,6 +393,10 @@ impl Expander {
             );
             return note("import depth limit reached", None);
         }
+        if !self.budget.take_import() {
+            self.budget.refused += 1;
+            return note("import limit reached", None);
+        }
         let canonical = match path.canonicalize() {
             Ok(canonical) => canonical,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
@@ -337,6 +417,10 @@ impl Expander {
             return note("import cycle", None);
         }
         match read_limited(&canonical) {
+            Ok(text) if !self.budget.take_bytes(text.len()) => {
+                self.budget.refused += 1;
+                note("instruction size limit reached", None)
+            }
             Ok(text) => self.expand(&canonical, &text, depth).trim_end().to_owned(),
             Err(ReadProblem::NotAFile) => {
                 tracing::warn!(import = target, "import is not a file");
@@ -675,6 +759,60 @@ mod tests {
         assert_eq!(
             text,
             "<!-- import too large: big.md (262145 bytes, limit 262144) -->"
+        );
+    }
+
+    #[test]
+    fn a_prompt_inlines_a_bounded_number_of_imports_and_bytes() {
+        // 200 KiB imported 10 times (2 MiB) and one small file imported 200 times: without the
+        // limits the prompt held every copy.
+        let big = "b".repeat(200 * 1024);
+        let mut main = "@big.md\n".repeat(10);
+        main.push_str(&"@small.md\n".repeat(200));
+        let (dir, sources) = workspace(&[
+            ("agent/CLAUDE.md", &main),
+            ("agent/big.md", &big),
+            ("agent/small.md", "s"),
+        ]);
+        let text = instructions(&sources, &dir.path().join("agent/CLAUDE.md")).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        // 1 MiB holds the CLAUDE.md and 5 copies of big.md; the 6th and later are notes.
+        assert_eq!(lines.iter().filter(|line| **line == big).count(), 5);
+        assert_eq!(
+            lines[5..10],
+            ["<!-- instruction size limit reached: big.md -->"; 5]
+        );
+        // 100 imports in all: 10 of big.md, then 90 of small.md; the other 110 are notes.
+        assert_eq!(lines.iter().filter(|line| **line == "s").count(), 90);
+        assert_eq!(
+            lines
+                .iter()
+                .filter(|line| **line == "<!-- import limit reached: small.md -->")
+                .count(),
+            110
+        );
+        assert!(text.len() <= MAX_INSTRUCTION_BYTES + 110 * 64);
+    }
+
+    #[test]
+    fn the_limits_are_shared_by_the_prompts_files() {
+        // Each file alone is under the byte limit; together the third is over it.
+        let big = "g".repeat(200 * 1024);
+        let imports = "@big.md\n".repeat(2);
+        let (_dir, sources) = workspace(&[
+            ("global/CLAUDE.md", &imports),
+            ("global/big.md", &big),
+            ("agent/CLAUDE.md", &imports),
+            ("agent/big.md", &big),
+            ("agent/CLAUDE.local.md", &imports),
+        ]);
+        let prompt = build_system_prompt(&sources, &[]);
+        assert_eq!(prompt.matches(big.as_str()).count(), 5);
+        assert_eq!(
+            prompt
+                .matches("<!-- instruction size limit reached: big.md -->")
+                .count(),
+            1
         );
     }
 
