@@ -82,7 +82,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(app::main(app::Args {
+    let main = app::main(app::Args {
         workspace: cli.workspace,
         db: cli.db,
         provider: cli.provider,
@@ -91,7 +91,19 @@ fn main() -> ExitCode {
         set: cli.set,
         log_format: cli.log_format,
         command: cli.command.unwrap_or(Command::Run),
-    })) {
+    });
+    // The runner runs as a task, not as `block_on`'s own future: waking that future writes the
+    // driver's eventfd (a syscall, then an extra epoll round) even from the runtime's own
+    // thread, and the loop is woken a few times per message (the provider's events, its
+    // channels); a task woken there is queued without a syscall (docs/decisions.md, "The
+    // query's start on the runtime's thread").
+    let outcome = runtime.block_on(async {
+        match tokio::spawn(main).await {
+            Ok(outcome) => outcome,
+            Err(err) => Err(anyhow::anyhow!("the runner's main task failed: {err}")),
+        }
+    });
+    match outcome {
         Ok(()) => {
             logging::flush_at_exit();
             ExitCode::SUCCESS
