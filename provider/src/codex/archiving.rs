@@ -117,14 +117,23 @@ where
     let mut marker_seen = false;
     let mut pages = 0u32;
     loop {
-        let mut result = page(cursor.take()).await?;
+        let asked = cursor.take();
+        let mut result = page(asked.clone()).await?;
         pages += 1;
         let turns = match result.get_mut("data").map(Value::take) {
             Some(Value::Array(turns)) => turns,
             _ => Vec::new(),
         };
         cursor = result["nextCursor"].as_str().map(str::to_owned);
-        let last_page = cursor.is_none() || turns.is_empty();
+        // A cursor handed back unchanged would serve the same page forever.
+        let stuck = cursor.is_some() && cursor == asked;
+        if stuck {
+            tracing::warn!(
+                thread = thread_id,
+                "thread/turns/list returned the cursor it was given; the archive reads no further"
+            );
+        }
+        let last_page = cursor.is_none() || turns.is_empty() || stuck;
         if let Some(marker) = through {
             marker_seen |= turns.iter().any(|turn| holds_entry(turn, marker));
         }
@@ -290,6 +299,18 @@ mod tests {
             futures::executor::block_on(unarchived_turns("t", None, Some("x"), endless)).unwrap();
         assert!(transcript.is_empty());
         assert_eq!(served.get(), 1);
+        // Pages that never end, the cursor handed back as it came: read once, then given up.
+        let served = Cell::new(0);
+        let turns = [turn(1)];
+        let looping = |cursor: Option<String>| {
+            served.set(served.get() + 1);
+            let next = cursor.unwrap_or_else(|| "c1".to_owned());
+            std::future::ready(Ok(json!({"data": turns, "nextCursor": next})))
+        };
+        let transcript =
+            futures::executor::block_on(unarchived_turns("t", None, None, looping)).unwrap();
+        assert_eq!(served.get(), 2);
+        assert_eq!(transcript.entries.len(), 4);
     }
 
     #[test]
