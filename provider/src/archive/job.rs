@@ -19,30 +19,38 @@ pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest stopping the CLI waits for a running archive.
 pub(crate) const STOP_WAIT: Duration = Duration::from_secs(15);
 
+/// An archive's work, as [`Archives`] queues it.
+pub(crate) trait ArchiveJob {
+    /// The history (thread, session) the job reads: a later job of the same history covers an
+    /// earlier one.
+    fn history(&self) -> &str;
+}
+
 /// A provider's archives: one runs at a time, and the job of a query that ends while one runs
-/// waits as the next, a later job replacing it. Every archive reads whatever no archive holds
-/// yet, so the latest job covers the ones it replaced: under a stream of queries the CLI is asked
-/// for its history once per archive that ran, never once per query piled up behind a slow read
-/// (a CLI that answers a long history slowly would otherwise fall further behind with every
-/// query, its own turns waiting behind the reads).
+/// waits, a later job of the same history replacing it. Every archive reads whatever no archive
+/// of its history holds yet, so the latest job covers the ones it replaced: under a stream of
+/// queries the CLI is asked for a history once per archive that ran, never once per query piled
+/// up behind a slow read (a CLI that answers a long history slowly would otherwise fall further
+/// behind with every query, its own turns waiting behind the reads). Jobs of other histories
+/// (a new thread or session after `/clear` or a restart) wait beside it, in order.
 #[derive(Debug)]
 pub(crate) struct Archives<J> {
     /// Held by the archive that runs.
     lock: Arc<Mutex<()>>,
-    /// The job to run when the running archive ends.
-    next: std::sync::Mutex<Option<J>>,
+    /// The jobs to run when the running archive ends, at most one per history.
+    next: std::sync::Mutex<std::collections::VecDeque<J>>,
 }
 
 impl<J> Default for Archives<J> {
     fn default() -> Self {
         Self {
             lock: Arc::default(),
-            next: std::sync::Mutex::new(None),
+            next: std::sync::Mutex::new(std::collections::VecDeque::new()),
         }
     }
 }
 
-impl<J> Archives<J> {
+impl<J: ArchiveJob> Archives<J> {
     /// Takes the archive lock at once when it is free. A query calls this before it closes its
     /// stream, so that whatever the runner does next (stop the provider, start another session)
     /// finds the archive of this query already under way.
@@ -64,9 +72,8 @@ impl<J> Archives<J> {
     }
 
     /// Archives `job` with `archive`: now when `guard` (from [`Archives::reserve`]) or the lock
-    /// can be had, else as the next job of the archive that runs, which runs it when it ends.
-    /// Whoever holds the lock looks for a next job after letting go of it, so no job is left
-    /// behind.
+    /// can be had, else queued for the archive that runs, which runs it when it ends. Whoever
+    /// holds the lock looks for a waiting job after letting go of it, so no job is left behind.
     pub(crate) async fn run<F, Fut>(
         &self,
         guard: Option<OwnedMutexGuard<()>>,
@@ -76,19 +83,28 @@ impl<J> Archives<J> {
         F: FnMut(J) -> Fut,
         Fut: Future<Output = ()>,
     {
-        *self.next_job() = Some(job);
+        {
+            let mut waiting = self.waiting();
+            match waiting
+                .iter_mut()
+                .find(|queued| queued.history() == job.history())
+            {
+                Some(queued) => *queued = job,
+                None => waiting.push_back(job),
+            }
+        }
         let Some(mut guard) = guard.or_else(|| self.reserve()) else {
-            tracing::debug!("an archive runs; this query's is next");
+            tracing::debug!("an archive runs; this query's waits for it");
             return;
         };
         loop {
-            // Taken under the lock: a job set from now on waits for the check below.
-            let Some(job) = self.next_job().take() else {
+            // Taken under the lock: a job queued from now on waits for the check below.
+            let Some(job) = self.waiting().pop_front() else {
                 return;
             };
             archive(job).await;
             drop(guard);
-            if self.next_job().is_none() {
+            if self.waiting().is_empty() {
                 return;
             }
             guard = match self.reserve() {
@@ -99,7 +115,7 @@ impl<J> Archives<J> {
         }
     }
 
-    fn next_job(&self) -> std::sync::MutexGuard<'_, Option<J>> {
+    fn waiting(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<J>> {
         self.next
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -168,17 +184,27 @@ mod tests {
     use std::sync::Mutex as StdMutex;
     use tokio::sync::Notify;
 
-    /// An archive function that records each job and holds job 1 until `gate` opens.
+    /// Job `n` of history `history`.
+    #[derive(Debug, Clone, Copy)]
+    struct TestJob(&'static str, u32);
+
+    impl ArchiveJob for TestJob {
+        fn history(&self) -> &str {
+            self.0
+        }
+    }
+
+    /// An archive function that records each job's number and holds job 1 until `gate` opens.
     fn recorder(
         ran: &Arc<StdMutex<Vec<u32>>>,
         gate: &Arc<Notify>,
-    ) -> impl FnMut(u32) -> futures::future::BoxFuture<'static, ()> {
+    ) -> impl FnMut(TestJob) -> futures::future::BoxFuture<'static, ()> {
         let (ran, gate) = (Arc::clone(ran), Arc::clone(gate));
-        move |job| {
+        move |TestJob(_, n)| {
             let (ran, gate) = (Arc::clone(&ran), Arc::clone(&gate));
             Box::pin(async move {
-                ran.lock().unwrap().push(job);
-                if job == 1 {
+                ran.lock().unwrap().push(n);
+                if n == 1 {
                     gate.notified().await;
                 }
             })
@@ -186,21 +212,26 @@ mod tests {
     }
 
     /// Jobs of queries that end while an archive runs do not queue up behind it one by one: the
-    /// latest runs once, after it.
+    /// latest of each history runs once, after it; another history's job is not dropped.
     #[tokio::test]
     async fn jobs_that_come_while_an_archive_runs_collapse_into_the_latest() {
-        let archives = Arc::new(Archives::<u32>::default());
+        let archives = Arc::new(Archives::<TestJob>::default());
         let ran = Arc::new(StdMutex::new(Vec::new()));
         let gate = Arc::new(Notify::new());
         let first = tokio::spawn({
             let (archives, archive) = (Arc::clone(&archives), recorder(&ran, &gate));
-            async move { archives.run(archives.reserve(), 1, archive).await }
+            async move {
+                archives
+                    .run(archives.reserve(), TestJob("a", 1), archive)
+                    .await
+            }
         });
         while ran.lock().unwrap().is_empty() {
             tokio::task::yield_now().await;
         }
-        for job in 2..=4 {
-            // Each returns at once: its job waits as the next.
+        // A new thread (after `/clear`) between queries of the running one.
+        for job in [TestJob("a", 2), TestJob("b", 3), TestJob("a", 4)] {
+            // Each returns at once: its job waits.
             archives
                 .run(archives.reserve(), job, recorder(&ran, &gate))
                 .await;
@@ -208,12 +239,12 @@ mod tests {
         assert_eq!(*ran.lock().unwrap(), [1]);
         gate.notify_one();
         first.await.unwrap();
-        assert_eq!(*ran.lock().unwrap(), [1, 4]);
+        assert_eq!(*ran.lock().unwrap(), [1, 4, 3]);
         // Idle again: the next job runs at once.
         archives
-            .run(archives.reserve(), 5, recorder(&ran, &gate))
+            .run(archives.reserve(), TestJob("a", 5), recorder(&ran, &gate))
             .await;
-        assert_eq!(*ran.lock().unwrap(), [1, 4, 5]);
+        assert_eq!(*ran.lock().unwrap(), [1, 4, 3, 5]);
         archives.wait_idle("test").await;
     }
 }

@@ -13,7 +13,7 @@
 //! Archiving is a side job: it runs after the query's last event, never fails the query (every
 //! problem is a `tracing` warning) and never holds up the next one: the next query runs on the
 //! same connection while the archive is read and written. One archive runs at a time (the
-//! provider's `Archives`; the queries that end meanwhile leave one job for after it), each
+//! provider's `Archives`; the queries that end meanwhile leave one job per thread for after it), each
 //! reading the thread only once it holds the lock, so a later archive always sees at least what
 //! an earlier one saw. Turns still in progress (the next
 //! query's, which may already run) are left for the archive after that query. Stopping the
@@ -37,6 +37,12 @@ pub(crate) struct Job {
     pub server: Arc<AppServer>,
     /// The thread.
     pub thread_id: String,
+}
+
+impl archive_job::ArchiveJob for Job {
+    fn history(&self) -> &str {
+        &self.thread_id
+    }
 }
 
 /// Turns per `thread/turns/list` page. The last archived entry is nearly always in the newest

@@ -14,7 +14,7 @@
 //! problem is a `tracing` warning) and never holds up the next one: the query releases the
 //! server first and the archive reads the history through a clone of the server's HTTP client
 //! ([`Api`]) while the next query may already run. One archive runs at a time (the provider's
-//! `Archives`; the queries that end meanwhile leave one job for after it), each reading the
+//! `Archives`; the queries that end meanwhile leave one job per session for after it), each reading the
 //! history only once it holds the lock, so a later archive always sees at least what an
 //! earlier one saw. What may still change is left for a later
 //! archive ([`settled`]): the messages from the next query's prompt on, and a run loop still in
@@ -46,6 +46,12 @@ pub(crate) struct Job {
     /// sort in creation order, see `Shared::message_id`), so user messages from this id on are
     /// the next query's.
     pub cutoff: String,
+}
+
+impl archive_job::ArchiveJob for Job {
+    fn history(&self) -> &str {
+        &self.session_id
+    }
 }
 
 /// Archives the job's session (run through the provider's `Archives`, one at a time): reads
