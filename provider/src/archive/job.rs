@@ -38,14 +38,14 @@ pub(crate) struct Archives<J> {
     /// Held by the archive that runs.
     lock: Arc<Mutex<()>>,
     /// The jobs to run when the running archive ends, at most one per history.
-    next: std::sync::Mutex<std::collections::VecDeque<J>>,
+    waiting: std::sync::Mutex<std::collections::VecDeque<J>>,
 }
 
 impl<J> Default for Archives<J> {
     fn default() -> Self {
         Self {
             lock: Arc::default(),
-            next: std::sync::Mutex::new(std::collections::VecDeque::new()),
+            waiting: std::sync::Mutex::new(std::collections::VecDeque::new()),
         }
     }
 }
@@ -116,7 +116,7 @@ impl<J: ArchiveJob> Archives<J> {
     }
 
     fn waiting(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<J>> {
-        self.next
+        self.waiting
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }

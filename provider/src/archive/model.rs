@@ -105,6 +105,17 @@ impl Transcript {
         self.entries.is_empty()
     }
 
+    /// Whether entry `id` is here whole: entries merge (an answer takes the steps and tool
+    /// calls after it), so an entry read from part of a history is only known whole when
+    /// another entry comes before it. Readers of the newest part of a history read further
+    /// back until this holds.
+    pub(crate) fn holds_whole(&self, id: &str) -> bool {
+        self.entries
+            .iter()
+            .rposition(|e| e.id.as_deref() == Some(id))
+            .is_some_and(|i| i > 0)
+    }
+
     /// The part from the last compaction marker on (everything when there is none): what an
     /// earlier PreCompact hook has not archived yet. The marker and the summary after it stay,
     /// as context.

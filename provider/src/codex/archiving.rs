@@ -13,10 +13,10 @@
 //! Archiving is a side job: it runs after the query's last event, never fails the query (every
 //! problem is a `tracing` warning) and never holds up the next one: the next query runs on the
 //! same connection while the archive is read and written. One archive runs at a time (the
-//! provider's `Archives`; the queries that end meanwhile leave one job per thread for after it), each
-//! reading the thread only once it holds the lock, so a later archive always sees at least what
-//! an earlier one saw. Turns still in progress (the next
-//! query's, which may already run) are left for the archive after that query. Stopping the
+//! provider's `Archives`; the queries that end meanwhile leave one job per thread for after
+//! it), each reading the thread only once it holds the lock, so a later archive always sees at
+//! least what an earlier one saw. Turns still in progress (the next query's, which may already
+//! run) are left for the archive after that query. Stopping the
 //! app-server (shutdown, another session) waits briefly for a running archive first.
 
 use std::future::Future;
@@ -150,15 +150,7 @@ where
                 .rev()
                 .filter(|turn| turn.get("status").and_then(Value::as_str) != Some("inProgress"));
             let transcript = history::from_codex_turns(thread_id, title.clone(), finished);
-            // Entries merge (an assistant entry takes the tool calls after it), so the marker's
-            // entry is only known whole when another entry comes before it.
-            let whole = through.is_some_and(|marker| {
-                transcript
-                    .entries
-                    .iter()
-                    .rposition(|e| e.id.as_deref() == Some(marker))
-                    .is_some_and(|i| i > 0)
-            });
+            let whole = through.is_some_and(|marker| transcript.holds_whole(marker));
             if whole || last_page {
                 tracing::debug!(
                     pages,
@@ -172,7 +164,8 @@ where
 }
 
 /// Whether entry id `marker` comes from this turn: one of its items, or the turn's own
-/// `<turn id>:failed` / `:interrupted` entry.
+/// `<turn id>:failed` / `:interrupted` entry (the end markers of archives written before a
+/// turn's end took its last item's id).
 fn holds_entry(turn: &Value, marker: &str) -> bool {
     let turn_id = turn["id"].as_str().unwrap_or_default();
     (!turn_id.is_empty()

@@ -14,9 +14,9 @@
 //! problem is a `tracing` warning) and never holds up the next one: the query releases the
 //! server first and the archive reads the history through a clone of the server's HTTP client
 //! ([`Api`]) while the next query may already run. One archive runs at a time (the provider's
-//! `Archives`; the queries that end meanwhile leave one job per session for after it), each reading the
-//! history only once it holds the lock, so a later archive always sees at least what an
-//! earlier one saw. What may still change is left for a later
+//! `Archives`; the queries that end meanwhile leave one job per session for after it), each
+//! reading the history only once it holds the lock, so a later archive always sees at least
+//! what an earlier one saw. What may still change is left for a later
 //! archive ([`settled`]): the messages from the next query's prompt on, and a run loop still in
 //! progress with its prompt. Stopping the server (shutdown) waits briefly for a running archive
 //! first.
@@ -116,15 +116,7 @@ where
         });
         if holds_marker || whole_history {
             let transcript = history::from_opencode_messages(&settled(messages, cutoff));
-            // Entries merge (one answer's steps become one entry), so the marker's entry is
-            // only known whole when another entry comes before it.
-            let whole = through.is_some_and(|marker| {
-                transcript
-                    .entries
-                    .iter()
-                    .rposition(|e| e.id.as_deref() == Some(marker))
-                    .is_some_and(|i| i > 0)
-            });
+            let whole = through.is_some_and(|marker| transcript.holds_whole(marker));
             if whole || whole_history {
                 return Ok(transcript);
             }
