@@ -257,6 +257,10 @@ enum QueryEnd {
 /// The agent-runner: one per session DB.
 pub struct Runner {
     db: SessionDb,
+    /// The same DB with a connection of its own for the calls made on the runtime's thread
+    /// ([`Runner::call_inline`]), which the watcher also checks: the runner's claims and
+    /// replies do not wake its own loop (SessionDb::pinned).
+    inline_db: SessionDb,
     provider: Arc<dyn AgentProvider>,
     options: RunnerOptions,
     watcher: DbWatcher,
@@ -296,11 +300,15 @@ impl Runner {
         provider: Arc<dyn AgentProvider>,
         options: RunnerOptions,
     ) -> Result<Self> {
-        let watcher = DbWatcher::new(&db).context("watching the session DB")?;
+        let inline_db = db
+            .pinned()
+            .context("opening the runner's inline connection")?;
+        let watcher = DbWatcher::new(&inline_db).context("watching the session DB")?;
         let budget = Budget::new(options.budgets.clone(), options.timezone);
         let approvals = approval::Approvals::new(options.ask_timeout);
         Ok(Self {
             db,
+            inline_db,
             provider,
             options,
             watcher,
@@ -937,17 +945,20 @@ impl Runner {
         // What a query starts from, in one DB call on the runtime's thread (the system
         // prompt's files are read there too: regular files only, each capped, so the call is
         // bounded; docs/decisions.md, "The query's start on the runtime's thread").
+        // Its reads share one read transaction (SessionDb::read_together).
         let (continuation, start_seq, system_prompt, model) = self
             .call_inline(move |db| {
-                let system_prompt = sources.as_ref().map(|sources| system_prompt(db, sources));
-                let model = db.session_model()?;
-                let trial = control::model_unconfirmed(db)?;
-                Ok((
-                    db.continuation(provider)?,
-                    db.max_seq()?,
-                    system_prompt,
-                    (model, trial),
-                ))
+                db.read_together(|| {
+                    let system_prompt = sources.as_ref().map(|sources| system_prompt(db, sources));
+                    let model = db.session_model()?;
+                    let trial = control::model_unconfirmed(db)?;
+                    Ok((
+                        db.continuation(provider)?,
+                        db.max_seq()?,
+                        system_prompt,
+                        (model, trial),
+                    ))
+                })
             })
             .await?;
         let (model, trial) = model;
@@ -1591,7 +1602,7 @@ impl Runner {
         loop {
             let outcome = match on {
                 DbThread::Inline => {
-                    match schema::db::with_lock_wait(INLINE_LOCK_WAIT, || f(&self.db)) {
+                    match schema::db::with_lock_wait(INLINE_LOCK_WAIT, || f(&self.inline_db)) {
                         // Another writer holds the lock: wait for it on a blocking thread,
                         // where the connection's busy timeout applies (nothing was written).
                         Err(err) if err.is_busy() => {

@@ -190,6 +190,13 @@ fn instructions_within(
     path: &Path,
     budget: &mut Budget,
 ) -> Option<String> {
+    // One `statx` for the usual missing file, where resolving the path took a `readlink` per
+    // component (the prompt is built at every query's start).
+    if let Err(err) = std::fs::symlink_metadata(path) {
+        if err.kind() == std::io::ErrorKind::NotFound {
+            return None;
+        }
+    }
     let canonical = match path.canonicalize() {
         Ok(canonical) => canonical,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return None,

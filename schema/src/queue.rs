@@ -228,13 +228,14 @@ impl SessionDb {
     /// without a readable time.
     pub fn next_due_after(&self, after: DateTime<Utc>) -> Result<Option<DateTime<Utc>>, Error> {
         let conn = self.conn()?;
+        // An aggregate, not `ORDER BY at LIMIT 1`: sorting a computed value opened a temporary
+        // B-tree on every idle poll.
         let mut stmt = conn.prepare_cached(
-            "SELECT ts_millis(process_after) AS at FROM messages_in
-             WHERE status = 'pending' AND at > ?1 ORDER BY at LIMIT 1",
+            "SELECT min(at) FROM (SELECT ts_millis(process_after) AS at FROM messages_in
+                                  WHERE status = 'pending')
+             WHERE at > ?1",
         )?;
-        let first: Option<i64> = stmt
-            .query_row([after.timestamp_millis()], |r| r.get(0))
-            .optional()?;
+        let first: Option<i64> = stmt.query_row([after.timestamp_millis()], |r| r.get(0))?;
         Ok(first.and_then(DateTime::<Utc>::from_timestamp_millis))
     }
 }

@@ -1,19 +1,23 @@
 //! Change notification for the session DB: an inotify watch on the `-wal` file (read on the
-//! caller's own tokio reactor, no thread), confirmed with `PRAGMA data_version` on a dedicated
-//! connection. Without inotify (no instance or watch left for this user, or `NANOCLAW_WATCH=poll`)
-//! the same waits run on a `stat` of the `-wal` file every [`POLL_INTERVAL`].
+//! caller's own tokio reactor, no thread), confirmed with `PRAGMA data_version` on a connection
+//! of the watcher's. Without inotify (no instance or watch left for this user, or
+//! `NANOCLAW_WATCH=poll`) the same waits run on a `stat` of the `-wal` file every
+//! [`POLL_INTERVAL`].
 //!
-//! Every commit writes the `-wal` file, so its events are the commits' events (plus our own
-//! writes', which the `data_version` check filters out). An event can arrive before its commit is
-//! visible (the `-shm` index is written through mmap, which raises no event), so after events a
-//! few re-checks run on a ladder (1, 3, 10, 30, 100, 300 ms) — while new events and the deadline are still
-//! listened to, so a stale event (our own write) never delays the next real commit.
+//! Every commit writes the `-wal` file, so its events are the commits' events. The
+//! `data_version` check ignores the checking connection's own commits: a watcher made from a
+//! pinned handle ([`SessionDb::pinned`]) is not woken by that handle's writes. An event can
+//! arrive before its commit is visible (the `-shm` index is written through mmap, which raises
+//! no event), so after events a few re-checks run on a ladder (1, 3, 10, 30, 100, 300 ms) —
+//! while new events and the deadline are still listened to, so a stale event (our own write)
+//! never delays the next real commit.
 //! Callers always pass a timeout: the watch speeds wake-ups up, the poll stays the fallback.
 
 mod inotify_source;
 mod shortage;
 mod wal_stat;
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::{sleep_until, Instant};
@@ -91,8 +95,10 @@ impl Ladder {
 pub struct DbWatcher {
     source: Source,
     ladder: Ladder,
-    // A mutex makes the watcher Sync, so a task holding `&self` across an await stays Send.
-    conn: std::sync::Mutex<rusqlite::Connection>,
+    /// Where `PRAGMA data_version` is read: a connection of its own, or the pinned connection
+    /// of the handle it was made from. (A mutex makes the watcher Sync, so a task holding
+    /// `&self` across an await stays Send.)
+    conn: Arc<Mutex<rusqlite::Connection>>,
     last_version: i64,
 }
 
@@ -104,10 +110,18 @@ impl DbWatcher {
         Self::with_mode(db, WatchMode::from_env())
     }
 
-    /// Starts watching `db` in `mode`.
+    /// Starts watching `db` in `mode`. The watcher checks for changes on the connection of a
+    /// pinned `db` ([`SessionDb::pinned`]), whose own commits therefore do not wake it; on a
+    /// connection of its own otherwise.
     pub fn with_mode(db: &SessionDb, mode: WatchMode) -> Result<Self, Error> {
-        let conn = db.dedicated_connection()?;
-        let last_version = data_version(&conn)?;
+        let conn = match db.pinned_connection() {
+            Some(pinned) => pinned,
+            None => Arc::new(Mutex::new(db.dedicated_connection()?)),
+        };
+        let last_version = match conn.lock() {
+            Ok(conn) => data_version(&conn)?,
+            Err(poisoned) => data_version(&poisoned.into_inner())?,
+        };
         let wal = wal_path(db.path());
         let source = match mode {
             WatchMode::Poll => Source::Poll(WalStat::new(wal)),
@@ -122,7 +136,7 @@ impl DbWatcher {
         Ok(Self {
             source,
             ladder: Ladder::default(),
-            conn: std::sync::Mutex::new(conn),
+            conn,
             last_version,
         })
     }

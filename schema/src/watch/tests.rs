@@ -91,6 +91,50 @@ async fn our_own_write_is_reported_once() {
     assert!(started.elapsed() >= Duration::from_millis(80));
 }
 
+/// A watcher made from a pinned handle is not woken by that handle's own commits (they were a
+/// change for a dedicated connection, and a runner polled once more after each claim and reply),
+/// in both modes; a commit of the pool's, of another handle's, or one made while the pinned
+/// connection was in use, still wakes it at once.
+#[tokio::test(flavor = "current_thread")]
+async fn a_pinned_handles_own_commits_do_not_wake_its_watcher() {
+    for mode in [WatchMode::Notify, WatchMode::Poll] {
+        let (_dir, ours, theirs) = two_handles();
+        let pinned = ours.pinned().unwrap();
+        let mut watcher = DbWatcher::with_mode(&pinned, mode).unwrap();
+        for round in 0..3 {
+            pinned.insert_in(&chat("ours, pinned")).unwrap();
+            let started = Instant::now();
+            assert!(
+                !watcher.wait(Duration::from_millis(60)).await,
+                "{mode:?}, round {round}: the pinned handle's own commit woke its watcher"
+            );
+            assert!(started.elapsed() >= Duration::from_millis(60));
+
+            let late = lateness(&mut watcher, &theirs, Duration::from_millis(5)).await;
+            assert!(late < Duration::from_millis(50), "{mode:?}: {late:?} late");
+
+            // The same process's pool is another connection: its commits are changes.
+            ours.insert_in(&chat("ours, pooled")).unwrap();
+            assert!(
+                watcher.wait(Duration::from_secs(1)).await,
+                "{mode:?}: pooled commit missed"
+            );
+        }
+
+        // A call made while the pinned connection is in use takes a pooled one (no deadlock),
+        // and its commit is a change like any other connection's.
+        let nested = pinned.conn().unwrap();
+        pinned
+            .insert_in(&chat("while the pinned connection is held"))
+            .unwrap();
+        drop(nested);
+        assert!(
+            watcher.wait(Duration::from_secs(1)).await,
+            "{mode:?}: nested commit missed"
+        );
+    }
+}
+
 /// The fallback without inotify notices commits within a few milliseconds, also a second
 /// commit in the same clock tick into a `-wal` file reused after a checkpoint (same size, maybe
 /// the same mtime).
