@@ -710,11 +710,12 @@ impl Runner {
             destinations: &destinations,
         };
         let text = format::format_prompt(&prompt_rows, &context);
+        let target = target_parsed(&kept, prompt_rows.iter().map(|row| &row.content));
         Prepared {
             prompt: Prompt { text, media },
             row_ids: kept.iter().map(|r| r.id.clone()).collect(),
             seqs: kept.iter().filter_map(|r| r.seq).collect(),
-            target: target_of(&kept),
+            target,
             series_id: kept.iter().find_map(|r| r.series_id.clone()),
         }
     }
@@ -1744,6 +1745,7 @@ fn batch_at_claim(rows: &[MessageIn], native: &[&str], stop_word: &str) -> Optio
     if !rows.iter().any(|row| row.trigger) {
         return None;
     }
+    let mut contents = Vec::with_capacity(rows.len());
     for row in rows {
         let content = InboundContent::parse(&row.kind(), &row.content);
         if command_of(&content, native).is_some()
@@ -1752,22 +1754,35 @@ fn batch_at_claim(rows: &[MessageIn], native: &[&str], stop_word: &str) -> Optio
         {
             return None;
         }
+        contents.push(content);
     }
-    Some(target_of(rows).batch(rows.iter().map(|row| row.id.clone()).collect()))
+    let target = target_parsed(rows, contents.iter());
+    Some(target.batch(rows.iter().map(|row| row.id.clone()).collect()))
 }
 
 /// Replies of a batch go to the latest triggering row's origin; it is also the `in_reply_to`.
 fn target_of(rows: &[MessageIn]) -> Target {
+    let contents: Vec<InboundContent> = rows
+        .iter()
+        .map(|row| InboundContent::parse(&row.kind(), &row.content))
+        .collect();
+    target_parsed(rows, contents.iter())
+}
+
+/// [`target_of`] with the rows' contents already parsed, in the rows' order: a row's content
+/// is parsed once on its way to the prompt, not once per use.
+fn target_parsed<'a>(
+    rows: &[MessageIn],
+    contents: impl DoubleEndedIterator<Item = &'a InboundContent>,
+) -> Target {
     let origin = rows
         .iter()
         .rev()
         .find(|r| r.trigger)
         .or_else(|| rows.last());
-    let sender_id = rows.iter().rev().find_map(|row| {
-        InboundContent::parse(&row.kind(), &row.content)
-            .sender_id()
-            .map(str::to_owned)
-    });
+    let sender_id = contents
+        .rev()
+        .find_map(|content| content.sender_id().map(str::to_owned));
     match origin {
         Some(row) => Target {
             routing: row.routing.clone(),

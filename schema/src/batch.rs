@@ -8,7 +8,7 @@ use rusqlite::Transaction;
 
 use crate::messages::insert_out_tx;
 use crate::rows::{CurrentBatch, Inserted, NewMessageOut, RunnerStatus};
-use crate::runner_state::{set_current_tool_tx, set_runner_state_tx, set_waiting_on_tx};
+use crate::runner_state::{set_idle_tx, set_runner_state_tx};
 use crate::state::{delete_state_tx, set_state_tx};
 use crate::{Error, SessionDb};
 
@@ -94,9 +94,7 @@ pub(crate) fn finish_batch_tx(
 ) -> Result<Option<Inserted>, Error> {
     let inserted = report.map(|row| insert_out_tx(tx, row)).transpose()?;
     delete_state_tx(tx, CURRENT_BATCH_KEY)?;
-    set_current_tool_tx(tx, None)?;
-    set_waiting_on_tx(tx, None)?;
-    set_runner_state_tx(tx, RunnerStatus::Idle, None, None)?;
+    set_idle_tx(tx)?;
     Ok(inserted)
 }
 
