@@ -42,7 +42,9 @@ step "building every binary (the tests spawn them)"
 cargo build --workspace --bins
 
 step "the README demo"
-bash scripts/demo.sh
+# With the binaries just built: the demo's own `cargo build -p …` unifies features differently
+# from `--workspace` and compiled about 100 crates again (74 s of a CI run).
+NANOCLAW_BIN_DIR="${CARGO_TARGET_DIR:-target}/debug" bash scripts/demo.sh
 
 step "tests"
 # cargo-nextest (when installed) runs the test binaries side by side, which matters here: the
