@@ -38,12 +38,20 @@ cargo fmt --all -- --check
 step "cargo clippy -D warnings (the first build compiles about 300 crates: minutes)"
 cargo clippy --workspace --all-targets -- -D warnings
 
-step "building every binary (the tests spawn them)"
-cargo build --workspace --bins
+# The test build also builds every binary the tests spawn (each package with a binary has
+# integration tests, so cargo builds its binary for them): one build of the workspace with the
+# tests' features, where a separate `cargo build --workspace --bins` compiled about 20 crates
+# twice (the tests' dev-dependencies add features, e.g. tokio's `test-util`).
+step "building the tests and every binary they spawn"
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-run
+else
+  cargo test --workspace --no-run
+fi
 
 step "the README demo"
 # With the binaries just built: the demo's own `cargo build -p …` unifies features differently
-# from `--workspace` and compiled about 100 crates again (74 s of a CI run).
+# from the workspace's and compiled about 100 crates again (74 s of a CI run).
 NANOCLAW_BIN_DIR="${CARGO_TARGET_DIR:-target}/debug" bash scripts/demo.sh
 
 step "tests"
