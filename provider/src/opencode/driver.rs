@@ -30,8 +30,8 @@ const ABORT_SETTLE: Duration = Duration::from_secs(5);
 /// Quiet time after an idle event before the loop counts as settled (an abort sends two idles
 /// a few milliseconds apart).
 const SETTLE_QUIET: Duration = Duration::from_millis(150);
-/// How long an interrupted run loop may take to go idle before the interrupt is reported as an
-/// abort (the runner answers `/stop` within 2 s).
+/// How long a `/stop`ped run loop may take to go idle before the interrupt is reported as an
+/// abort (the runner answers `/stop` within 2 s); other interrupts wait [`ABORT_SETTLE`].
 const INTERRUPT_SETTLE: Duration = Duration::from_millis(1800);
 /// How long a finished turn waits for the loop's idle before the next prompt goes in anyway.
 const IDLE_WAIT: Duration = Duration::from_secs(3);
@@ -986,18 +986,25 @@ impl<'a> Driver<'a> {
         stream: &mut connection::EventStream,
     ) -> Outcome {
         let started = tokio::time::Instant::now();
+        // Only a `/stop` has a 2 s answer to keep; an approval stop or the turn limit gives a
+        // loaded machine's OpenCode the abort's settle time (1.8 s once turned an approval stop
+        // into a failed turn in CI).
+        let settle = match reason {
+            InterruptReason::Stopped => INTERRUPT_SETTLE,
+            InterruptReason::ApprovalStop | InterruptReason::MaxTurns => ABORT_SETTLE,
+        };
         // Not sent yet: not seen, not covered; the runner runs them again.
         self.unsent.clear();
         self.settle = None;
         self.set_aborting(true);
         if !self.loop_idle {
             let session = self.turn.session_id().to_owned();
-            match tokio::time::timeout(INTERRUPT_SETTLE, self.server.abort(&session)).await {
+            match tokio::time::timeout(settle, self.server.abort(&session)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(err)) => tracing::warn!(%err, "cannot abort the OpenCode turn"),
                 Err(_) => tracing::warn!("OpenCode did not answer the abort in time"),
             }
-            let left = INTERRUPT_SETTLE.saturating_sub(started.elapsed());
+            let left = settle.saturating_sub(started.elapsed());
             self.wait_idle(stream, left).await;
         }
         if !self.loop_idle {
