@@ -36,7 +36,6 @@ use axum::extract::{Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::serve::ListenerExt;
 use axum::Router;
 use futures::TryStreamExt;
 
@@ -245,18 +244,7 @@ impl CredProxy {
         let app = Router::new()
             .fallback(handle)
             .with_state(Arc::clone(&inner));
-        // SSE events are small writes: without TCP_NODELAY, Nagle holds each one back until the
-        // previous is acknowledged (40 ms with delayed ACKs, measured by the bench).
-        let listener = listener.tap_io(|tcp| {
-            if let Err(err) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %err, "credential proxy: cannot set TCP_NODELAY");
-            }
-        });
-        let task = tokio::spawn(async move {
-            if let Err(err) = axum::serve(listener, app).await {
-                tracing::error!(error = %err, "credential proxy: the listener failed; the CLI can no longer reach the model");
-            }
-        });
+        let task = tokio::spawn(serve(listener, app));
         let routes: Vec<String> = inner
             .upstreams
             .iter()
@@ -312,6 +300,55 @@ impl Drop for CredProxy {
         self.inner.open.store(false, Ordering::SeqCst);
         self.task.abort();
     }
+}
+
+/// The most a connection's read buffer may hold. hyper's default (~400 KiB) lets the buffer grow
+/// while reads fill it: a CLI sends its whole conversation with every request, so as the
+/// conversation grew, each kept-alive connection's buffer grew towards 400 KiB and the runner's
+/// RSS with it (issue 12, measured with Claude: +1 MiB over 2,000 messages). A body longer than
+/// this streams through in more reads; the request head must fit in it.
+pub const READ_BUFFER_MAX: usize = 64 * 1024;
+
+/// Accepts connections on `listener` and serves each with `app` (HTTP/1.1, what the CLIs speak to
+/// a plain `http://` base URL), its read buffer bounded by [`READ_BUFFER_MAX`].
+async fn serve(listener: tokio::net::TcpListener, app: Router) {
+    loop {
+        let tcp = match listener.accept().await {
+            Ok((tcp, _)) => tcp,
+            Err(err) if is_connection_error(&err) => continue,
+            Err(err) => {
+                // Out of file descriptors, most likely: the CLI retries, so wait for some to close.
+                tracing::error!(error = %err, "credential proxy: cannot accept a connection; trying again in 1 s");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        // SSE events are small writes: without TCP_NODELAY, Nagle holds each one back until the
+        // previous is acknowledged (40 ms with delayed ACKs, measured by the bench).
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %err, "credential proxy: cannot set TCP_NODELAY");
+        }
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let served = hyper::server::conn::http1::Builder::new()
+                .max_buf_size(READ_BUFFER_MAX)
+                .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                .await;
+            if let Err(err) = served {
+                tracing::trace!(error = %err, "credential proxy: connection ended");
+            }
+        });
+    }
+}
+
+/// An accept error that concerns one connection only (the listener is fine).
+fn is_connection_error(err: &std::io::Error) -> bool {
+    matches!(
+        err.kind(),
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+    )
 }
 
 fn check_base_url(upstream: &Upstream) -> Result<(), Error> {
