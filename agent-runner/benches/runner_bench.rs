@@ -31,14 +31,15 @@
 //!   four processes (runner and floor, empty and big DB) are measured interleaved.
 //! - **RSS** (`VmRSS`) after 1,000 and after 10,000 sequential messages, runner (mock) and
 //!   floor: the growth should stay under 1 MiB.
-//! - **RSS with a real CLI** (Codex against the fake model of `tests/src/fake_model.rs` on
-//!   127.0.0.1, inside a loopback-only network namespace when one can be made): the runner
-//!   process only, the CLI's memory aside, after `RUNNER_BENCH_CLI_MESSAGES / 10` and after
-//!   `RUNNER_BENCH_CLI_MESSAGES` messages, with the RSS at every tenth between (default 1,000,
-//!   ~2 minutes; 3,000 take ~6). 10,000 are out of reach with Codex here: in two runs it stopped
-//!   answering at the 3,358th and the 3,361st message of one thread (its model request got no
-//!   output for 120 s, the runner's archives were fast), see `docs/decisions.md`.
-//!   Needs `cargo build --workspace --bins` (mcp-tools) and `scripts/install-clis.sh`;
+//! - **RSS with a real CLI** (Codex by default, against the fake model of
+//!   `tests/src/fake_model.rs` on 127.0.0.1, inside a loopback-only network namespace when one
+//!   can be made): the runner process only, the CLI's memory aside, after
+//!   `RUNNER_BENCH_CLI_MESSAGES / 10` and after `RUNNER_BENCH_CLI_MESSAGES` messages, with the
+//!   RSS at every tenth between (default 1,000, ~2 minutes; 10,000 take far longer with Codex,
+//!   as its turns slow while the conversation grows). The fake model keeps only its last 16
+//!   requests (each holds the whole conversation; unlimited, the log filled the machine's memory
+//!   near the 3,500th message), see
+//!   `docs/decisions.md`. Needs `scripts/install-clis.sh` (mcp-tools is built when missing);
 //!   `RUNNER_BENCH_CLI=none` skips it, `=opencode|claude` picks another CLI.
 //!
 //! Knobs for a quick run: `RUNNER_BENCH_MESSAGES` (per latency phase, default 400; 0 skips the
@@ -681,6 +682,9 @@ fn cli_rss() {
     };
     let model = e2e::fake_model::FakeModel::start().unwrap();
     model.set_default_text("pong");
+    // Every logged request holds the whole conversation: unlimited, the log took this bench's
+    // memory (and the machine's) near the 3,500th message.
+    model.set_log_limit(Some(16));
     let session = e2e::harness::Session::new();
     let env = session.runner_env(&cli, &model);
     let mut env: BTreeMap<String, String> = env;

@@ -942,7 +942,19 @@ struct Inner {
     /// `None`: every model name is accepted.
     known_models: Option<Vec<String>>,
     log: Vec<LoggedRequest>,
+    /// `Some(n)`: the log keeps the last `n` requests ([`FakeModel::set_log_limit`]).
+    log_limit: Option<usize>,
     next_seq: usize,
+}
+
+impl Inner {
+    /// Drops the oldest requests beyond the log limit.
+    fn trim_log(&mut self) {
+        if let Some(limit) = self.log_limit {
+            let excess = self.log.len().saturating_sub(limit);
+            self.log.drain(..excess);
+        }
+    }
 }
 
 struct Shared {
@@ -1013,6 +1025,7 @@ impl FakeModel {
                 default_usage: DEFAULT_USAGE,
                 known_models: None,
                 log: Vec::new(),
+                log_limit: None,
                 next_seq: 0,
             }),
             started: Instant::now(),
@@ -1130,6 +1143,16 @@ impl FakeModel {
             .filter(|r| f(r))
             .cloned()
             .collect()
+    }
+
+    /// Keep only the last `limit` requests in the log (`None`, the default: every request).
+    /// A long run needs it: every logged request holds its whole body, raw and parsed, and a
+    /// CLI sends its whole conversation with each request, so an unlimited log grows with the
+    /// square of the conversation (the bench's real-CLI phase filled 24 GiB near message 3,500).
+    pub fn set_log_limit(&self, limit: Option<usize>) {
+        let mut inner = self.shared.lock();
+        inner.log_limit = limit;
+        inner.trim_log();
     }
 
     /// Forget the logged requests (the seq numbers keep counting).
@@ -1366,6 +1389,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             == Some(true);
         let seq = entry.seq;
         inner.log.push(entry);
+        inner.trim_log();
         let ctx = api.map(|api| Ctx {
             seq,
             api,
@@ -2234,6 +2258,41 @@ mod tests {
         assert_eq!(
             Step::error(500, "x").usage(SAMPLE_USAGE),
             Step::error(500, "x")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_log_limit_keeps_the_last_requests_and_seq_keeps_counting() {
+        let server = FakeModel::start().unwrap();
+        server.set_log_limit(Some(2));
+        for text in ["one", "two", "three", "four"] {
+            post(
+                &server,
+                Api::Anthropic.path(),
+                user_body(Api::Anthropic, text),
+            )
+            .await;
+        }
+        let log = server.requests();
+        assert_eq!(
+            log.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            [2, 3],
+            "the last two requests"
+        );
+        assert!(log[1].raw_body.contains("four"), "{}", log[1].raw_body);
+        server.set_log_limit(Some(1));
+        assert_eq!(server.requests().len(), 1, "a lower limit trims at once");
+        server.set_log_limit(None);
+        post(
+            &server,
+            Api::Anthropic.path(),
+            user_body(Api::Anthropic, "five"),
+        )
+        .await;
+        assert_eq!(
+            server.requests().len(),
+            2,
+            "no limit: every request from now on"
         );
     }
 

@@ -320,7 +320,7 @@ impl Session {
         set("CLAUDE_MODEL", FAKE_MODEL.into());
         set("CODEX_MODEL", FAKE_MODEL.into());
         set("OPENCODE_MODEL", FAKE_MODEL.into());
-        set("MCP_TOOLS_PATH", bin("mcp-tools").display().to_string());
+        set("MCP_TOOLS_PATH", mcp_tools().display().to_string());
         set("NANOCLAW_CLI_MAX_RETRIES", "1".into());
         // OpenCode's background plugin install honours this; keep it on loopback.
         set("NPM_CONFIG_REGISTRY", format!("{}/npm/", model.url()));
