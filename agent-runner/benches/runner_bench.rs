@@ -35,7 +35,7 @@
 //!   `tests/src/fake_model.rs` on 127.0.0.1, inside a loopback-only network namespace when one
 //!   can be made): the runner process only, the CLI's memory aside, after
 //!   `RUNNER_BENCH_CLI_MESSAGES / 10` and after `RUNNER_BENCH_CLI_MESSAGES` messages, with the
-//!   RSS at every tenth between (default 1,000, ~2 minutes; 10,000 take far longer with Codex,
+//!   RSS at every tenth between (default 1,000, ~2 minutes; 10,000 take ~23 minutes with Codex,
 //!   as its turns slow while the conversation grows). The fake model keeps only its last 16
 //!   requests (each holds the whole conversation; unlimited, the log filled the machine's memory
 //!   near the 3,500th message), see
