@@ -432,7 +432,7 @@ fn provider_settings(settings: &Settings) -> ProviderSettings {
         model: settings.model(),
         effort: settings.effort.clone(),
         base_url: api.and_then(|api| api.base_url.clone()),
-        api_key: api.and_then(|api| api.api_key.as_ref().map(|key| key.expose().to_owned())),
+        api_key: api.and_then(|api| api.api_key.clone()),
         cli_path: settings.cli_path(),
         extra_mcp_servers: settings.mcp_servers.clone(),
         extra_dirs: settings

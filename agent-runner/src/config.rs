@@ -17,6 +17,7 @@ use anyhow::{bail, Context, Result};
 use chrono_tz::Tz;
 use credproxy::Api;
 use provider::process::EnvPolicy;
+pub use provider::redact::Secret;
 use provider::redact::{self, mask};
 use provider::{
     Decision, ElicitationMode, McpServer, MockSettings, ProviderKind, ToolPolicy, ToolRule,
@@ -1126,23 +1127,6 @@ impl ModelApi {
     }
 }
 
-/// A secret value: masked by `Debug`, so logging settings never shows it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// The secret itself.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&mask(&self.0))
-    }
-}
-
 /// The workspace's folders (`agentDir`, `globalDir`, `extraDir`, `downloadsDir`, `homeDir`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dirs {
@@ -1310,7 +1294,7 @@ impl Config {
         let model_api = |api: Api, base_url: &str, api_key: &'static str| ModelApi {
             api,
             base_url: self.text(base_url),
-            api_key: self.text(api_key).map(Secret),
+            api_key: self.text(api_key).map(Secret::new),
             key_setting: api_key,
             key_variable: FIELDS
                 .iter()

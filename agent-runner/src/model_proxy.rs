@@ -140,7 +140,7 @@ pub fn apply(
     let api = configured.model_api().map(|m| m.api);
     if let Some(api) = api.filter(|api| proxy.serves(*api)) {
         settings.base_url = Some(proxy.base_url(api));
-        settings.api_key = Some(proxy.token().to_owned());
+        settings.api_key = Some(provider::redact::Secret::new(proxy.token()));
     }
     // An operator's HTTP(S)_PROXY (passed to the CLI for the gateway) must not capture the
     // CLI's requests to the loopback proxy; the runner's own client still uses it upstream.
@@ -201,9 +201,15 @@ mod tests {
         let proxy = start(&config, &BTreeMap::new()).await.unwrap().unwrap();
         let mut settings = ProviderSettings::for_workspace(dir.path(), "claude");
         settings.base_url = config.anthropic.base_url.clone();
-        settings.api_key = config.anthropic.api_key.as_ref().map(|k| k.expose().into());
+        settings.api_key = config.anthropic.api_key.clone();
         apply(Some(&proxy), &mut settings, &config, &BTreeMap::new());
-        assert_eq!(settings.api_key.as_deref(), Some(proxy.token()));
+        assert_eq!(
+            settings
+                .api_key
+                .as_ref()
+                .map(provider::redact::Secret::expose),
+            Some(proxy.token())
+        );
         assert_eq!(
             settings.base_url,
             Some(format!("http://{}/anthropic", proxy.addr()))

@@ -37,6 +37,29 @@ pub fn mask(secret: &str) -> String {
     }
 }
 
+/// A secret value (a model API key): its `Debug` is [`mask`]ed, so a log line or an error that
+/// prints the settings holding it never shows it. [`Secret::expose`] is the only way to read it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(secret: impl Into<String>) -> Self {
+        Self(secret.into())
+    }
+
+    /// The secret itself.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&mask(&self.0))
+    }
+}
+
 /// True when a value stored under `name` is a secret by its name.
 pub fn looks_secret(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
@@ -142,6 +165,19 @@ pub fn redact_url(text: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The API key in the provider settings: a `Debug` of them (a log line, an error) must not
+    /// show it; the drivers read it through `expose`.
+    #[test]
+    fn the_api_key_in_provider_settings_is_masked_when_printed() {
+        let key = "sk-ant-api03-very-secret-key-value";
+        let mut settings = crate::ProviderSettings::for_workspace("/workspace", "claude");
+        settings.api_key = Some(Secret::new(key));
+        let printed = format!("{settings:?} {settings:#?}");
+        assert!(!printed.contains(key), "{printed}");
+        assert!(printed.contains("sk-a…**** (34 chars)"), "{printed}");
+        assert_eq!(settings.api_key.as_ref().map(Secret::expose), Some(key));
+    }
 
     #[test]
     fn names_that_look_secret_are_masked_at_any_depth() {

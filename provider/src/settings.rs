@@ -96,7 +96,7 @@ pub struct ProviderSettings {
     pub base_url: Option<String>,
     /// Model API key (`ANTHROPIC_API_KEY` / `OPENAI_API_KEY`); the proxy's session token when
     /// the runner runs a credential proxy, so the CLI never holds the real key.
-    pub api_key: Option<String>,
+    pub api_key: Option<crate::redact::Secret>,
     /// Explicit CLI path (`CLAUDE_PATH`, ...); found on PATH or in `.cli/` when `None`.
     pub cli_path: Option<PathBuf>,
     /// Extra MCP servers by name.

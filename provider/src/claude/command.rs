@@ -110,7 +110,12 @@ pub(crate) fn write_files(
         }
         None => None,
     };
-    let api_key = match settings.api_key.as_deref().filter(|key| !key.is_empty()) {
+    let api_key = match settings
+        .api_key
+        .as_ref()
+        .map(crate::redact::Secret::expose)
+        .filter(|key| !key.is_empty())
+    {
         Some(key) => {
             let path = dir.join("anthropic-api-key");
             write_private(&path, key.trim().as_bytes())?;
@@ -400,7 +405,7 @@ mod tests {
         settings.admin_user_id = Some("admin-1".into());
         settings.model = Some("claude-sonnet-4-5".into());
         settings.base_url = Some("http://127.0.0.1:18080/".into());
-        settings.api_key = Some("sk-test".into());
+        settings.api_key = Some(crate::redact::Secret::new("sk-test"));
         settings.extra_dirs = vec!["/workspace/extra/docs".into()];
         settings.extra_mcp_servers.insert(
             "github".into(),
@@ -639,7 +644,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let mut settings = ProviderSettings::for_workspace(dir.path(), "claude");
-        settings.api_key = Some("sk-secret\n".into());
+        settings.api_key = Some(crate::redact::Secret::new("sk-secret\n"));
         let launch = Launch {
             resume: None,
             system_prompt: Some("prompt".into()),
