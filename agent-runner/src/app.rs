@@ -198,6 +198,12 @@ async fn run(config: Config) -> Result<()> {
     for warning in config.exposed_secrets() {
         tracing::warn!("{warning}");
     }
+    let variables: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .collect();
+    for warning in config::misspelled_variables(variables.iter().map(String::as_str)) {
+        tracing::warn!("{warning}");
+    }
     let db_path = settings.session_db.clone();
     ensure_db_exists(&db_path, settings.create_session_db)?;
     let lock = lock::RunnerLock::acquire(&db_path)?;

@@ -592,6 +592,41 @@ impl fmt::Display for Source {
 /// The variable naming the startup file when `--config` does not.
 const CONFIG_VAR: &str = "NANOCLAW_CONFIG";
 
+/// Warnings about `NANOCLAW_*` variables in `names` that look like a misspelled setting: one
+/// edit or two away from a setting's variable (or a secret's `<VAR>_FILE`), letter case aside,
+/// and not a variable itself. Such a variable is ignored, so without a word the operator's
+/// setting silently keeps its default. Other unknown `NANOCLAW_*` names stay unremarked: the
+/// scripts, the tests and mcp-tools read variables of their own from the same environment.
+pub fn misspelled_variables<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let known: Vec<String> = FIELDS
+        .iter()
+        .flat_map(|f| {
+            let file = f.secret.then(|| format!("{}_FILE", f.env));
+            std::iter::once(f.env.to_owned()).chain(file)
+        })
+        .chain(std::iter::once(CONFIG_VAR.to_owned()))
+        .collect();
+    let mut warnings = Vec::new();
+    for name in names {
+        let upper = name.to_ascii_uppercase();
+        if !upper.starts_with("NANOCLAW") || known.iter().any(|k| k == name) {
+            continue;
+        }
+        let closest = known
+            .iter()
+            .map(|k| (strsim::damerau_levenshtein(&upper, k), k))
+            .filter(|(distance, _)| *distance <= 2)
+            .min_by_key(|(distance, _)| *distance);
+        if let Some((_, setting)) = closest {
+            warnings.push(format!(
+                "{name} is set but no setting reads it, so it is ignored: did you mean {setting}? \
+                 (`agent-runner --help` lists every variable)"
+            ));
+        }
+    }
+    warnings
+}
+
 /// The inputs of configuration, gathered by `main`.
 #[derive(Debug, Default)]
 pub struct Inputs {
@@ -2554,6 +2589,77 @@ mod tests {
         assert!(
             format!("{err:#}").contains("approvalStopTools (from NANOCLAW_APPROVAL_STOP_TOOLS)"),
             "{err:#}"
+        );
+    }
+
+    #[test]
+    fn a_misspelled_setting_variable_is_named_with_the_setting_it_resembles() {
+        let names = [
+            "NANOCLAW_TOOL_POLICYY",
+            "nanoclaw_model",
+            "NANOCLAW_MAX_TURNS_PER_QUERRY",
+            "ANTHROPIC_API_KEY_FIEL",
+            // Settings, a secret file, other programs' variables: nothing to say.
+            "NANOCLAW_TOOL_POLICY",
+            "ANTHROPIC_API_KEY_FILE",
+            "NANOCLAW_CONFIG",
+            "NANOCLAW_SKIP_CLI_TESTS",
+            "PATH",
+        ];
+        expect_test::expect![[r#"
+            NANOCLAW_TOOL_POLICYY is set but no setting reads it, so it is ignored: did you mean NANOCLAW_TOOL_POLICY? (`agent-runner --help` lists every variable)
+            nanoclaw_model is set but no setting reads it, so it is ignored: did you mean NANOCLAW_MODEL? (`agent-runner --help` lists every variable)
+            NANOCLAW_MAX_TURNS_PER_QUERRY is set but no setting reads it, so it is ignored: did you mean NANOCLAW_MAX_TURNS_PER_QUERY? (`agent-runner --help` lists every variable)"#]]
+        .assert_eq(&misspelled_variables(names).join("\n"));
+    }
+
+    /// Every `NANOCLAW_*` variable the project's own code, scripts and docs use (the tests',
+    /// mcp-tools', the install scripts') must not be taken for a misspelled setting.
+    #[test]
+    fn no_variable_the_project_uses_is_taken_for_a_misspelling() {
+        fn scan(dir: &Path, names: &mut std::collections::BTreeSet<String>) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if path.is_dir() {
+                    if ![".git", "target", ".cli", "node_modules"].contains(&name.as_str()) {
+                        scan(&path, names);
+                    }
+                    continue;
+                }
+                let Ok(text) = std::fs::read_to_string(&path) else {
+                    continue;
+                };
+                for (at, _) in text.match_indices("NANOCLAW_") {
+                    let variable: String = text[at..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                        .collect();
+                    names.insert(variable.trim_end_matches('_').to_owned());
+                }
+            }
+        }
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut names = std::collections::BTreeSet::new();
+        scan(&root, &mut names);
+        // The misspellings the tests make on purpose (here and in `tests/logs.rs`).
+        for deliberate in [
+            "NANOCLAW_TOOL_POLICYY",
+            "NANOCLAW_MAX_TURNS_PER_QUERRY",
+            "NANOCLAW_MAX_TURN_SEC",
+        ] {
+            assert!(names.remove(deliberate), "{deliberate} is no longer used");
+        }
+        assert!(
+            names.contains("NANOCLAW_SKIP_CLI_TESTS"),
+            "the scan found {names:?}"
+        );
+        assert_eq!(
+            misspelled_variables(names.iter().map(String::as_str)),
+            Vec::<String>::new()
         );
     }
 }

@@ -281,3 +281,23 @@ fn help_documents_rust_log_and_the_log_format() {
         "{text}"
     );
 }
+
+/// A misspelled setting variable is ignored, so the runner names it at start with the setting
+/// it resembles; the setting itself keeps its default meanwhile.
+#[test]
+fn a_misspelled_setting_variable_is_named_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = SessionDb::open(dir.path().join("session.db")).unwrap();
+    let log = dir.path().join("runner.log");
+    let mut runner = mock_runner(dir.path(), &log);
+    runner.env("NANOCLAW_MAX_TURN_SEC", "30");
+    let id = db.insert_in(&chat("hello")).unwrap().id;
+    let stderr = run_until(runner, &log, &db, &[id], None);
+    let warning = stderr
+        .lines()
+        .find(|line| line.contains("NANOCLAW_MAX_TURN_SEC "))
+        .unwrap_or_else(|| panic!("no line names the variable:\n{stderr}"));
+    let (_time, rest) = warning.split_once(' ').unwrap();
+    expect_test::expect![[r#" WARN NANOCLAW_MAX_TURN_SEC is set but no setting reads it, so it is ignored: did you mean NANOCLAW_MAX_TURN_SECS? (`agent-runner --help` lists every variable)"#]]
+    .assert_eq(rest);
+}
