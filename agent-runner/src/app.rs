@@ -198,10 +198,7 @@ async fn run(config: Config) -> Result<()> {
     for warning in config.exposed_secrets() {
         tracing::warn!("{warning}");
     }
-    let variables: Vec<String> = std::env::vars_os()
-        .filter_map(|(name, _)| name.into_string().ok())
-        .collect();
-    for warning in config::misspelled_variables(variables.iter().map(String::as_str)) {
+    for warning in config.misspelled_variables() {
         tracing::warn!("{warning}");
     }
     let db_path = settings.session_db.clone();

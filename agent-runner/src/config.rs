@@ -597,7 +597,7 @@ const CONFIG_VAR: &str = "NANOCLAW_CONFIG";
 /// and not a variable itself. Such a variable is ignored, so without a word the operator's
 /// setting silently keeps its default. Other unknown `NANOCLAW_*` names stay unremarked: the
 /// scripts, the tests and mcp-tools read variables of their own from the same environment.
-pub fn misspelled_variables<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+fn misspelled_variables<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let known: Vec<String> = FIELDS
         .iter()
         .flat_map(|f| {
@@ -653,6 +653,8 @@ pub struct Config {
     file_path: PathBuf,
     named_by: Option<&'static str>,
     values: BTreeMap<&'static str, (Value, Source)>,
+    /// Warnings about the environment's misspelled setting variables ([`misspelled_variables`]).
+    misspelled: Vec<String>,
 }
 
 impl Config {
@@ -698,6 +700,7 @@ impl Config {
             file_path: config_file,
             named_by,
             values,
+            misspelled: misspelled_variables(inputs.env.keys().map(String::as_str)),
         };
         config.validate()?;
         Ok(config)
@@ -874,6 +877,12 @@ impl Config {
         self.text("timezone")
             .map(|tz| tz.trim_start_matches(':').to_owned())
             .unwrap_or_else(|| "UTC".into())
+    }
+
+    /// Warnings about variables of the environment that look like a misspelled setting's: each
+    /// is ignored, so the setting keeps its default.
+    pub fn misspelled_variables(&self) -> &[String] {
+        &self.misspelled
     }
 
     /// Warnings about secrets the agent can read: a secret that came from a config.json inside
