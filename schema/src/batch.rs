@@ -1,36 +1,49 @@
-//! The batch the runner is working on: `current_batch` in `session_state` (mcp-tools routes
-//! tool output by it, the host's sweep spares its rows while the runner lives) and the
-//! runner's status around it. Starting and finishing a batch are one transaction each, so a
-//! reader never sees a batch without its `busy` status, or a finished batch still `busy`.
+//! The batch the runner is working on: `runner_state.current_batch` (mcp-tools routes tool
+//! output by it, the host's sweep spares its rows while the runner lives) and the runner's
+//! status around it. Starting and finishing a batch are one transaction each, so a reader never
+//! sees a batch without its `busy` status, or a finished batch still `busy`. The batch shares
+//! the runner's row, which both transactions write anyway: it costs a message no page of its
+//! own (it was a `session_state` key, whose table and key index took 2 WAL pages at the claim
+//! and 2 at the end; docs/decisions.md, "The current batch in the runner's row").
 
 use chrono::{DateTime, Utc};
-use rusqlite::Transaction;
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 use crate::messages::insert_out_tx;
 use crate::rows::{CurrentBatch, Inserted, NewMessageOut, RunnerStatus};
-use crate::runner_state::{set_idle_tx, set_runner_state_tx};
-use crate::state::{delete_state_tx, set_state_tx};
+use crate::runner_state::set_idle_tx;
+use crate::time::now_ts;
 use crate::{Error, SessionDb};
 
-/// Session-state key of the batch being worked on.
-pub(crate) const CURRENT_BATCH_KEY: &str = "current_batch";
+/// The `session_state` key that held the batch before it moved into `runner_state`.
+const LEGACY_KEY: &str = "current_batch";
 
 impl SessionDb {
     /// The batch the runner is working on, if any.
     pub fn current_batch(&self) -> Result<Option<CurrentBatch>, Error> {
-        match self.state(CURRENT_BATCH_KEY)? {
-            None => Ok(None),
-            Some(text) => Ok(Some(serde_json::from_str(&text)?)),
-        }
+        let text = read_batch(&*self.conn()?)?;
+        Ok(text.map(|text| serde_json::from_str(&text)).transpose()?)
     }
 
     /// Stores (or with `None` clears) the current batch, leaving the runner's status as it
-    /// is: the runner widens a running batch with a pushed follow-up this way.
+    /// is: the runner widens a running batch with a pushed follow-up this way. With no runner
+    /// row yet (a DB no runner started on), storing a batch makes one, `busy`.
     pub fn set_current_batch(&self, batch: Option<&CurrentBatch>) -> Result<(), Error> {
         let value = batch.map(serde_json::to_string).transpose()?;
-        self.write(|tx| match &value {
-            Some(value) => set_state_tx(tx, CURRENT_BATCH_KEY, value),
-            None => delete_state_tx(tx, CURRENT_BATCH_KEY).map(|_| ()),
+        self.write(|tx| {
+            match &value {
+                Some(value) => tx
+                    .prepare_cached(
+                        "INSERT INTO runner_state (id, status, current_batch, heartbeat_at, updated_at)
+                         VALUES (1, ?2, ?1, ?3, ?3)
+                         ON CONFLICT(id) DO UPDATE SET current_batch = ?1",
+                    )?
+                    .execute(params![value, RunnerStatus::Busy.as_str(), now_ts()])?,
+                None => tx
+                    .prepare_cached("UPDATE runner_state SET current_batch = NULL WHERE id = 1")?
+                    .execute([])?,
+            };
+            Ok(())
         })
     }
 
@@ -81,10 +94,22 @@ impl SessionDb {
     }
 }
 
-/// [`SessionDb::start_batch`] inside the caller's transaction.
+/// [`SessionDb::start_batch`] inside the caller's transaction: one statement, as
+/// [`crate::runner_state::set_runner_state_tx`] with status `busy` and no pid or provider, that
+/// also stores the batch.
 pub(crate) fn start_batch_tx(tx: &Transaction<'_>, batch: &CurrentBatch) -> Result<(), Error> {
-    set_state_tx(tx, CURRENT_BATCH_KEY, &serde_json::to_string(batch)?)?;
-    set_runner_state_tx(tx, RunnerStatus::Busy, None, None)
+    tx.prepare_cached(
+        "INSERT INTO runner_state (id, status, current_tool, current_batch, heartbeat_at, updated_at)
+         VALUES (1, ?1, NULL, ?2, ?3, ?3)
+         ON CONFLICT(id) DO UPDATE SET status = ?1, current_batch = ?2, heartbeat_at = ?3,
+           updated_at = CASE WHEN status = ?1 THEN updated_at ELSE ?3 END",
+    )?
+    .execute(params![
+        RunnerStatus::Busy.as_str(),
+        serde_json::to_string(batch)?,
+        now_ts()
+    ])?;
+    Ok(())
 }
 
 /// [`SessionDb::finish_batch`] inside the caller's transaction.
@@ -93,9 +118,40 @@ pub(crate) fn finish_batch_tx(
     report: Option<&NewMessageOut>,
 ) -> Result<Option<Inserted>, Error> {
     let inserted = report.map(|row| insert_out_tx(tx, row)).transpose()?;
-    delete_state_tx(tx, CURRENT_BATCH_KEY)?;
     set_idle_tx(tx)?;
     Ok(inserted)
+}
+
+/// The batch as the sweep reads it, in the caller's transaction: the ids of
+/// `runner_state.current_batch` (none when unset or unreadable).
+pub(crate) fn batch_ids_tx(tx: &Transaction<'_>) -> Result<Vec<String>, Error> {
+    Ok(read_batch(tx)?
+        .and_then(|text| serde_json::from_str::<CurrentBatch>(&text).ok())
+        .map(|batch| batch.ids)
+        .unwrap_or_default())
+}
+
+/// `runner_state.current_batch` as stored, read on `conn` (in the caller's transaction, when it
+/// is one).
+fn read_batch(conn: &Connection) -> Result<Option<String>, Error> {
+    Ok(conn
+        .prepare_cached("SELECT current_batch FROM runner_state WHERE id = 1")?
+        .query_row([], |r| r.get(0))
+        .optional()?
+        .flatten())
+}
+
+/// Migration, when `runner_state.current_batch` was just added to an older DB: the batch an
+/// older runner stored as a `session_state` key moves into the column (the sweep then still
+/// spares its rows), and the key goes.
+pub(crate) fn move_batch_from_session_state_tx(tx: &Transaction<'_>) -> Result<(), Error> {
+    tx.execute(
+        "UPDATE runner_state SET current_batch =
+           (SELECT value FROM session_state WHERE key = ?1) WHERE id = 1",
+        [LEGACY_KEY],
+    )?;
+    tx.execute("DELETE FROM session_state WHERE key = ?1", [LEGACY_KEY])?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -157,6 +213,29 @@ mod tests {
 
     fn status(db: &SessionDb) -> String {
         db.runner_state().unwrap().unwrap().status
+    }
+
+    /// The WAL pages a batch costs: starting and finishing one writes the runner's row and no
+    /// `session_state` row (whose table and key index would be two more pages each time).
+    #[test]
+    fn a_batch_writes_no_session_state_row() {
+        let (_dir, db) = open();
+        let session_state_rows = |db: &SessionDb| -> i64 {
+            db.dedicated_connection()
+                .unwrap()
+                .query_row("SELECT count(*) FROM session_state", [], |r| r.get(0))
+                .unwrap()
+        };
+        db.start_batch(&batch()).unwrap();
+        assert_eq!(
+            session_state_rows(&db),
+            0,
+            "starting a batch wrote session_state"
+        );
+        assert_eq!(db.current_batch().unwrap(), Some(batch()));
+        db.complete_batch_at(&[], &[], Utc::now()).unwrap();
+        assert_eq!(session_state_rows(&db), 0);
+        assert_eq!(db.current_batch().unwrap(), None);
     }
 
     #[test]

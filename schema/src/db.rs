@@ -353,6 +353,9 @@ impl SessionDb {
                         "adding missing column to an older session DB"
                     );
                     tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))?;
+                    if (*table, *column) == ("runner_state", "current_batch") {
+                        crate::batch::move_batch_from_session_state_tx(tx)?;
+                    }
                 }
             }
             tx.execute_batch(INDEXES)?;

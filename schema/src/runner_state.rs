@@ -117,13 +117,14 @@ pub(crate) fn set_runner_state_tx(
 }
 
 /// The runner state after a batch, in one statement: `idle` (as [`set_runner_state_tx`] with
-/// no pid or provider), no current tool, waiting on nothing.
+/// no pid or provider), no current batch, no current tool, waiting on nothing.
 pub(crate) fn set_idle_tx(tx: &Transaction<'_>) -> Result<(), Error> {
     tx.prepare_cached(
         "INSERT INTO runner_state (id, status, current_tool, waiting_on, heartbeat_at, updated_at)
          VALUES (1, ?1, NULL, NULL, ?2, ?2)
-         ON CONFLICT(id) DO UPDATE SET status = ?1, current_tool = NULL, waiting_on = NULL,
-           heartbeat_at = ?2, updated_at = CASE WHEN status = ?1 THEN updated_at ELSE ?2 END",
+         ON CONFLICT(id) DO UPDATE SET status = ?1, current_batch = NULL, current_tool = NULL,
+           waiting_on = NULL, heartbeat_at = ?2,
+           updated_at = CASE WHEN status = ?1 THEN updated_at ELSE ?2 END",
     )?
     .execute(params![RunnerStatus::Idle.as_str(), now_ts()])?;
     Ok(())

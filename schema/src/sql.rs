@@ -39,7 +39,7 @@ CREATE TABLE IF NOT EXISTS session_state (key TEXT PRIMARY KEY, value TEXT NOT N
 CREATE TABLE IF NOT EXISTS runner_state (id INTEGER PRIMARY KEY CHECK (id = 1),
   status TEXT NOT NULL,
   pid INTEGER, provider TEXT, current_tool TEXT, heartbeat_at TEXT NOT NULL, updated_at TEXT NOT NULL,
-  waiting_on TEXT, last_event TEXT);
+  waiting_on TEXT, last_event TEXT, current_batch TEXT);
 CREATE TABLE IF NOT EXISTS turn_usage (id INTEGER PRIMARY KEY AUTOINCREMENT, created_at TEXT NOT NULL,
   provider TEXT NOT NULL, model TEXT, input_tokens INTEGER, output_tokens INTEGER,
   cache_read_tokens INTEGER, cache_write_tokens INTEGER, reasoning_tokens INTEGER, cost_usd REAL,
@@ -90,6 +90,7 @@ pub(crate) const COLUMNS: &[(&str, &str, &str)] = &[
     ("runner_state", "current_tool", "TEXT"),
     ("runner_state", "waiting_on", "TEXT"),
     ("runner_state", "last_event", "TEXT"),
+    ("runner_state", "current_batch", "TEXT"),
 ];
 
 /// Columns of `messages_in`, in the order `MessageIn::read` reads them; the rowid last, the one

@@ -5,9 +5,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use rusqlite::{params, OptionalExtension, Transaction};
 
-use crate::batch::CURRENT_BATCH_KEY;
-use crate::rows::{lenient_int, lossy_text, CurrentBatch};
-use crate::state::read_state;
+use crate::batch::batch_ids_tx;
+use crate::rows::{lenient_int, lossy_text};
 use crate::time::format_ts;
 use crate::{Error, SessionDb};
 
@@ -109,8 +108,5 @@ fn active_batch_ids(
     if !live {
         return Ok(Vec::new());
     }
-    Ok(read_state(tx, CURRENT_BATCH_KEY)?
-        .and_then(|text| serde_json::from_str::<CurrentBatch>(&text).ok())
-        .map(|batch| batch.ids)
-        .unwrap_or_default())
+    batch_ids_tx(tx)
 }

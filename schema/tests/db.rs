@@ -71,6 +71,42 @@ fn an_older_db_gets_missing_columns_and_keeps_its_rows() {
     SessionDb::open(&path).unwrap();
 }
 
+/// An older runner kept its batch as a `session_state` key: the migration moves it into
+/// `runner_state.current_batch`, so mcp-tools still routes by it and the sweep still spares
+/// its rows, and the key goes.
+#[test]
+fn an_older_runners_batch_moves_from_session_state_into_the_runner_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    let stored = r#"{"channelType":"slack","platformId":"C1","threadId":null,"inReplyTo":"m1","ids":["m1"],"senderId":"U1"}"#;
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE session_state (key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at TEXT NOT NULL);
+             CREATE TABLE runner_state (id INTEGER PRIMARY KEY CHECK (id = 1), status TEXT NOT NULL,
+               pid INTEGER, provider TEXT, current_tool TEXT, heartbeat_at TEXT NOT NULL,
+               updated_at TEXT NOT NULL, waiting_on TEXT, last_event TEXT);
+             INSERT INTO runner_state (id, status, pid, heartbeat_at, updated_at)
+               VALUES (1, 'busy', 7, '2026-01-01T10:00:00.000Z', '2026-01-01T10:00:00.000Z');",
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO session_state VALUES ('current_batch', ?1, '2026-01-01T10:00:00.000Z')",
+            [stored],
+        )
+        .unwrap();
+    }
+    let db = SessionDb::open(&path).unwrap();
+    let batch = db.current_batch().unwrap().expect("the batch moved");
+    assert_eq!(batch.ids, vec!["m1".to_owned()]);
+    assert_eq!(batch.routing.platform_id.as_deref(), Some("C1"));
+    assert_eq!(batch.sender_id.as_deref(), Some("U1"));
+    assert_eq!(db.state("current_batch").unwrap(), None);
+    // Opening again moves nothing back and loses nothing.
+    let db = SessionDb::open(&path).unwrap();
+    assert_eq!(db.current_batch().unwrap(), Some(batch));
+}
+
 #[test]
 fn seqs_are_unique_with_parity_across_tables_and_threads() {
     let (dir, db) = open();
