@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 use crate::messages::insert_out_tx;
-use crate::rows::{CurrentBatch, Inserted, NewMessageOut, RunnerStatus};
+use crate::rows::{lossy_text, CurrentBatch, Inserted, NewMessageOut, RunnerStatus};
 use crate::runner_state::set_idle_tx;
 use crate::time::now_ts;
 use crate::{Error, SessionDb};
@@ -132,11 +132,12 @@ pub(crate) fn batch_ids_tx(tx: &Transaction<'_>) -> Result<Vec<String>, Error> {
 }
 
 /// `runner_state.current_batch` as stored, read on `conn` (in the caller's transaction, when it
-/// is one).
+/// is one). Any storage type reads as text, so a value of the wrong type is a batch that does
+/// not parse (ignored by the sweep), never an error that stops the sweep.
 fn read_batch(conn: &Connection) -> Result<Option<String>, Error> {
     Ok(conn
         .prepare_cached("SELECT current_batch FROM runner_state WHERE id = 1")?
-        .query_row([], |r| r.get(0))
+        .query_row([], |r| r.get_ref(0).map(lossy_text))
         .optional()?
         .flatten())
 }

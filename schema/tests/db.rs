@@ -297,6 +297,33 @@ fn sweep_backs_off_then_fails_and_spares_a_live_runners_batch() {
     );
 }
 
+/// A `current_batch` of the wrong storage type (a host or a hand edit wrote a BLOB) is a batch
+/// that does not parse: the sweep still runs, and sweeps what is stale.
+#[test]
+fn a_current_batch_of_the_wrong_type_does_not_stop_the_sweep() {
+    let (_dir, db) = open();
+    let id = db.insert_in(&chat("stale")).unwrap().id;
+    db.claim(std::slice::from_ref(&id)).unwrap();
+    db.set_runner_state(RunnerStatus::Busy, Some(1), Some("mock"))
+        .unwrap();
+    let conn = db.dedicated_connection().unwrap();
+    conn.execute("UPDATE runner_state SET current_batch = x'00ff'", [])
+        .unwrap();
+    conn.execute(
+        "UPDATE messages_in SET status_changed = ?1",
+        [format_ts(Utc::now() - chrono::Duration::minutes(10))],
+    )
+    .unwrap();
+    let policy = SweepPolicy {
+        stale_after: Duration::from_secs(60),
+        max_tries: 5,
+        backoff: Duration::from_secs(30),
+    };
+    let report = db.sweep(&policy, Utc::now()).unwrap();
+    assert_eq!(report.reset, vec![id]);
+    assert!(db.current_batch().is_err(), "a BLOB is no batch");
+}
+
 #[test]
 fn answers_are_held_only_while_the_question_is_open() {
     let (_dir, db) = open();
