@@ -2,6 +2,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
+use crate::rows::lossy_text;
 use crate::time::now_ts;
 use crate::{Error, SessionDb};
 
@@ -42,12 +43,15 @@ impl SessionDb {
     }
 }
 
-/// A session_state value, read on `conn` (inside the caller's transaction, when it is one).
+/// A session_state value, read on `conn` (inside the caller's transaction, when it is one). Any
+/// storage type reads as text (a BLOB lossily, a number written out), so a value of the wrong
+/// type is a wrong value for its reader to judge, never an error that stops every read of it.
 pub(crate) fn read_state(conn: &Connection, key: &str) -> Result<Option<String>, Error> {
     Ok(conn
         .prepare_cached("SELECT value FROM session_state WHERE key = ?1")?
-        .query_row([key], |r| r.get(0))
-        .optional()?)
+        .query_row([key], |r| r.get_ref(0).map(lossy_text))
+        .optional()?
+        .flatten())
 }
 
 /// Sets a session_state value inside the caller's transaction.
@@ -66,4 +70,29 @@ pub(crate) fn delete_state_tx(tx: &Transaction<'_>, key: &str) -> Result<bool, E
         .prepare_cached("DELETE FROM session_state WHERE key = ?1")?
         .execute([key])?
         > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A value of the wrong storage type (a hand edit wrote a BLOB) reads as text: the runner's
+    /// query start, which reads the session's model, is not stopped by it.
+    #[test]
+    fn a_value_of_any_storage_type_reads_as_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SessionDb::open(dir.path().join("session.db")).unwrap();
+        let conn = db.dedicated_connection().unwrap();
+        conn.execute_batch(
+            "INSERT INTO session_state VALUES ('model', x'6f70757300ff', '2026-01-01T00:00:00.000Z');
+             INSERT INTO session_state VALUES ('n', 42, '2026-01-01T00:00:00.000Z');",
+        )
+        .unwrap();
+        assert_eq!(
+            db.state("model").unwrap().as_deref(),
+            Some("opus\0\u{fffd}")
+        );
+        assert_eq!(db.state("n").unwrap().as_deref(), Some("42"));
+        assert_eq!(db.state("absent").unwrap(), None);
+    }
 }
