@@ -7,7 +7,7 @@
 //! and 2 at the end; docs/decisions.md, "The current batch in the runner's row").
 
 use chrono::{DateTime, Utc};
-use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use rusqlite::{params, OptionalExtension, Transaction};
 
 use crate::messages::insert_out_tx;
 use crate::rows::{lossy_text, CurrentBatch, Inserted, NewMessageOut, RunnerStatus};
@@ -19,9 +19,15 @@ use crate::{Error, SessionDb};
 const LEGACY_KEY: &str = "current_batch";
 
 impl SessionDb {
-    /// The batch the runner is working on, if any.
+    /// The batch the runner is working on, if any. Any storage type reads as text, so a value
+    /// of the wrong type is a batch that does not parse, not a failed read.
     pub fn current_batch(&self) -> Result<Option<CurrentBatch>, Error> {
-        let text = read_batch(&*self.conn()?)?;
+        let text: Option<String> = self
+            .conn()?
+            .prepare_cached("SELECT current_batch FROM runner_state WHERE id = 1")?
+            .query_row([], |r| r.get_ref(0).map(lossy_text))
+            .optional()?
+            .flatten();
         Ok(text.map(|text| serde_json::from_str(&text)).transpose()?)
     }
 
@@ -120,26 +126,6 @@ pub(crate) fn finish_batch_tx(
     let inserted = report.map(|row| insert_out_tx(tx, row)).transpose()?;
     set_idle_tx(tx)?;
     Ok(inserted)
-}
-
-/// The batch as the sweep reads it, in the caller's transaction: the ids of
-/// `runner_state.current_batch` (none when unset or unreadable).
-pub(crate) fn batch_ids_tx(tx: &Transaction<'_>) -> Result<Vec<String>, Error> {
-    Ok(read_batch(tx)?
-        .and_then(|text| serde_json::from_str::<CurrentBatch>(&text).ok())
-        .map(|batch| batch.ids)
-        .unwrap_or_default())
-}
-
-/// `runner_state.current_batch` as stored, read on `conn` (in the caller's transaction, when it
-/// is one). Any storage type reads as text, so a value of the wrong type is a batch that does
-/// not parse (ignored by the sweep), never an error that stops the sweep.
-fn read_batch(conn: &Connection) -> Result<Option<String>, Error> {
-    Ok(conn
-        .prepare_cached("SELECT current_batch FROM runner_state WHERE id = 1")?
-        .query_row([], |r| r.get_ref(0).map(lossy_text))
-        .optional()?
-        .flatten())
 }
 
 /// Migration, when `runner_state.current_batch` was just added to an older DB: the batch an

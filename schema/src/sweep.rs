@@ -5,8 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use rusqlite::{params, OptionalExtension, Transaction};
 
-use crate::batch::batch_ids_tx;
-use crate::rows::{lenient_int, lossy_text};
+use crate::rows::{lenient_int, lossy_text, CurrentBatch};
 use crate::time::format_ts;
 use crate::{Error, SessionDb};
 
@@ -90,23 +89,25 @@ impl SessionDb {
 }
 
 /// Ids of the batch a live runner holds: empty unless the runner is busy or waiting with a
-/// heartbeat newer than `stale_before`.
+/// heartbeat newer than `stale_before`. One read of the runner's row for both; a batch of any
+/// storage type reads as text, and one that does not parse holds nothing.
 fn active_batch_ids(
     tx: &Transaction<'_>,
     stale_before: DateTime<Utc>,
 ) -> Result<Vec<String>, Error> {
-    let live: bool = tx
+    let row = tx
         .query_row(
-            "SELECT status IN ('busy', 'waiting_user') AND ts_millis(heartbeat_at) > ts_millis(?1)
+            "SELECT status IN ('busy', 'waiting_user') AND ts_millis(heartbeat_at) > ts_millis(?1),
+               current_batch
              FROM runner_state WHERE id = 1",
             [format_ts(stale_before)],
-            |r| r.get::<_, Option<bool>>(0),
+            |r| Ok((r.get::<_, Option<bool>>(0)?, r.get_ref(1).map(lossy_text)?)),
         )
-        .optional()?
-        .flatten()
-        .unwrap_or(false);
-    if !live {
+        .optional()?;
+    let Some((Some(true), Some(batch))) = row else {
         return Ok(Vec::new());
-    }
-    batch_ids_tx(tx)
+    };
+    Ok(serde_json::from_str::<CurrentBatch>(&batch)
+        .map(|batch| batch.ids)
+        .unwrap_or_default())
 }
