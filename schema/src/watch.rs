@@ -118,10 +118,6 @@ impl DbWatcher {
             Some(pinned) => pinned,
             None => Arc::new(Mutex::new(db.dedicated_connection()?)),
         };
-        let last_version = match conn.lock() {
-            Ok(conn) => data_version(&conn)?,
-            Err(poisoned) => data_version(&poisoned.into_inner())?,
-        };
         let wal = wal_path(db.path());
         let source = match mode {
             WatchMode::Poll => Source::Poll(WalStat::new(wal)),
@@ -132,6 +128,12 @@ impl DbWatcher {
                     Source::Poll(WalStat::new(wal))
                 }
             },
+        };
+        // After the watches: a commit from here on leaves an event, one before is in the
+        // version (`wait` relies on that to skip its first check).
+        let last_version = match conn.lock() {
+            Ok(conn) => data_version(&conn)?,
+            Err(poisoned) => data_version(&poisoned.into_inner())?,
         };
         Ok(Self {
             source,
@@ -173,8 +175,11 @@ impl DbWatcher {
     /// Cancel-safe: dropping the future loses no event.
     pub async fn wait(&mut self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        // The first check covers every commit since the last call.
-        let mut check = true;
+        // With inotify, every commit since the last check left an event (read below) or is on
+        // the ladder (a commit not yet visible at that check): a check now would only repeat
+        // the last one. A loop waits here between each of a turn's events, so that repeat was
+        // a `PRAGMA data_version` (and its lock calls) per event. Polling has no such record.
+        let mut check = matches!(self.source, Source::Poll(_));
         loop {
             match &mut self.source {
                 Source::Notify(source) => {

@@ -91,6 +91,50 @@ async fn our_own_write_is_reported_once() {
     assert!(started.elapsed() >= Duration::from_millis(80));
 }
 
+/// Issue 12: a loop waits between each of a turn's events, and every wait began with a
+/// `PRAGMA data_version` (a statement and two lock calls) although nothing had been written:
+/// with inotify, a wait with no new event and no re-check due asks the DB nothing. A commit
+/// is still noticed.
+#[tokio::test(flavor = "current_thread")]
+async fn a_wait_with_nothing_new_asks_the_db_nothing() {
+    let (_dir, ours, theirs) = two_handles();
+    let pinned = ours.pinned().unwrap();
+    let mut watcher = DbWatcher::with_mode(&pinned, WatchMode::Notify).unwrap();
+    let statements = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    {
+        let counter = Arc::clone(&statements);
+        let conn = pinned.pinned_connection().unwrap();
+        conn.lock()
+            .unwrap()
+            .progress_handler(
+                1,
+                Some(move || {
+                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    false
+                }),
+            )
+            .unwrap();
+    }
+    for _ in 0..3 {
+        let waited = tokio::time::timeout(
+            Duration::from_millis(20),
+            watcher.wait(Duration::from_secs(1)),
+        );
+        assert!(
+            waited.await.is_err(),
+            "a wait with nothing written returned"
+        );
+    }
+    assert_eq!(
+        statements.load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "waits with nothing new ran statements on the watcher's connection"
+    );
+    let late = lateness(&mut watcher, &theirs, Duration::from_millis(5)).await;
+    assert!(late < Duration::from_millis(50), "{late:?} late");
+    assert!(statements.load(std::sync::atomic::Ordering::Relaxed) > 0);
+}
+
 /// A watcher made from a pinned handle is not woken by that handle's own commits (they were a
 /// change for a dedicated connection, and a runner polled once more after each claim and reply),
 /// in both modes; a commit of the pool's, of another handle's, or one made while the pinned
