@@ -16,8 +16,8 @@ use provider::{
 };
 use schema::content::out;
 use schema::{
-    CurrentBatch, DbWatcher, DestinationRoute, InKind, InboundContent, MessageIn, NewMessageOut,
-    OutKind, Routing, RunnerStatus, SessionDb, UsageOutcome, WaitingOn,
+    CurrentBatch, DbWatcher, Destination, DestinationRoute, InKind, InboundContent, MessageIn,
+    NewMessageOut, OutKind, Reads, Routing, RunnerStatus, SessionDb, UsageOutcome, WaitingOn,
 };
 use serde_json::json;
 use tokio::time::{sleep, Instant};
@@ -225,6 +225,30 @@ struct Prepared {
     series_id: Option<String>,
 }
 
+/// What a query starts from in the DB, read in one transaction: the claim's, or a read
+/// transaction of its own (`read_start`).
+#[derive(Debug)]
+struct StartReads {
+    destinations: Vec<Destination>,
+    continuation: Option<String>,
+    start_seq: i64,
+    model: Option<String>,
+    model_on_trial: bool,
+}
+
+/// What a query starts from: the DB's part and the system prompt built from it.
+#[derive(Debug)]
+struct QueryStart {
+    continuation: Option<String>,
+    /// The highest seq when the query starts: its replies are checked for repeats after it.
+    start_seq: i64,
+    system_prompt: Option<String>,
+    /// The session's model (`/model`), if set.
+    model: Option<String>,
+    /// A `/model` switch whose first turn has not succeeded yet.
+    model_on_trial: bool,
+}
+
 /// A prompt sent in the active query and not yet covered by a result.
 #[derive(Debug)]
 struct InFlight {
@@ -274,6 +298,9 @@ pub struct Runner {
     /// The batch the last poll's claim started in its transaction ([`batch_at_claim`]);
     /// `run_query` does not start it again.
     started: Option<CurrentBatch>,
+    /// What the query of that batch starts from, read in the same transaction; `render`
+    /// takes it for the batch's rows.
+    start_reads: Option<StartReads>,
     /// Whether the running query's batch was finished with its last result
     /// ([`SessionDb::complete_batch_at`]): `run_query` then does not finish it again, and
     /// events of the CLI winding down write no runner state.
@@ -317,6 +344,7 @@ impl Runner {
             stop: CancellationToken::new(),
             disk_full: Arc::default(),
             started: None,
+            start_reads: None,
             batch_finished: false,
             last_event: Arc::default(),
             turn: TurnLog::default(),
@@ -494,10 +522,10 @@ impl Runner {
                     target: target_of(std::slice::from_ref(&row)),
                     series_id: row.series_id.clone(),
                 };
-                self.run_query(prepared, stop).await
+                self.run_query(prepared, None, stop).await
             }
-            Work::Prompt(rows) => match self.prepare(rows).await? {
-                Some(prepared) => self.run_query(prepared, stop).await,
+            Work::Prompt(rows) => match self.prepare(rows, true).await? {
+                Some((prepared, start)) => self.run_query(prepared, start, stop).await,
                 None => Ok(false),
             },
             Work::Stop(row, reply) => {
@@ -556,9 +584,15 @@ impl Runner {
 
     /// Turns claimed rows into a prompt: script gating, then rendering. `None` when nothing is
     /// left for the agent.
-    async fn prepare(&mut self, rows: Vec<MessageIn>) -> Result<Option<Prepared>> {
+    /// Gating, then rendering; with `start` (a new query, not a follow-up), also what the
+    /// query starts from, read with the prompt's destinations.
+    async fn prepare(
+        &mut self,
+        rows: Vec<MessageIn>,
+        start: bool,
+    ) -> Result<Option<(Prepared, Option<QueryStart>)>> {
         match self.gate(rows).await? {
-            Some(gated) => Ok(Some(self.render(gated).await)),
+            Some(gated) => Ok(Some(self.render(gated, start).await?)),
             None => Ok(None),
         }
     }
@@ -661,6 +695,13 @@ impl Runner {
         }
     }
 
+    /// What a query starts from, read now in one read transaction (when the claim did not).
+    async fn read_start(&self) -> Result<StartReads> {
+        let provider = self.provider.name();
+        self.call_inline(move |db| db.read_in(|reads| read_start(reads, provider)))
+            .await
+    }
+
     /// Puts claimed rows back to `pending` (without counting a try).
     async fn release_rows(&self, rows: &[MessageIn]) -> Result<()> {
         let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
@@ -670,13 +711,35 @@ impl Runner {
         Ok(())
     }
 
-    /// Rendering: the gated rows with their attachments, formatted as one prompt.
-    async fn render(&self, gated: Gated) -> Prepared {
+    /// Rendering: the gated rows with their attachments, formatted as one prompt. With
+    /// `start` (a new query), what the query starts from comes with it: read by the claim when
+    /// it started these very rows' batch, else now, in one read transaction with the
+    /// destinations. The system prompt lists the same destinations as the prompt.
+    async fn render(
+        &mut self,
+        gated: Gated,
+        start: bool,
+    ) -> Result<(Prepared, Option<QueryStart>)> {
         let Gated { rows: kept, parsed } = gated;
-        let destinations = self
-            .call_inline(|db| db.destinations())
-            .await
-            .unwrap_or_default();
+        let (destinations, query_start) = if start {
+            let claimed = self.start_reads.take().filter(|_| {
+                self.started.as_ref().is_some_and(|batch| {
+                    batch.ids.len() == kept.len()
+                        && batch.ids.iter().zip(&kept).all(|(id, row)| *id == row.id)
+                })
+            });
+            let reads = match claimed {
+                Some(reads) => reads,
+                None => self.read_start().await?,
+            };
+            let (destinations, start) = query_start(reads, self.options.prompt_sources.as_ref());
+            (destinations, Some(start))
+        } else {
+            (
+                self.call_inline(|db| Ok(destinations_or_none(db))).await?,
+                None,
+            )
+        };
         let mut media = Vec::new();
         let mut prompt_rows = Vec::with_capacity(kept.len());
         for (row, (content, script_output)) in kept.iter().zip(parsed) {
@@ -711,13 +774,14 @@ impl Runner {
         };
         let text = format::format_prompt(&prompt_rows, &context);
         let target = target_parsed(&kept, prompt_rows.iter().map(|row| &row.content));
-        Prepared {
+        let prepared = Prepared {
             prompt: Prompt { text, media },
             row_ids: kept.iter().map(|r| r.id.clone()).collect(),
             seqs: kept.iter().filter_map(|r| r.seq).collect(),
             target,
             series_id: kept.iter().find_map(|r| r.series_id.clone()),
-        }
+        };
+        Ok((prepared, query_start))
     }
 
     /// Completes a task row whose pre-agent script said not to wake the agent, or failed; a
@@ -743,8 +807,15 @@ impl Runner {
         Ok(())
     }
 
-    /// Runs one query to its end, with retries; true when shutdown was requested.
-    async fn run_query(&mut self, first: Prepared, stop: &CancellationToken) -> Result<bool> {
+    /// Runs one query to its end, with retries; true when shutdown was requested. `start`:
+    /// what the first attempt starts from, when it was read with the prompt (a retry reads it
+    /// again).
+    async fn run_query(
+        &mut self,
+        first: Prepared,
+        mut start: Option<QueryStart>,
+        stop: &CancellationToken,
+    ) -> Result<bool> {
         /// What comes after a query's batch is finished.
         enum Next {
             /// Return from `run_query` (true: shutdown requested).
@@ -764,7 +835,10 @@ impl Runner {
             self.ledger.start();
             let span = self.turn.start(&prepared.seqs);
             let provider = self.provider.name();
-            let end = self.drive_query(prepared, stop).instrument(span).await?;
+            let end = self
+                .drive_query(prepared, start.take(), stop)
+                .instrument(span)
+                .await?;
             // Questions still open when the query ended (it failed, or the runner stops): the
             // driver denied their calls; the chat learns it and the questions are withdrawn.
             self.withdraw_approvals(None, None).await?;
@@ -940,30 +1014,27 @@ impl Runner {
     }
 
     /// Sends the first prompt, pushes follow-ups, handles events until every prompt is covered.
-    async fn drive_query(&mut self, first: Prepared, stop: &CancellationToken) -> Result<QueryEnd> {
-        let provider = self.provider.name();
-        let sources = self.options.prompt_sources.clone();
-        // What a query starts from, in one DB call on the runtime's thread (the system
-        // prompt's files are read there too: regular files only, each capped, so the call is
-        // bounded; docs/decisions.md, "The query's start on the runtime's thread").
-        // Its reads share one read transaction (SessionDb::read_together).
-        let (continuation, start_seq, system_prompt, model) = self
-            .call_inline(move |db| {
-                db.read_together(|| {
-                    let system_prompt = sources.as_ref().map(|sources| system_prompt(db, sources));
-                    let model = db.session_model()?;
-                    let trial = control::model_unconfirmed(db)?;
-                    Ok((
-                        db.continuation(provider)?,
-                        db.max_seq()?,
-                        system_prompt,
-                        (model, trial),
-                    ))
-                })
-            })
-            .await?;
-        let (model, trial) = model;
-        self.model_on_trial = trial;
+    async fn drive_query(
+        &mut self,
+        first: Prepared,
+        start: Option<QueryStart>,
+        stop: &CancellationToken,
+    ) -> Result<QueryEnd> {
+        let start = match start {
+            Some(start) => start,
+            None => {
+                let reads = self.read_start().await?;
+                query_start(reads, self.options.prompt_sources.as_ref()).1
+            }
+        };
+        let QueryStart {
+            continuation,
+            start_seq,
+            system_prompt,
+            model,
+            model_on_trial,
+        } = start;
+        self.model_on_trial = model_on_trial;
         // The stored continuation: an `Init` naming the same session writes nothing.
         let mut stored = continuation.clone();
         let input = QueryInput {
@@ -1304,7 +1375,10 @@ impl Runner {
                 self.deferred.push_front(Work::Prompt(rows));
                 Ok(None)
             }
-            Some(Work::Prompt(rows)) => self.prepare(rows).await,
+            Some(Work::Prompt(rows)) => Ok(self
+                .prepare(rows, false)
+                .await?
+                .map(|(prepared, _)| prepared)),
             Some(other) => {
                 self.deferred.push_front(other);
                 Ok(None)
@@ -1327,6 +1401,7 @@ impl Runner {
         let limit = self.options.max_messages;
         let native = self.provider.native_commands();
         let stop_word = self.options.turn_control.stop_word.clone();
+        let provider = self.provider.name();
         let (claimed, started, next_due) = self
             .call_inline(move |db| {
                 let eligible = db.eligible(now, first_poll, limit)?;
@@ -1338,15 +1413,24 @@ impl Runner {
                     return Ok((Vec::new(), None, db.next_due_after(now)?));
                 }
                 let ids: Vec<String> = eligible.rows.into_iter().map(|r| r.id).collect();
-                let (claimed, started) = db.claim_starting(&ids, |rows| {
-                    start
+                // The claim that starts a batch also reads what its query starts from, in its
+                // own transaction (docs/decisions.md, "The query's start read by the claim").
+                let (claimed, started) = db.claim_starting(&ids, |rows, reads| {
+                    match start
                         .then(|| batch_at_claim(rows, native, &stop_word))
                         .flatten()
+                    {
+                        Some(batch) => Ok(Some((batch, read_start(reads, provider)?))),
+                        None => Ok(None),
+                    }
                 })?;
                 Ok((claimed, started, None))
             })
             .await?;
-        self.started = started;
+        (self.started, self.start_reads) = match started {
+            Some((batch, reads)) => (Some(batch), Some(reads)),
+            None => (None, None),
+        };
         Ok(Polled {
             work: self.split_work(claimed),
             next_due,
@@ -1704,14 +1788,49 @@ fn reply_rows(
     Ok(replies)
 }
 
-/// The current system prompt: files re-read and destinations read now, so changes made
-/// mid-session reach the next query. Blocking (file and DB reads).
-fn system_prompt(db: &SessionDb, sources: &PromptSources) -> String {
-    let destinations = db.destinations().unwrap_or_else(|err| {
-        tracing::warn!("{err:#}: the system prompt lists no destinations");
+/// The destinations table; none, with a warning, when it cannot be read (the prompt then
+/// names no destination and the system prompt lists none).
+fn destinations_or_none(db: &SessionDb) -> Vec<Destination> {
+    db.destinations().unwrap_or_else(|err| {
+        tracing::warn!("{err:#}: the prompt and the system prompt list no destinations");
+        Vec::new()
+    })
+}
+
+/// What a query starts from in the DB, read through `reads` (one snapshot). The destinations
+/// are none, with a warning, when they cannot be read: the prompt then names no destination
+/// and the system prompt lists none.
+fn read_start(reads: &Reads<'_>, provider: &str) -> Result<StartReads, schema::Error> {
+    let destinations = reads.destinations().unwrap_or_else(|err| {
+        tracing::warn!("{err:#}: the prompt and the system prompt list no destinations");
         Vec::new()
     });
-    build_system_prompt(sources, &destinations)
+    Ok(StartReads {
+        destinations,
+        continuation: reads.state(&schema::continuation_key(provider))?,
+        start_seq: reads.max_seq()?,
+        model: reads.state(schema::control::MODEL_KEY)?,
+        model_on_trial: control::model_unconfirmed(reads)?,
+    })
+}
+
+/// The query's start from what was read: the system prompt's files are re-read now, so
+/// changes made mid-session reach the next query. On the runtime's thread: regular files
+/// only, each capped, so this is bounded (docs/decisions.md, "The query's start on the
+/// runtime's thread"). Also returns the destinations, for the prompt.
+fn query_start(
+    reads: StartReads,
+    sources: Option<&PromptSources>,
+) -> (Vec<Destination>, QueryStart) {
+    let system_prompt = sources.map(|sources| build_system_prompt(sources, &reads.destinations));
+    let start = QueryStart {
+        continuation: reads.continuation,
+        start_seq: reads.start_seq,
+        system_prompt,
+        model: reads.model,
+        model_on_trial: reads.model_on_trial,
+    };
+    (reads.destinations, start)
 }
 
 /// What `content` asks of the runner as a command: `None` for none, `Some(None)` for `/clear`,

@@ -108,8 +108,8 @@ pub(crate) fn current_model(db: &SessionDb) -> Result<String, schema::Error> {
 }
 
 /// Whether a `/model` switch waits for its first successful turn.
-pub(crate) fn model_unconfirmed(db: &SessionDb) -> Result<bool, schema::Error> {
-    Ok(db.state(MODEL_PREVIOUS_KEY)?.is_some())
+pub(crate) fn model_unconfirmed(reads: &schema::Reads<'_>) -> Result<bool, schema::Error> {
+    Ok(reads.state(MODEL_PREVIOUS_KEY)?.is_some())
 }
 
 /// A turn with the new model succeeded: the switch stands.

@@ -318,9 +318,15 @@ mod tests {
     fn a_claim_starts_the_batch_it_is_given_in_its_own_transaction() {
         let (_dir, db) = open();
         insert_pending(&db);
-        let (rows, started) = db.claim_starting(&ids(), |_| Some(batch())).unwrap();
+        db.set_state("model", "m").unwrap();
+        let (rows, started) = db
+            .claim_starting(&ids(), |rows, reads| {
+                // What the start reads comes back with the batch.
+                Ok(Some((batch(), (rows.len(), reads.state("model")?))))
+            })
+            .unwrap();
         assert_eq!(rows.len(), 2);
-        assert_eq!(started, Some(batch()));
+        assert_eq!(started, Some((batch(), (2, Some("m".to_owned())))));
         assert_eq!(statuses(&db), ["processing", "processing"]);
         assert_eq!(db.current_batch().unwrap(), Some(batch()));
         assert_eq!(status(&db), "busy");
@@ -328,7 +334,9 @@ mod tests {
         // Without a batch to start, a claim leaves the runner state alone.
         let (_dir, db) = open();
         insert_pending(&db);
-        let (rows, started) = db.claim_starting(&ids(), |_| None).unwrap();
+        let (rows, started) = db
+            .claim_starting(&ids(), |_, _| Ok(None::<(CurrentBatch, ())>))
+            .unwrap();
         assert_eq!((rows.len(), started), (2, None));
         assert_eq!(db.current_batch().unwrap(), None);
         assert_eq!(status(&db), "idle");
@@ -339,9 +347,23 @@ mod tests {
         let (_dir, db) = open();
         insert_pending(&db);
         fail_when_status_becomes(&db, "busy");
-        db.claim_starting(&ids(), |_| Some(batch())).unwrap_err();
+        db.claim_starting(&ids(), |_, _| Ok(Some((batch(), ()))))
+            .unwrap_err();
         assert_eq!(statuses(&db), ["pending", "pending"]);
         assert_eq!(db.current_batch().unwrap(), None);
+        assert_eq!(status(&db), "idle");
+
+        // A read of the start that fails takes the claim with it.
+        let (_dir, db) = open();
+        insert_pending(&db);
+        db.claim_starting(
+            &ids(),
+            |_, _| -> Result<Option<(CurrentBatch, ())>, Error> {
+                Err(Error::MissingDirectory("a failed read".into()))
+            },
+        )
+        .unwrap_err();
+        assert_eq!(statuses(&db), ["pending", "pending"]);
         assert_eq!(status(&db), "idle");
     }
 
@@ -349,7 +371,8 @@ mod tests {
     fn the_last_result_completes_and_finishes_in_one_transaction() {
         let (_dir, db) = open();
         insert_pending(&db);
-        db.claim_starting(&ids(), |_| Some(batch())).unwrap();
+        db.claim_starting(&ids(), |_, _| Ok(Some((batch(), ()))))
+            .unwrap();
         db.set_current_tool(Some("Bash")).unwrap();
         let reply = NewMessageOut::new(OutKind::Chat, Routing::default(), &json!({"text": "ok"}))
             .replying_to(Some("m2".into()));

@@ -5,7 +5,6 @@
 //! `routing`).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
@@ -112,10 +111,6 @@ pub struct SessionDb {
     pub(crate) checkpointer: Checkpointer,
     /// The connection a pinned handle's calls use while it is free (see [`SessionDb::pinned`]).
     pinned: Option<Arc<Mutex<Connection>>>,
-    /// The [`thread_marker`] of the thread whose [`SessionDb::read_together`] has a read
-    /// transaction open on the pinned connection, 0 when none; changed only while the
-    /// connection's lock is held.
-    reader: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for SessionDb {
@@ -187,7 +182,6 @@ impl SessionDb {
             cache_kib,
             checkpointer: Checkpointer::default(),
             pinned: None,
-            reader: Arc::default(),
         };
         if options.migrate {
             db.migrate()?;
@@ -225,53 +219,8 @@ impl SessionDb {
         let conn = self.dedicated_connection()?;
         Ok(Self {
             pinned: Some(Arc::new(Mutex::new(conn))),
-            reader: Arc::default(),
             ..self.clone()
         })
-    }
-
-    /// Runs `f`, whose calls on this handle from this thread only read, inside one read
-    /// transaction of the pinned connection: they see one snapshot, and SQLite takes and drops
-    /// its shared locks once instead of once per statement (two `fcntl` calls each). Writes
-    /// made inside go through the pool; another thread's calls meanwhile use the pool too.
-    /// Without a pinned connection, or while it is in use, `f` just runs.
-    pub fn read_together<T>(&self, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
-        let Some(pinned) = self.pinned.as_deref() else {
-            return f();
-        };
-        {
-            let conn = match pinned.try_lock() {
-                Ok(conn) => conn,
-                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-                Err(TryLockError::WouldBlock) => return f(),
-            };
-            if self.reader.load(Ordering::Acquire) != 0 || !conn.is_autocommit() {
-                return f();
-            }
-            conn.prepare_cached("BEGIN")?.execute([])?;
-            self.reader.store(thread_marker(), Ordering::Release);
-        }
-        /// Ends the transaction however `f` ends (an error or a panic included).
-        struct End<'db>(&'db SessionDb, &'db Mutex<Connection>);
-        impl Drop for End<'_> {
-            fn drop(&mut self) {
-                let conn = self
-                    .1
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-                let ended = conn
-                    .prepare_cached("COMMIT")
-                    .and_then(|mut stmt| stmt.execute([]));
-                if let Err(err) = ended {
-                    // A read transaction has nothing to lose: roll it back.
-                    tracing::debug!(%err, "ending a read transaction failed; rolling it back");
-                    let _ = conn.execute_batch("ROLLBACK");
-                }
-                self.0.reader.store(0, Ordering::Release);
-            }
-        }
-        let _end = End(self, pinned);
-        f()
     }
 
     /// The connection of a [`SessionDb::pinned`] handle.
@@ -284,12 +233,6 @@ impl SessionDb {
     /// the background (crate::checkpoint).
     /// Inside [`with_lock_wait`] its busy timeout is that wait until it is given back.
     pub(crate) fn conn(&self) -> Result<DbConn<'_>, Error> {
-        self.conn_for(Use::Reads)
-    }
-
-    /// [`SessionDb::conn`] for `use_`: a transaction of its own never goes into
-    /// [`SessionDb::read_together`]'s read transaction (it takes a pooled connection).
-    pub(crate) fn conn_for(&self, use_: Use) -> Result<DbConn<'_>, Error> {
         let pinned = self
             .pinned
             .as_deref()
@@ -298,11 +241,6 @@ impl SessionDb {
                 // A call that panicked mid-transaction rolled it back as it unwound.
                 Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
                 Err(TryLockError::WouldBlock) => None,
-            })
-            // Checked under the lock, where the marker changes.
-            .filter(|_| match self.reader.load(Ordering::Acquire) {
-                0 => true,
-                reader => use_ == Use::Reads && reader == thread_marker(),
             });
         let conn = match pinned {
             Some(guard) => Held::Pinned(guard),
@@ -335,7 +273,7 @@ impl SessionDb {
         &self,
         f: impl FnOnce(&Transaction<'_>) -> Result<T, Error>,
     ) -> Result<T, Error> {
-        let mut conn = self.conn_for(Use::Transaction)?;
+        let mut conn = self.conn()?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let out = f(&tx)?;
         tx.commit()?;
@@ -383,24 +321,6 @@ pub fn with_lock_wait<T>(wait: Duration, f: impl FnOnce() -> T) -> T {
     }
     let _restore = Restore(LOCK_WAIT.replace(Some(wait)));
     f()
-}
-
-/// What a connection is taken for (see [`SessionDb::conn_for`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Use {
-    /// Statements that read, each in the connection's current transaction or its own.
-    Reads,
-    /// A transaction of its own (`BEGIN`): a write, or reads that must see one snapshot.
-    Transaction,
-}
-
-/// This thread's marker for [`SessionDb::read_together`]: the address of a thread-local, which
-/// no two live threads share and is never 0.
-fn thread_marker() -> usize {
-    thread_local! {
-        static MARKER: u8 = const { 0 };
-    }
-    MARKER.with(|marker| std::ptr::from_ref(marker) as usize)
 }
 
 /// A connection of a [`SessionDb`] in use (see [`SessionDb::conn`]).
@@ -548,62 +468,5 @@ mod tests {
         std::thread::sleep(Duration::from_millis(300));
         drop(held);
         assert!(!path.exists(), "the deleted DB came back as a new file");
-    }
-
-    /// `read_together`'s reads share one snapshot on the pinned connection (a commit made
-    /// meanwhile is not seen by its later reads), a write inside it commits through the pool,
-    /// another thread's read meanwhile sees the latest data, and the transaction ends however
-    /// `f` ends.
-    #[test]
-    fn read_together_reads_one_snapshot_and_always_ends_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = SessionDb::open(dir.path().join("session.db")).unwrap();
-        let pinned = db.pinned().unwrap();
-        db.set_state("k", "before").unwrap();
-        let pinned_conn = pinned.pinned_connection().unwrap();
-        let in_transaction = || !pinned_conn.lock().unwrap().is_autocommit();
-
-        let seen = pinned
-            .read_together(|| {
-                let first = pinned.state("k")?;
-                assert!(in_transaction(), "no read transaction is open during f");
-                // Another connection commits; this thread's next read keeps the snapshot.
-                db.set_state("k", "after").unwrap();
-                // A write inside goes through the pool (not into the read transaction).
-                pinned.set_state("written inside", "yes")?;
-                // Another thread's read uses the pool and sees the latest commit.
-                let other = std::thread::scope(|scope| {
-                    scope.spawn(|| pinned.state("k").unwrap()).join().unwrap()
-                });
-                Ok((first, pinned.state("k")?, other))
-            })
-            .unwrap();
-        assert_eq!(
-            seen,
-            (
-                Some("before".to_owned()),
-                Some("before".to_owned()),
-                Some("after".to_owned())
-            )
-        );
-        assert!(!in_transaction(), "the read transaction was left open");
-        assert_eq!(pinned.state("k").unwrap().as_deref(), Some("after"));
-        assert_eq!(db.state("written inside").unwrap().as_deref(), Some("yes"));
-
-        let failed: Result<(), Error> = pinned.read_together(|| {
-            pinned.state("k")?;
-            Err(Error::MissingDirectory("f failed".into()))
-        });
-        assert!(failed.is_err());
-        assert!(
-            !in_transaction(),
-            "a failed f left the read transaction open"
-        );
-
-        // Without a pinned connection, `f` just runs.
-        assert_eq!(
-            db.read_together(|| db.state("k")).unwrap().as_deref(),
-            Some("after")
-        );
     }
 }

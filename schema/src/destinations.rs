@@ -1,6 +1,6 @@
 //! The host's routing tables: `destinations` and the session's default `session_routing`.
 
-use rusqlite::{params, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::rows::{Destination, Routing};
 use crate::{Error, SessionDb};
@@ -8,22 +8,7 @@ use crate::{Error, SessionDb};
 impl SessionDb {
     /// Every destination, by name.
     pub fn destinations(&self) -> Result<Vec<Destination>, Error> {
-        let conn = self.conn()?;
-        let mut stmt = conn.prepare_cached(
-            "SELECT name, display_name, type, channel_type, platform_id, agent_group_id
-             FROM destinations ORDER BY name",
-        )?;
-        let rows = stmt.query_map([], |r| {
-            Ok(Destination {
-                name: r.get(0)?,
-                display_name: r.get(1)?,
-                kind: r.get(2)?,
-                channel_type: r.get(3)?,
-                platform_id: r.get(4)?,
-                agent_group_id: r.get(5)?,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        destinations_in(&*self.conn()?)
     }
 
     /// One destination by name, matched as [`crate::find_destination`] does.
@@ -79,4 +64,23 @@ impl SessionDb {
             Ok(())
         })
     }
+}
+
+/// Every destination, by name, on `conn` (in its current transaction, if any).
+pub(crate) fn destinations_in(conn: &Connection) -> Result<Vec<Destination>, Error> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT name, display_name, type, channel_type, platform_id, agent_group_id
+         FROM destinations ORDER BY name",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok(Destination {
+            name: r.get(0)?,
+            display_name: r.get(1)?,
+            kind: r.get(2)?,
+            channel_type: r.get(3)?,
+            platform_id: r.get(4)?,
+            agent_group_id: r.get(5)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }

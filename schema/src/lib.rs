@@ -15,6 +15,7 @@ pub mod health;
 mod messages;
 mod questions;
 mod queue;
+mod reads;
 pub mod routing;
 pub mod rows;
 mod runner_state;
@@ -32,7 +33,8 @@ pub use content::{
     TaskContent, WebhookContent,
 };
 pub use db::{OpenOptions, SessionDb};
-pub use queue::{Eligible, QueueCounts};
+pub use queue::{ClaimStarted, Eligible, QueueCounts};
+pub use reads::Reads;
 pub use routing::{find_destination, DestinationRoute};
 pub use rows::*;
 pub use state::continuation_key;

@@ -112,7 +112,7 @@ impl SessionDb {
 /// SQLite sorts TEXT and BLOB above every number, so a plain `MAX(seq)` would return a bad row's
 /// text seq and fail every insert; the `seq <= i64::MAX` bound leaves such values out and still
 /// reads the last entry of the seq index. A REAL seq counts rounded up.
-fn highest_seq(conn: &Connection) -> Result<i64, Error> {
+pub(crate) fn highest_seq(conn: &Connection) -> Result<i64, Error> {
     let numeric = |value: ValueRef<'_>| match value {
         ValueRef::Integer(seq) => seq,
         // `as` saturates; the bound keeps the value at most i64::MAX anyway.

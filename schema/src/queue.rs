@@ -14,7 +14,7 @@ use crate::rows::{
 };
 use crate::sql::IN_COLUMNS;
 use crate::time::{format_ts, now_ts, parse_ts};
-use crate::{Error, SessionDb};
+use crate::{Error, Reads, SessionDb};
 
 /// The rows a poll may hand to the agent, after every gate of docs/contract/db.md#the-poll.
 #[derive(Debug, Clone, Default)]
@@ -80,6 +80,10 @@ static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// What [`SessionDb::claim_starting`] returns: the claimed rows, and the batch it started
+/// with what its `start` read, if it started one.
+pub type ClaimStarted<T> = (Vec<MessageIn>, Option<(CurrentBatch, T)>);
+
 impl SessionDb {
     /// The rows a poll at `now` may take (docs/contract/db.md#the-poll): pending, due, `on_wake` only on the first
     /// poll, not an answer to a question still open; ordered by seq; `limit` applied last.
@@ -127,30 +131,34 @@ impl SessionDb {
     /// Claims rows still `pending`: `processing`, `tries+1`, `status_changed=now`. Returns the
     /// claimed rows in seq order (rows someone else changed meanwhile are left out).
     pub fn claim(&self, ids: &[String]) -> Result<Vec<MessageIn>, Error> {
-        Ok(self.claim_starting(ids, |_| None)?.0)
+        Ok(self
+            .claim_starting(ids, |_, _| Ok(None::<(CurrentBatch, ())>))?
+            .0)
     }
 
     /// [`SessionDb::claim`], and when `start` makes a batch of the claimed rows, starts it in
-    /// the same transaction ([`SessionDb::start_batch`]: `current_batch` and `busy`). The
-    /// runner passes a `start` that returns a batch only when the claimed rows are known to go
-    /// to the agent as they are (no pre-agent script, no command), so a message is claimed and
-    /// its query started by one write. Returns the rows and the batch started, if any.
-    pub fn claim_starting(
+    /// the same transaction ([`SessionDb::start_batch`]: `current_batch` and `busy`), with what
+    /// `start` also read there (through `Reads`, in the claim's snapshot). The runner passes a
+    /// `start` that returns a batch only when the claimed rows are known to go to the agent as
+    /// they are (no pre-agent script, no command), so a message is claimed, its query started
+    /// and what the query starts from read by one transaction. Returns the rows and the batch
+    /// started with what was read, if any.
+    pub fn claim_starting<T>(
         &self,
         ids: &[String],
-        start: impl FnOnce(&[MessageIn]) -> Option<CurrentBatch>,
-    ) -> Result<(Vec<MessageIn>, Option<CurrentBatch>), Error> {
+        start: impl FnOnce(&[MessageIn], &Reads<'_>) -> Result<Option<(CurrentBatch, T)>, Error>,
+    ) -> Result<ClaimStarted<T>, Error> {
         if ids.is_empty() {
             return Ok((Vec::new(), None));
         }
         let ids_json = serde_json::to_string(ids)?;
         self.write(|tx| {
             let rows = claim_tx(tx, &ids_json)?;
-            let batch = start(&rows);
-            if let Some(batch) = &batch {
+            let started = start(&rows, &Reads::new(tx))?;
+            if let Some((batch, _)) = &started {
                 start_batch_tx(tx, batch)?;
             }
-            Ok((rows, batch))
+            Ok((rows, started))
         })
     }
 

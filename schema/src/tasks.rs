@@ -167,7 +167,7 @@ impl SessionDb {
     pub fn task_series(&self) -> Result<Vec<TaskSeries>, Error> {
         let now = Utc::now();
         let timezone = self.timezone();
-        let mut conn = self.conn_for(crate::db::Use::Transaction)?;
+        let mut conn = self.conn()?;
         let tx = conn.transaction()?;
         let mut series = {
             let sql = format!(
@@ -205,7 +205,7 @@ impl SessionDb {
 
     /// One active task series by id (or by the id or seq of one of its rows).
     pub fn task(&self, task_id: &str) -> Result<TaskSeries, Error> {
-        let mut conn = self.conn_for(crate::db::Use::Transaction)?;
+        let mut conn = self.conn()?;
         let tx = conn.transaction()?;
         let series = active_series(&tx, task_id);
         tx.finish()?;
