@@ -226,17 +226,16 @@ struct Prepared {
 }
 
 /// What a query starts from in the DB, read in one transaction: the claim's, or a read
-/// transaction of its own (`read_start`).
+/// transaction of its own (`read_start`); the system prompt is built from it later.
 #[derive(Debug)]
 struct StartReads {
+    /// For the prompt and the system prompt.
     destinations: Vec<Destination>,
-    continuation: Option<String>,
-    start_seq: i64,
-    model: Option<String>,
-    model_on_trial: bool,
+    /// Everything else; its `system_prompt` is still `None`.
+    query: QueryStart,
 }
 
-/// What a query starts from: the DB's part and the system prompt built from it.
+/// What a query starts from.
 #[derive(Debug)]
 struct QueryStart {
     continuation: Option<String>,
@@ -583,9 +582,8 @@ impl Runner {
     }
 
     /// Turns claimed rows into a prompt: script gating, then rendering. `None` when nothing is
-    /// left for the agent.
-    /// Gating, then rendering; with `start` (a new query, not a follow-up), also what the
-    /// query starts from, read with the prompt's destinations.
+    /// left for the agent. With `start` (a new query, not a follow-up), also what the query
+    /// starts from, read with the prompt's destinations.
     async fn prepare(
         &mut self,
         rows: Vec<MessageIn>,
@@ -1420,7 +1418,9 @@ impl Runner {
                         .then(|| batch_at_claim(rows, native, &stop_word))
                         .flatten()
                     {
-                        Some(batch) => Ok(Some((batch, read_start(reads, provider)?))),
+                        // A failed read leaves the claim standing: `render` reads again, and
+                        // an error there surfaces as any query start's does.
+                        Some(batch) => Ok(Some((batch, read_start(reads, provider).ok()))),
                         None => Ok(None),
                     }
                 })?;
@@ -1428,7 +1428,7 @@ impl Runner {
             })
             .await?;
         (self.started, self.start_reads) = match started {
-            Some((batch, reads)) => (Some(batch), Some(reads)),
+            Some((batch, reads)) => (Some(batch), reads),
             None => (None, None),
         };
         Ok(Polled {
@@ -1807,10 +1807,13 @@ fn read_start(reads: &Reads<'_>, provider: &str) -> Result<StartReads, schema::E
     });
     Ok(StartReads {
         destinations,
-        continuation: reads.state(&schema::continuation_key(provider))?,
-        start_seq: reads.max_seq()?,
-        model: reads.state(schema::control::MODEL_KEY)?,
-        model_on_trial: control::model_unconfirmed(reads)?,
+        query: QueryStart {
+            continuation: reads.state(&schema::continuation_key(provider))?,
+            start_seq: reads.max_seq()?,
+            system_prompt: None,
+            model: reads.state(schema::control::MODEL_KEY)?,
+            model_on_trial: control::model_unconfirmed(reads)?,
+        },
     })
 }
 
@@ -1822,15 +1825,12 @@ fn query_start(
     reads: StartReads,
     sources: Option<&PromptSources>,
 ) -> (Vec<Destination>, QueryStart) {
-    let system_prompt = sources.map(|sources| build_system_prompt(sources, &reads.destinations));
-    let start = QueryStart {
-        continuation: reads.continuation,
-        start_seq: reads.start_seq,
-        system_prompt,
-        model: reads.model,
-        model_on_trial: reads.model_on_trial,
-    };
-    (reads.destinations, start)
+    let StartReads {
+        destinations,
+        mut query,
+    } = reads;
+    query.system_prompt = sources.map(|sources| build_system_prompt(sources, &destinations));
+    (destinations, query)
 }
 
 /// What `content` asks of the runner as a command: `None` for none, `Some(None)` for `/clear`,
