@@ -101,23 +101,28 @@ pub(crate) fn all_processes() -> Vec<ProcStat> {
         .collect()
 }
 
-/// This process's children: from its threads' `children` files (cheap: the reaper runs on every
-/// `SIGCHLD`), else from a scan of `/proc`. The files may miss a child that changes meanwhile;
-/// the next pass finds it.
-fn own_children() -> Vec<ProcStat> {
-    let me = std::process::id() as i32;
+/// The children of `pid` listed in its threads' `children` files; `None` when its task folder
+/// cannot be read or has no such file (a kernel without `CONFIG_PROC_CHILDREN`). The files may
+/// miss a child that changes meanwhile; the next pass finds it.
+fn listed_children(pid: i32) -> Option<Vec<i32>> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
     let mut listed: Option<Vec<i32>> = None;
-    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
-        for task in tasks.flatten() {
-            if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
-                listed.get_or_insert_with(Vec::new).extend(
-                    text.split_whitespace()
-                        .filter_map(|pid| pid.parse::<i32>().ok()),
-                );
-            }
+    for task in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            listed.get_or_insert_with(Vec::new).extend(
+                text.split_whitespace()
+                    .filter_map(|pid| pid.parse::<i32>().ok()),
+            );
         }
     }
-    match listed {
+    listed
+}
+
+/// This process's children: from its threads' `children` files (cheap: the reaper runs on every
+/// `SIGCHLD`), else from a scan of `/proc`.
+fn own_children() -> Vec<ProcStat> {
+    let me = std::process::id() as i32;
+    match listed_children(me) {
         Some(pids) => pids.into_iter().filter_map(stat).collect(),
         None => all_processes(),
     }
@@ -126,11 +131,41 @@ fn own_children() -> Vec<ProcStat> {
     .collect()
 }
 
-/// Every descendant of `root` (zombies included) with its start time.
+/// Every descendant of `root` (zombies included) with its start time: the tree walked down
+/// through each process's `children` files, which reads in proportion to the descendants. A
+/// scan of `/proc` read every process on the machine, every heartbeat, in every runner of a
+/// fleet that shares a PID namespace. Without those files, that scan.
 pub(crate) fn descendants(root: u32) -> Vec<(i32, u64)> {
+    let root = root as i32;
+    let mut found: Vec<(i32, u64)> = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        let Some(children) = listed_children(parent) else {
+            if parent == root {
+                return descendants_by_scan(root);
+            }
+            // Gone meanwhile (its children moved to the subreaper: the next pass finds them).
+            continue;
+        };
+        for pid in children {
+            if found.iter().any(|(p, _)| *p == pid) {
+                continue;
+            }
+            // Still the child of `parent` when looked at (not a recycled pid).
+            if let Some(process) = stat(pid).filter(|p| p.ppid == parent) {
+                found.push((pid, process.started));
+                frontier.push(pid);
+            }
+        }
+    }
+    found
+}
+
+/// [`descendants`] from one scan of `/proc`.
+fn descendants_by_scan(root: i32) -> Vec<(i32, u64)> {
     let all = all_processes();
     let mut found: Vec<(i32, u64)> = Vec::new();
-    let mut frontier = vec![root as i32];
+    let mut frontier = vec![root];
     while let Some(parent) = frontier.pop() {
         for process in &all {
             if process.ppid == parent && !found.iter().any(|(p, _)| *p == process.pid) {
@@ -566,6 +601,45 @@ mod tests {
             .args(["-c", script])
             .env("PATH", "/usr/bin:/bin");
         CliProcess::spawn(&command).unwrap()
+    }
+
+    /// The walk down the `children` files finds what a scan of `/proc` finds: a child, its
+    /// grandchild in a session of its own, and a thread's child (the test harness runs tests on
+    /// threads, so the children are listed under a thread that is not the main one).
+    #[tokio::test]
+    async fn descendants_walked_down_are_those_a_scan_finds() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("grandchild.pid");
+        let mut child = sh(
+            dir.path(),
+            &format!(
+                "setsid sleep 30 & echo $! > {}; sleep 30",
+                pidfile.display()
+            ),
+        );
+        wait_for("the grandchild's pid", || pidfile.exists()).await;
+        let grandchild: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let me = std::process::id();
+        let mut walked = descendants(me);
+        let mut scanned = descendants_by_scan(me as i32);
+        walked.sort_unstable();
+        scanned.sort_unstable();
+        let child_pid = child.pid() as i32;
+        assert!(
+            walked.iter().any(|(pid, _)| *pid == child_pid),
+            "{walked:?}"
+        );
+        assert!(
+            walked.iter().any(|(pid, _)| *pid == grandchild),
+            "{walked:?}"
+        );
+        assert_eq!(walked, scanned);
+        let _ = kill(Pid::from_raw(grandchild), Signal::SIGKILL);
+        child.terminate(Duration::from_secs(1)).await;
     }
 
     #[tokio::test]
