@@ -603,9 +603,10 @@ mod tests {
         CliProcess::spawn(&command).unwrap()
     }
 
-    /// The walk down the `children` files finds what a scan of `/proc` finds: a child, its
-    /// grandchild in a session of its own, and a thread's child (the test harness runs tests on
-    /// threads, so the children are listed under a thread that is not the main one).
+    /// The walk down the `children` files finds what a scan of `/proc` finds: a child, and its
+    /// children, one in a session of its own. The child is listed under the thread that spawned
+    /// it (the test harness runs each test on a thread that is not the main one). Compared under
+    /// the child, whose tree the other tests of this process leave alone.
     #[tokio::test]
     async fn descendants_walked_down_are_those_a_scan_finds() {
         let dir = tempfile::tempdir().unwrap();
@@ -617,27 +618,36 @@ mod tests {
                 pidfile.display()
             ),
         );
-        wait_for("the grandchild's pid", || pidfile.exists()).await;
-        let grandchild: i32 = std::fs::read_to_string(&pidfile)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let me = std::process::id();
-        let mut walked = descendants(me);
-        let mut scanned = descendants_by_scan(me as i32);
+        let pid_in_file = || {
+            std::fs::read_to_string(&pidfile)
+                .ok()?
+                .trim()
+                .parse::<i32>()
+                .ok()
+        };
+        wait_for("the grandchild's pid", || pid_in_file().is_some()).await;
+        let grandchild = pid_in_file().unwrap();
+        let child_pid = child.pid() as i32;
+        // The foreground `sleep` too: both of the child's children are up.
+        wait_for("the child's two children", || {
+            listed_children(child_pid).is_some_and(|pids| pids.len() == 2)
+        })
+        .await;
+
+        let mine = descendants(std::process::id());
+        assert!(mine.iter().any(|(pid, _)| *pid == child_pid), "{mine:?}");
+        assert!(mine.iter().any(|(pid, _)| *pid == grandchild), "{mine:?}");
+        let mut walked = descendants(child_pid as u32);
+        let mut scanned = descendants_by_scan(child_pid);
         walked.sort_unstable();
         scanned.sort_unstable();
-        let child_pid = child.pid() as i32;
-        assert!(
-            walked.iter().any(|(pid, _)| *pid == child_pid),
-            "{walked:?}"
-        );
+        assert_eq!(walked.len(), 2, "{walked:?}");
         assert!(
             walked.iter().any(|(pid, _)| *pid == grandchild),
             "{walked:?}"
         );
         assert_eq!(walked, scanned);
+
         let _ = kill(Pid::from_raw(grandchild), Signal::SIGKILL);
         child.terminate(Duration::from_secs(1)).await;
     }
