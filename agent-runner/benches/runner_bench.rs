@@ -42,6 +42,11 @@
 //!   `docs/decisions.md`. Needs `scripts/install-clis.sh` (mcp-tools is built when missing);
 //!   `RUNNER_BENCH_CLI=none` skips it, `=opencode|claude` picks another CLI.
 //!
+//! - **The method's check:** `RUNNER_BENCH_TWO_FLOORS=1` starts a second floor in the runner's
+//!   place; every ratio should then be near 1.00x. The host serves the sides in turns, each side
+//!   taking each place in the order in turn: with a fixed order, two floors measured 0.69-1.01x
+//!   of each other at single pauses (a p50 lands in one of two latency modes of the machine).
+//!
 //! Knobs for a quick run: `RUNNER_BENCH_MESSAGES` (per latency phase, default 400; 0 skips the
 //! latency, CPU and cold-start tables),
 //! `RUNNER_BENCH_RANDOM_MESSAGES` (the random-gap phase, default 200), `RUNNER_BENCH_IDLE_SECS`
@@ -88,6 +93,12 @@ impl Who {
             Who::Floor => support::floor::command(&workspace.join("session.db"))
                 .spawn()
                 .unwrap(),
+            // The method's own check: a second floor in the runner's place should measure 1.00x.
+            Who::Runner if knob("RUNNER_BENCH_TWO_FLOORS", 0) == 1 => {
+                support::floor::command(&workspace.join("session.db"))
+                    .spawn()
+                    .unwrap()
+            }
             Who::Runner => {
                 let log = std::fs::OpenOptions::new()
                     .create(true)
@@ -336,8 +347,13 @@ fn measure(sides: &[(Who, &Path)]) -> Vec<Figures> {
             })
             .collect();
         let mut times = vec![Vec::with_capacity(count); sides.len()];
-        for start in (0..count).step_by(TURN) {
-            for (side, host) in hosts.iter_mut().enumerate() {
+        for (turn, start) in (0..count).step_by(TURN).enumerate() {
+            // Each side takes each place in the serving order in turn: two identical floors
+            // served always in the same order measured 0.69-1.01x of each other at single
+            // pauses (`RUNNER_BENCH_TWO_FLOORS`), so a fixed order favours a side.
+            for place in 0..hosts.len() {
+                let side = (turn + place) % hosts.len();
+                let host = &mut hosts[side];
                 for (k, gap) in gaps[start..count.min(start + TURN)].iter().enumerate() {
                     std::thread::sleep(Duration::from_millis(*gap));
                     let took = host.round_trip().as_secs_f64() * 1000.0;
@@ -593,6 +609,9 @@ fn main() {
 /// `RUNNER_BENCH_ROWS=0`, on a big one, all four interleaved (each on its own copy of its DB),
 /// so `big / empty` compares the same minutes too.
 fn latency_and_cpu() {
+    if knob("RUNNER_BENCH_TWO_FLOORS", 0) == 1 {
+        println!("\n(RUNNER_BENCH_TWO_FLOORS=1: the runner's columns are a second floor)");
+    }
     let runner_empty_ws = workspace();
     let floor_empty_ws = workspace();
     let rows = knob("RUNNER_BENCH_ROWS", 1_000_000);
