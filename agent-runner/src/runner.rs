@@ -734,7 +734,8 @@ impl Runner {
             (destinations, Some(start))
         } else {
             (
-                self.call_inline(|db| Ok(destinations_or_none(db))).await?,
+                self.call_inline(|db| Ok(destinations_or_none(db.destinations())))
+                    .await?,
                 None,
             )
         };
@@ -1788,25 +1789,19 @@ fn reply_rows(
     Ok(replies)
 }
 
-/// The destinations table; none, with a warning, when it cannot be read (the prompt then
+/// The destinations `read`; none, with a warning, when they could not be read (the prompt then
 /// names no destination and the system prompt lists none).
-fn destinations_or_none(db: &SessionDb) -> Vec<Destination> {
-    db.destinations().unwrap_or_else(|err| {
+fn destinations_or_none(read: Result<Vec<Destination>, schema::Error>) -> Vec<Destination> {
+    read.unwrap_or_else(|err| {
         tracing::warn!("{err:#}: the prompt and the system prompt list no destinations");
         Vec::new()
     })
 }
 
-/// What a query starts from in the DB, read through `reads` (one snapshot). The destinations
-/// are none, with a warning, when they cannot be read: the prompt then names no destination
-/// and the system prompt lists none.
+/// What a query starts from in the DB, read through `reads` (one snapshot).
 fn read_start(reads: &Reads<'_>, provider: &str) -> Result<StartReads, schema::Error> {
-    let destinations = reads.destinations().unwrap_or_else(|err| {
-        tracing::warn!("{err:#}: the prompt and the system prompt list no destinations");
-        Vec::new()
-    });
     Ok(StartReads {
-        destinations,
+        destinations: destinations_or_none(reads.destinations()),
         query: QueryStart {
             continuation: reads.state(&schema::continuation_key(provider))?,
             start_seq: reads.max_seq()?,

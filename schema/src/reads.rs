@@ -38,12 +38,9 @@ impl SessionDb {
     /// Runs `f` with reads that share one read transaction, on the pinned connection when it
     /// is free. The transaction ends however `f` ends (an error or a panic included).
     pub fn read_in<T>(&self, f: impl FnOnce(&Reads<'_>) -> Result<T, Error>) -> Result<T, Error> {
+        // A connection handed out is never inside a transaction: the pinned one only when its
+        // lock is free, pooled ones after their transactions ended.
         let conn = self.conn()?;
-        if !conn.is_autocommit() {
-            // Already inside a transaction (none is left open on a free connection; kept
-            // safe anyway): its snapshot is the one to read.
-            return f(&Reads::new(&conn));
-        }
         // Cached statements: `BEGIN`/`COMMIT` are not parsed again at every call.
         conn.prepare_cached("BEGIN")?.execute([])?;
         /// Ends the read transaction when dropped.
