@@ -1,7 +1,9 @@
-//! One malloc arena for the whole runner (issue 12: RSS flat over a long session).
+//! glibc's malloc tuned for a long-lived process that does the same work per message (issue 12):
+//! one arena for the whole runner (RSS flat over a long session), and a heap top that is kept
+//! instead of handed back and faulted in again for every message.
 //!
-//! glibc gives each thread that allocates while the arenas are busy an arena of its own, up to
-//! eight per core, and an arena keeps the high-water mark of what was ever allocated in it. The
+//! **One arena.** glibc gives each thread that allocates while the arenas are busy an arena of
+//! its own, up to eight per core, and an arena keeps the high-water mark of what was ever allocated in it. The
 //! runner's work moves between the runtime thread, the blocking pool (DB calls that waited for a
 //! lock, archive files), SQLite's pool and checkpoint threads, so a SQLite page cache or a turn's
 //! JSON lands in whichever arena the thread had: measured with Codex, five thread arenas grew to
@@ -20,6 +22,36 @@ pub fn single_arena() -> bool {
         // SAFETY: `mallopt` only sets a tunable of glibc's allocator; M_ARENA_MAX takes any
         // positive count.
         unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) == 1 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
+}
+
+/// Free memory at the top of the heap that malloc keeps instead of returning it to the kernel.
+pub const KEPT_HEAP_TOP: usize = 1024 * 1024;
+
+/// Allocations from this size up get a mapping of their own, returned when freed.
+pub const OWN_MAPPING_FROM: usize = 512 * 1024;
+
+/// Lets glibc's malloc keep up to [`KEPT_HEAP_TOP`] free at the top of the heap (default: 128
+/// KiB). Each message's work (SQLite's page cache refilled after another connection's commit,
+/// the turn's buffers) takes the heap ~160 KiB up and frees it again: with the default, every
+/// message shrank the heap (`brk`) and grew it back, and the kernel faulted in and zeroed ~40
+/// fresh pages. Setting the threshold ends glibc's own adjustment of both thresholds, so
+/// allocations below [`OWN_MAPPING_FROM`] stay on the heap, where they are reused (the
+/// adjustment raises the mapping threshold to the largest block freed, up to 32 MiB). Returns
+/// whether it took effect (`false` with another C library).
+pub fn keep_heap_top() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: `mallopt` only sets tunables of glibc's allocator; both take any size that
+        // fits an int, which these constants do.
+        unsafe {
+            libc::mallopt(libc::M_TRIM_THRESHOLD, KEPT_HEAP_TOP as libc::c_int) == 1
+                && libc::mallopt(libc::M_MMAP_THRESHOLD, OWN_MAPPING_FROM as libc::c_int) == 1
+        }
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
