@@ -10,8 +10,11 @@
 //! the same minutes of the machine. Read the ratios.
 //!
 //! What it prints, for the runner (mock provider, release build) and the floor:
-//! - **insert → reply p50/p99**: the host inserts a `chat` row and polls (every 100 µs, gated
-//!   by `PRAGMA data_version` on its own connection) until the reply row is visible. Phases:
+//! - **insert → reply p50/p99**: the host inserts a `chat` row and looks for the reply (gated by
+//!   `PRAGMA data_version` on its own connection) after every write to the workspace's files,
+//!   which an inotify watch wakes it for, until the reply row is visible. (A sleep of 100 µs
+//!   between looks lasted ~0.2 ms on a virtual machine, so every time came out in steps
+//!   ~0.2 ms apart: a process's p50 landed on one step or the next.) Phases:
 //!   random gaps of 0-300 ms (the same seeded sequence for both), then a fixed pause of 0, 5,
 //!   10, 20, 30, 50 ms after each reply. The first messages of a process are a warm-up, not
 //!   counted; nor, at a fixed pause, is the first message of each turn (the other side's turn
@@ -46,9 +49,12 @@
 //!   place; every ratio should then be near 1.00x. The host serves the sides in turns, each side
 //!   taking each place in the order in turn: with a fixed order, two floors measured 0.69-1.01x
 //!   of each other at single pauses (a p50 lands in one of two latency modes of the machine).
+//!   A process keeps its mode for about a phase, so the phases run in `RUNNER_BENCH_ROUNDS`
+//!   rounds (default 5), each with freshly started processes; the percentiles are over all
+//!   rounds' messages, and the table shows each round's p50 ratio beside them.
 //!
-//! Knobs for a quick run: `RUNNER_BENCH_MESSAGES` (per latency phase, default 400; 0 skips the
-//! latency, CPU and cold-start tables),
+//! Knobs for a quick run: `RUNNER_BENCH_MESSAGES` (per latency phase over all rounds, default
+//! 400; 0 skips the latency, CPU and cold-start tables),
 //! `RUNNER_BENCH_RANDOM_MESSAGES` (the random-gap phase, default 200), `RUNNER_BENCH_IDLE_SECS`
 //! (default 10), `RUNNER_BENCH_COLD_RUNS` (default 5), `RUNNER_BENCH_ROWS` (the big DB, default
 //! 1,000,000; 0 skips it), `RUNNER_BENCH_RSS_MESSAGES` (default 10,000; 0 skips it).
@@ -70,8 +76,9 @@ use support::{knob, percentile, procfs, XorShift};
 const WARM_UP: usize = 20;
 /// Fixed pauses after each reply, in ms.
 const PAUSES_MS: [u64; 6] = [0, 5, 10, 20, 30, 50];
-/// How often the host looks for the reply.
-const HOST_POLL: Duration = Duration::from_micros(100);
+/// The longest the host waits for a write to the DB's files before it looks for the reply
+/// anyway (a safety net: every commit writes the `-wal` file, which wakes it first).
+const HOST_LOOK_AT_LEAST: Duration = Duration::from_millis(1);
 /// The longest any single reply may take before the bench gives up.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -192,6 +199,9 @@ struct Host {
     db: SessionDb,
     /// Its own connection for `PRAGMA data_version` and the reply lookup.
     conn: rusqlite::Connection,
+    /// A watch on the workspace folder: a write to any of the DB's files wakes the host.
+    writes: inotify::Inotify,
+    events: Vec<u8>,
     sent: u64,
 }
 
@@ -199,12 +209,46 @@ impl Host {
     fn open(workspace: &Path) -> Host {
         let db = SessionDb::open(workspace.join("session.db")).unwrap();
         let conn = db.dedicated_connection().unwrap();
+        let writes = inotify::Inotify::init().unwrap();
+        writes
+            .watches()
+            .add(workspace, inotify::WatchMask::MODIFY)
+            .unwrap();
         Host {
             workspace: workspace.to_owned(),
             db,
             conn,
+            writes,
+            events: vec![0; 4096],
             sent: 0,
         }
+    }
+
+    /// Forgets the writes seen so far (a look follows).
+    fn drain_writes(&mut self) {
+        // `read_events` fails with `WouldBlock` once nothing is queued.
+        while let Ok(mut events) = self.writes.read_events(&mut self.events) {
+            if events.next().is_none() {
+                break;
+            }
+        }
+    }
+
+    /// Sleeps until a file in the workspace is written, at most [`HOST_LOOK_AT_LEAST`].
+    fn wait_for_a_write(&self) {
+        let mut fds = [libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(&self.writes),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        // SAFETY: one `pollfd` that outlives the call, over a descriptor `self` owns.
+        unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                1,
+                HOST_LOOK_AT_LEAST.as_millis() as libc::c_int,
+            )
+        };
     }
 
     fn data_version(&self) -> i64 {
@@ -231,9 +275,11 @@ impl Host {
     }
 
     /// Waits until `id` has a reply; panics after [`REPLY_TIMEOUT`].
-    fn wait_reply(&self, id: &str, since: Instant) {
+    fn wait_reply(&mut self, id: &str, since: Instant) {
         let mut version = i64::MIN;
         loop {
+            // Before the look: a write after it is still queued for the wait below.
+            self.drain_writes();
             let now = self.data_version();
             if now != version {
                 version = now;
@@ -252,7 +298,7 @@ impl Host {
                     tail.join("\n")
                 );
             }
-            std::thread::sleep(HOST_POLL);
+            self.wait_for_a_write();
         }
     }
 
@@ -287,8 +333,10 @@ fn median(values: &mut [f64]) -> f64 {
 
 /// One process's figures on one DB.
 struct Figures {
-    /// (p50, p99) in ms per phase, in [`phases`] order.
+    /// (p50, p99) in ms per phase, in [`phases`] order, over the messages of all rounds.
     latency: Vec<(f64, f64)>,
+    /// The p50 in ms of each round, per phase.
+    round_p50: Vec<Vec<f64>>,
     idle_cpu_percent: f64,
     cpu_per_message_ms: f64,
     cold_start_ms: f64,
@@ -307,77 +355,89 @@ const TURN: usize = 10;
 /// Every figure of each side (who, on the session DB of which workspace), measured
 /// interleaved: all run at once, the host serves them in turns of [`TURN`] messages with the
 /// same gaps, so a drift of the machine over the run shows in all alike. In `sides`' order.
+///
+/// The phases run in `RUNNER_BENCH_ROUNDS` rounds, each with freshly started processes, and
+/// a phase's percentiles are over the messages of all rounds: a process's latency at one
+/// pause settles in one of two modes of the machine for the length of a phase (two identical
+/// floors measured up to 1.29x apart in one phase, `docs/decisions.md`), so one round compares
+/// one draw of modes; several rounds draw again.
 fn measure(sides: &[(Who, &Path)]) -> Vec<Figures> {
-    let messages = knob("RUNNER_BENCH_MESSAGES", 400) as usize;
-    let random_messages = knob("RUNNER_BENCH_RANDOM_MESSAGES", 200) as usize;
+    let rounds = knob("RUNNER_BENCH_ROUNDS", 5).max(1) as usize;
+    let per_round = |total: u64| (total as usize).div_ceil(rounds).max(2 * TURN);
+    let messages = per_round(knob("RUNNER_BENCH_MESSAGES", 400));
+    let random_messages = per_round(knob("RUNNER_BENCH_RANDOM_MESSAGES", 200));
     let idle_secs = knob("RUNNER_BENCH_IDLE_SECS", 10).max(1);
     let mut hosts: Vec<Host> = sides.iter().map(|(_, ws)| Host::open(ws)).collect();
-    let children: Vec<Child> = sides.iter().map(|(who, ws)| who.spawn(ws)).collect();
-    let pids: Vec<u32> = children.iter().map(Child::id).collect();
-    for host in &mut hosts {
-        for _ in 0..WARM_UP {
-            host.round_trip();
-        }
-    }
-    // Idle, all at once: let the last reply's aftermath settle first.
-    std::thread::sleep(Duration::from_secs(1));
-    let before: Vec<_> = pids.iter().map(|pid| procfs::thread_times(*pid)).collect();
-    std::thread::sleep(Duration::from_secs(idle_secs));
-    let idle_rate: Vec<f64> = pids
-        .iter()
-        .zip(&before)
-        .map(|(pid, before)| procfs::cpu_time_since(*pid, before).as_secs_f64() / idle_secs as f64)
-        .collect();
-
     let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
-    let mut latency = vec![Vec::new(); sides.len()];
-    let cpu_before: Vec<_> = pids.iter().map(|pid| procfs::cpu_time(*pid)).collect();
-    let wall = Instant::now();
+    let mut times = vec![vec![Vec::new(); phases().len()]; sides.len()];
+    let mut round_p50 = vec![vec![Vec::with_capacity(rounds); phases().len()]; sides.len()];
+    let mut idle_rate = vec![0.0; sides.len()];
+    let mut net = vec![0.0; sides.len()];
     let mut answered = 0usize;
-    for pause in phases() {
-        let count = match pause {
-            Pause::Random => random_messages,
-            Pause::Fixed(_) => messages,
-        };
-        // The same gaps for every side.
-        let gaps: Vec<u64> = (0..count)
-            .map(|_| match pause {
-                Pause::Random => rng.below(301),
-                Pause::Fixed(ms) => ms,
-            })
-            .collect();
-        let mut times = vec![Vec::with_capacity(count); sides.len()];
-        for (turn, start) in (0..count).step_by(TURN).enumerate() {
-            // Each side takes each place in the serving order in turn: two identical floors
-            // served always in the same order measured 0.69-1.01x of each other at single
-            // pauses (`RUNNER_BENCH_TWO_FLOORS`), so a fixed order favours a side.
-            for place in 0..hosts.len() {
-                let side = (turn + place) % hosts.len();
-                let host = &mut hosts[side];
-                for (k, gap) in gaps[start..count.min(start + TURN)].iter().enumerate() {
-                    std::thread::sleep(Duration::from_millis(*gap));
-                    let took = host.round_trip().as_secs_f64() * 1000.0;
-                    if k > 0 || matches!(pause, Pause::Random) {
-                        times[side].push(took);
+    for round in 0..rounds {
+        let children: Vec<Child> = sides.iter().map(|(who, ws)| who.spawn(ws)).collect();
+        let pids: Vec<u32> = children.iter().map(Child::id).collect();
+        for host in &mut hosts {
+            for _ in 0..WARM_UP {
+                host.round_trip();
+            }
+        }
+        if round == 0 {
+            // Idle, all at once: let the last reply's aftermath settle first.
+            std::thread::sleep(Duration::from_secs(1));
+            let before: Vec<_> = pids.iter().map(|pid| procfs::thread_times(*pid)).collect();
+            std::thread::sleep(Duration::from_secs(idle_secs));
+            for (side, (pid, before)) in pids.iter().zip(&before).enumerate() {
+                idle_rate[side] =
+                    procfs::cpu_time_since(*pid, before).as_secs_f64() / idle_secs as f64;
+            }
+        }
+        let cpu_before: Vec<_> = pids.iter().map(|pid| procfs::cpu_time(*pid)).collect();
+        let wall = Instant::now();
+        for (phase, pause) in phases().into_iter().enumerate() {
+            let count = match pause {
+                Pause::Random => random_messages,
+                Pause::Fixed(_) => messages,
+            };
+            // The same gaps for every side.
+            let gaps: Vec<u64> = (0..count)
+                .map(|_| match pause {
+                    Pause::Random => rng.below(301),
+                    Pause::Fixed(ms) => ms,
+                })
+                .collect();
+            let mut this_round = vec![Vec::with_capacity(count); sides.len()];
+            for (turn, start) in (0..count).step_by(TURN).enumerate() {
+                // Each side takes each place in the serving order in turn: two identical floors
+                // served always in the same order measured 0.69-1.01x of each other at single
+                // pauses (`RUNNER_BENCH_TWO_FLOORS`), so a fixed order favours a side.
+                for place in 0..hosts.len() {
+                    let side = (turn + place) % hosts.len();
+                    let host = &mut hosts[side];
+                    for (k, gap) in gaps[start..count.min(start + TURN)].iter().enumerate() {
+                        std::thread::sleep(Duration::from_millis(*gap));
+                        let took = host.round_trip().as_secs_f64() * 1000.0;
+                        if k > 0 || matches!(pause, Pause::Random) {
+                            this_round[side].push(took);
+                        }
                     }
                 }
             }
+            answered += count;
+            for (side, mut took) in this_round.into_iter().enumerate() {
+                took.sort_by(|a, b| a.total_cmp(b));
+                round_p50[side][phase].push(percentile(&took, 0.5));
+                times[side][phase].extend(took);
+            }
         }
-        answered += count;
-        for (side, times) in times.iter_mut().enumerate() {
-            times.sort_by(|a, b| a.total_cmp(b));
-            latency[side].push((percentile(times, 0.5), percentile(times, 0.99)));
+        let elapsed = wall.elapsed().as_secs_f64();
+        for (side, pid) in pids.iter().enumerate() {
+            let used = (procfs::cpu_time(*pid) - cpu_before[side]).as_secs_f64();
+            net[side] += (used - idle_rate[side] * elapsed).max(0.0);
         }
-    }
-    let elapsed = wall.elapsed().as_secs_f64();
-    let net: Vec<f64> = (0..sides.len())
-        .map(|i| {
-            let used = (procfs::cpu_time(pids[i]) - cpu_before[i]).as_secs_f64();
-            (used - idle_rate[i] * elapsed).max(0.0)
-        })
-        .collect();
-    for child in children {
-        stop(child);
+        for child in children {
+            stop(child);
+        }
     }
 
     let cold_runs = knob("RUNNER_BENCH_COLD_RUNS", 5).max(1);
@@ -393,12 +453,20 @@ fn measure(sides: &[(Who, &Path)]) -> Vec<Figures> {
         }
     }
 
-    latency
+    times
         .into_iter()
+        .zip(round_p50)
         .zip(cold)
         .enumerate()
-        .map(|(side, (latency, mut cold))| Figures {
-            latency,
+        .map(|(side, ((phases, round_p50), mut cold))| Figures {
+            latency: phases
+                .into_iter()
+                .map(|mut took| {
+                    took.sort_by(|a, b| a.total_cmp(b));
+                    (percentile(&took, 0.5), percentile(&took, 0.99))
+                })
+                .collect(),
+            round_p50,
             idle_cpu_percent: idle_rate[side] * 100.0,
             cpu_per_message_ms: net[side] * 1000.0 / answered.max(1) as f64,
             cold_start_ms: median(&mut cold),
@@ -418,21 +486,27 @@ fn ratio(a: f64, b: f64) -> String {
 fn print_side_by_side(title: &str, runner: &Figures, floor: &Figures) {
     println!("\n== {title}: runner (mock) vs floor ==");
     println!(
-        "{:<18} {:>11} {:>10} {:>7} {:>11} {:>10} {:>7}",
+        "{:<18} {:>11} {:>10} {:>7} {:>11} {:>10} {:>7}   p50 ratio by round",
         "insert→reply", "runner p50", "floor p50", "ratio", "runner p99", "floor p99", "ratio"
     );
     for (i, pause) in phases().into_iter().enumerate() {
         let (rp50, rp99) = runner.latency[i];
         let (fp50, fp99) = floor.latency[i];
+        let by_round: Vec<String> = runner.round_p50[i]
+            .iter()
+            .zip(&floor.round_p50[i])
+            .map(|(r, f)| ratio(*r, *f))
+            .collect();
         println!(
-            "{:<18} {:>8.2} ms {:>7.2} ms {:>7} {:>8.2} ms {:>7.2} ms {:>7}",
+            "{:<18} {:>8.2} ms {:>7.2} ms {:>7} {:>8.2} ms {:>7.2} ms {:>7}   {}",
             pause.label(),
             rp50,
             fp50,
             ratio(rp50, fp50),
             rp99,
             fp99,
-            ratio(rp99, fp99)
+            ratio(rp99, fp99),
+            by_round.join(" ")
         );
     }
     println!(
