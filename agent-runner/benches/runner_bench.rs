@@ -47,11 +47,11 @@
 //!
 //! - **The method's check:** `RUNNER_BENCH_TWO_FLOORS=1` starts a second floor in the runner's
 //!   place; every ratio should then be near 1.00x. The host serves the sides in turns, each side
-//!   taking each place in the order in turn: with a fixed order, two floors measured 0.69-1.01x
-//!   of each other at single pauses (a p50 lands in one of two latency modes of the machine).
-//!   A process keeps its mode for about a phase, so the phases run in `RUNNER_BENCH_ROUNDS`
-//!   rounds (default 5), each with freshly started processes; the percentiles are over all
-//!   rounds' messages, and the table shows each round's p50 ratio beside them.
+//!   taking each place in the order in turn: with a fixed order (and the host's old sleep),
+//!   two floors measured 0.69-1.01x of each other at single pauses. The phases run in
+//!   `RUNNER_BENCH_ROUNDS` rounds (default 5), each with freshly started processes: a single
+//!   round's p50 ratio between two floors still ranged 0.81-1.29x, so the percentiles are
+//!   over all rounds' messages, and the table shows each round's p50 ratio beside them.
 //!
 //! Knobs for a quick run: `RUNNER_BENCH_MESSAGES` (per latency phase over all rounds, default
 //! 400; 0 skips the latency, CPU and cold-start tables),
@@ -357,10 +357,9 @@ const TURN: usize = 10;
 /// same gaps, so a drift of the machine over the run shows in all alike. In `sides`' order.
 ///
 /// The phases run in `RUNNER_BENCH_ROUNDS` rounds, each with freshly started processes, and
-/// a phase's percentiles are over the messages of all rounds: a process's latency at one
-/// pause settles in one of two modes of the machine for the length of a phase (two identical
-/// floors measured up to 1.29x apart in one phase, `docs/decisions.md`), so one round compares
-/// one draw of modes; several rounds draw again.
+/// a phase's percentiles are over the messages of all rounds: two identical floors measured up
+/// to 1.29x apart in a single round's phase (`docs/decisions.md`, "The bench's host woken by
+/// writes"), and pooled rounds 0.95-1.06x.
 fn measure(sides: &[(Who, &Path)]) -> Vec<Figures> {
     let rounds = knob("RUNNER_BENCH_ROUNDS", 5).max(1) as usize;
     let per_round = |total: u64| (total as usize).div_ceil(rounds).max(2 * TURN);
