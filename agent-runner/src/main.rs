@@ -57,7 +57,8 @@ fn main() -> ExitCode {
     // to), and a dumpable process's /proc/<pid>/environ, mem and fd are open to that user; the
     // runner's environment holds the host's secrets and the model key.
     let dumpable = agent_runner::privileges::make_non_dumpable();
-    // Before any thread starts: every thread shares one malloc arena (see `malloc.rs`).
+    // Before any thread starts: every thread shares one malloc arena, whose freed top is kept
+    // (see `malloc.rs`).
     let single_arena = agent_runner::malloc::single_arena();
     let kept_heap_top = agent_runner::malloc::keep_heap_top();
     let cli = Cli::parse();

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 /// Blocks of a size that comes from the heap, not a mapping of its own.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 const BLOCK: usize = 4096;
 
 /// The program break now.
