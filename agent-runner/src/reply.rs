@@ -325,3 +325,41 @@ mod tests {
         assert!(same_text("", "  \n"));
     }
 }
+
+#[cfg(test)]
+mod hostile_sizes {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// A result text is the agent's to write, so it can hold any number of tags. Each of
+    /// these made every tag search the rest of the text again (a quadratic scan: minutes for a
+    /// few hundred KB). The bound is generous: a linear scan takes milliseconds.
+    #[test]
+    fn results_with_many_tags_are_read_in_linear_time() {
+        let tags = 40_000;
+        let texts = [
+            // Tags that are no block: the other name was searched to the end at each one.
+            "<message>x".repeat(tags),
+            // Blocks that never close: their end tag was searched to the end at each one.
+            "<message to=a>x".repeat(tags),
+            // A start tag that never ends, after many tags: its end was looked for at each.
+            format!(
+                "{}<internal {}",
+                "<message>x".repeat(tags),
+                "x".repeat(400_000)
+            ),
+        ];
+        for text in &texts {
+            let started = Instant::now();
+            let replies = parse_reply(text);
+            let took = started.elapsed();
+            assert!(
+                took < Duration::from_secs(10),
+                "{} bytes with {tags} tags took {took:?}",
+                text.len()
+            );
+            assert_eq!(replies.len(), 1, "not blocks: the text goes to the batch");
+        }
+    }
+}
