@@ -196,6 +196,11 @@ impl Budget {
         !state.limits.is_unlimited() || state.reload.is_some()
     }
 
+    /// Whether a limit is set now (else nothing can be reached, and the loop asks nothing).
+    pub(crate) fn has_limit(&self) -> bool {
+        !self.state().limits.is_unlimited()
+    }
+
     /// The limit reached at `now`, if any (blocking: reads the ledger at the first call and
     /// when a new day starts). With no limit set, no SQL at all.
     pub(crate) fn exhausted(
@@ -260,9 +265,9 @@ impl Budget {
     /// limits (said once per change of the file).
     pub(crate) fn reload_if_changed(&self) -> bool {
         let mut state = self.state();
-        let Some(reload) = state.reload.clone() else {
+        if state.reload.is_none() {
             return false;
-        };
+        }
         let now = std::time::Instant::now();
         let due = state
             .looked
@@ -270,6 +275,9 @@ impl Budget {
         if !state.holding && !due {
             return false;
         }
+        let Some(reload) = state.reload.clone() else {
+            return false;
+        };
         state.looked = Some(now);
         let stamp = stamp_of(&reload.file);
         if stamp == state.stamp {

@@ -23,6 +23,7 @@
 use std::borrow::Cow;
 use std::path::{Component, Path};
 
+use chrono::{Datelike, Timelike};
 use chrono_tz::Tz;
 use provider::prompt_xml::{escape_body, escape_text, start_tag};
 use schema::content::ReplyTo;
@@ -110,12 +111,28 @@ pub fn format_prompt(rows: &[PromptRow<'_>], ctx: &FormatContext<'_>) -> String 
 /// Formats a stored timestamp as local time in `tz`, e.g. `Feb 4, 2026, 1:30 PM`; `None` when
 /// the timestamp is in no form the DB accepts.
 pub fn format_time(ts: &str, tz: Tz) -> Option<String> {
-    let at = schema::time::parse_ts(ts).ok()?;
-    Some(
-        at.with_timezone(&tz)
-            .format("%b %-d, %Y, %-I:%M %p")
-            .to_string(),
-    )
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let local = schema::time::parse_ts(ts).ok()?.with_timezone(&tz);
+    let year = local.year();
+    if !(0..=9999).contains(&year) {
+        // chrono's own `%Y` for years a stored timestamp rarely has (a sign, more digits).
+        return Some(local.format("%b %-d, %Y, %-I:%M %p").to_string());
+    }
+    // What `%b %-d, %Y, %-I:%M %p` writes, without parsing that format at every message.
+    let hour = local.hour();
+    let hour12 = match hour % 12 {
+        0 => 12,
+        h => h,
+    };
+    Some(format!(
+        "{} {}, {year:04}, {hour12}:{:02} {}",
+        MONTHS[local.month0() as usize % 12],
+        local.day(),
+        local.minute(),
+        if hour < 12 { "AM" } else { "PM" }
+    ))
 }
 
 /// Default notes when no media module resolved the attachments: one with a `localPath` is
@@ -1314,5 +1331,31 @@ mod tests {
             Some("Feb 4, 2026, 12:05 AM")
         );
         assert_eq!(format_time("garbage", tz), None);
+    }
+
+    /// The hand-written format says what chrono's `%b %-d, %Y, %-I:%M %p` says: every hour
+    /// (midnight and noon), each month, a DST change, years that need padding.
+    #[test]
+    fn format_time_matches_chronos_format() {
+        let zones = [Tz::UTC, Tz::America__Los_Angeles, Tz::Asia__Kolkata];
+        let mut days: Vec<String> = ["0001-01-01", "0999-12-31", "2026-03-08", "2026-11-01"]
+            .into_iter()
+            .chain(["9999-12-30"])
+            .map(String::from)
+            .collect();
+        days.extend((1..=12).map(|month| format!("2026-{month:02}-15")));
+        for tz in zones {
+            for day in &days {
+                for hour in 0..24 {
+                    let ts = format!("{day}T{hour:02}:07:00.000Z");
+                    let expected = schema::time::parse_ts(&ts).ok().map(|at| {
+                        at.with_timezone(&tz)
+                            .format("%b %-d, %Y, %-I:%M %p")
+                            .to_string()
+                    });
+                    assert_eq!(format_time(&ts, tz), expected, "{ts} in {tz}");
+                }
+            }
+        }
     }
 }

@@ -16,8 +16,9 @@ use provider::{
 };
 use schema::content::out;
 use schema::{
-    CurrentBatch, DbWatcher, Destination, DestinationRoute, InKind, InboundContent, MessageIn,
-    NewMessageOut, OutKind, Reads, Routing, RunnerStatus, SessionDb, UsageOutcome, WaitingOn,
+    CurrentBatch, DbWatcher, Destination, DestinationRoute, FieldProblem, InKind, InboundContent,
+    MessageIn, NewMessageOut, OutKind, Reads, Routing, RunnerStatus, SessionDb, UsageOutcome,
+    WaitingOn,
 };
 use serde_json::json;
 use tokio::time::{sleep, Instant};
@@ -188,11 +189,28 @@ struct Polled {
     next_due: Option<chrono::DateTime<Utc>>,
 }
 
+/// A claimed row with its content, parsed once: the claim reads it to see whether the batch
+/// starts there, the cut into work items for commands, the gate for scripts and the prompt
+/// for its text. The parse's problems are logged by the gate.
+#[derive(Debug)]
+struct Claimed {
+    row: MessageIn,
+    content: InboundContent,
+    problems: Vec<FieldProblem>,
+}
+
+/// A row's content parsed, with the fields that had an unexpected type.
+type Parsed = (InboundContent, Vec<FieldProblem>);
+
+fn parse_content(row: &MessageIn) -> Parsed {
+    InboundContent::parse_with_problems(&row.kind(), &row.content)
+}
+
 /// A unit of work cut from a claimed batch, processed in seq order.
 #[derive(Debug)]
 enum Work {
     /// Rows that go to the agent as one prompt.
-    Prompt(Vec<MessageIn>),
+    Prompt(Vec<Claimed>),
     /// `/clear`.
     Clear(MessageIn),
     /// A command the CLI handles natively, sent raw as its own query.
@@ -470,13 +488,20 @@ impl Runner {
     }
 
     /// Cuts claimed rows into work items in seq order: commands split the rows around them.
-    fn split_work(&self, rows: Vec<MessageIn>) -> Vec<Work> {
+    /// `parsed`: the rows' contents when the claim parsed them already.
+    fn split_work(&self, rows: Vec<MessageIn>, parsed: Option<Vec<Parsed>>) -> Vec<Work> {
         let native = self.provider.native_commands();
         let mut work = Vec::new();
         let mut current = Vec::new();
         let stop_word = &self.options.turn_control.stop_word;
+        let mut parsed = parsed
+            .filter(|parsed| parsed.len() == rows.len())
+            .map(Vec::into_iter);
         for row in rows {
-            let content = InboundContent::parse(&row.kind(), &row.content);
+            let (content, problems) = parsed
+                .as_mut()
+                .and_then(Iterator::next)
+                .unwrap_or_else(|| parse_content(&row));
             if let Some(command) = control::command_of(&content, stop_word) {
                 if !current.is_empty() {
                     work.push(Work::Prompt(std::mem::take(&mut current)));
@@ -488,7 +513,11 @@ impl Runner {
                 continue;
             }
             match command_of(&content, native) {
-                None => current.push(row),
+                None => current.push(Claimed {
+                    row,
+                    content,
+                    problems,
+                }),
                 Some(native_text) => {
                     if !current.is_empty() {
                         work.push(Work::Prompt(std::mem::take(&mut current)));
@@ -586,7 +615,7 @@ impl Runner {
     /// starts from, read with the prompt's destinations.
     async fn prepare(
         &mut self,
-        rows: Vec<MessageIn>,
+        rows: Vec<Claimed>,
         start: bool,
     ) -> Result<Option<(Prepared, Option<QueryStart>)>> {
         match self.gate(rows).await? {
@@ -599,21 +628,26 @@ impl Runner {
     /// its row or fail; that row is completed here without the agent. Context-only rows (no
     /// triggering row, or none left after the scripts) go back to `pending` to wait for a
     /// triggering row. `None` when nothing is left for the agent.
-    async fn gate(&mut self, rows: Vec<MessageIn>) -> Result<Option<Gated>> {
+    async fn gate(&mut self, rows: Vec<Claimed>) -> Result<Option<Gated>> {
         if rows.is_empty() {
             return Ok(None);
         }
-        if !rows.iter().any(|row| row.trigger) {
+        if !rows.iter().any(|claimed| claimed.row.trigger) {
             // Context-only rows wait for a triggering row; they were claimed with others.
-            self.release_rows(&rows).await?;
+            self.release_rows(rows.iter().map(|claimed| &claimed.row))
+                .await?;
             return Ok(None);
         }
         let mut kept = Vec::with_capacity(rows.len());
         let mut parsed = Vec::with_capacity(rows.len());
         let mut finished_early = Vec::new();
-        for row in rows {
+        for Claimed {
+            row,
+            content,
+            problems,
+        } in rows
+        {
             let kind = row.kind();
-            let (content, problems) = InboundContent::parse_with_problems(&kind, &row.content);
             for problem in &problems {
                 tracing::warn!(
                     row = %row.id,
@@ -701,8 +735,8 @@ impl Runner {
     }
 
     /// Puts claimed rows back to `pending` (without counting a try).
-    async fn release_rows(&self, rows: &[MessageIn]) -> Result<()> {
-        let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+    async fn release_rows<'a>(&self, rows: impl IntoIterator<Item = &'a MessageIn>) -> Result<()> {
+        let ids: Vec<String> = rows.into_iter().map(|r| r.id.clone()).collect();
         if !ids.is_empty() {
             self.call(move |db| db.release(&ids)).await?;
         }
@@ -1308,10 +1342,14 @@ impl Runner {
         }
         let now = (self.options.clock)();
         self.budget.reload_if_changed();
-        let budget = self.budget.clone();
-        let exhausted = self
-            .call_inline(move |db| budget.exhausted(db, now))
-            .await?;
+        // With no limit set (only the reload may set one), there is nothing to ask the DB.
+        let exhausted = if self.budget.has_limit() {
+            let budget = self.budget.clone();
+            self.call_inline(move |db| budget.exhausted(db, now))
+                .await?
+        } else {
+            None
+        };
         let Some(exhausted) = exhausted else {
             if self.budget.release() {
                 tracing::info!("spending limit no longer reached: serving the queue again");
@@ -1401,7 +1439,7 @@ impl Runner {
         let native = self.provider.native_commands();
         let stop_word = self.options.turn_control.stop_word.clone();
         let provider = self.provider.name();
-        let (claimed, started, next_due) = self
+        let (claimed, started, parsed, next_due) = self
             .call_inline(move |db| {
                 let eligible = db.eligible(now, first_poll, limit)?;
                 if !eligible.wakes {
@@ -1409,23 +1447,28 @@ impl Runner {
                     // and wait for something other than time (a triggering row, a question
                     // to close), so they must neither make the loop spin nor hide a later
                     // task's due time.
-                    return Ok((Vec::new(), None, db.next_due_after(now)?));
+                    return Ok((Vec::new(), None, None, db.next_due_after(now)?));
                 }
                 let ids: Vec<String> = eligible.rows.into_iter().map(|r| r.id).collect();
                 // The claim that starts a batch also reads what its query starts from, in its
                 // own transaction (docs/decisions.md, "The query's start read by the claim").
+                // The rows' contents are parsed here, once, when the claim may start a batch.
+                let mut parsed = None;
                 let (claimed, started) = db.claim_starting(&ids, |rows, reads| {
-                    match start
-                        .then(|| batch_at_claim(rows, native, &stop_word))
-                        .flatten()
-                    {
+                    if !start {
+                        return Ok(None);
+                    }
+                    let contents: Vec<Parsed> = rows.iter().map(parse_content).collect();
+                    let batch = batch_at_claim(rows, &contents, native, &stop_word);
+                    parsed = Some(contents);
+                    match batch {
                         // A failed read leaves the claim standing: `render` reads again, and
                         // an error there surfaces as any query start's does.
                         Some(batch) => Ok(Some((batch, read_start(reads, provider).ok()))),
                         None => Ok(None),
                     }
                 })?;
-                Ok((claimed, started, None))
+                Ok((claimed, started, parsed, None))
             })
             .await?;
         (self.started, self.start_reads) = match started {
@@ -1433,7 +1476,7 @@ impl Runner {
             None => (None, None),
         };
         Ok(Polled {
-            work: self.split_work(claimed),
+            work: self.split_work(claimed, parsed),
             next_due,
         })
     }
@@ -1855,22 +1898,24 @@ fn pre_agent_script(content: &InboundContent) -> Option<&str> {
 /// as one prompt exactly as they are (a triggering row among them, no command, no pre-agent
 /// script), the batch `run_query` will start is known at the claim. Otherwise `None`: the batch
 /// is started after gating, as before.
-fn batch_at_claim(rows: &[MessageIn], native: &[&str], stop_word: &str) -> Option<CurrentBatch> {
+fn batch_at_claim(
+    rows: &[MessageIn],
+    contents: &[Parsed],
+    native: &[&str],
+    stop_word: &str,
+) -> Option<CurrentBatch> {
     if !rows.iter().any(|row| row.trigger) {
         return None;
     }
-    let mut contents = Vec::with_capacity(rows.len());
-    for row in rows {
-        let content = InboundContent::parse(&row.kind(), &row.content);
-        if command_of(&content, native).is_some()
-            || control::command_of(&content, stop_word).is_some()
-            || pre_agent_script(&content).is_some()
+    for (content, _) in contents {
+        if command_of(content, native).is_some()
+            || control::command_of(content, stop_word).is_some()
+            || pre_agent_script(content).is_some()
         {
             return None;
         }
-        contents.push(content);
     }
-    let target = target_parsed(rows, contents.iter());
+    let target = target_parsed(rows, contents.iter().map(|(content, _)| content));
     Some(target.batch(rows.iter().map(|row| row.id.clone()).collect()))
 }
 
@@ -2171,7 +2216,7 @@ async fn sleep_until_some(at: Option<Instant>) {
 /// The ids of the rows a work item carries.
 fn work_rows(work: Work) -> Vec<String> {
     match work {
-        Work::Prompt(rows) => rows.into_iter().map(|row| row.id).collect(),
+        Work::Prompt(rows) => rows.into_iter().map(|claimed| claimed.row.id).collect(),
         Work::Clear(row) | Work::Native(row, _) | Work::Stop(row, _) | Work::Model(row, _) => {
             vec![row.id]
         }

@@ -32,6 +32,7 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
 use schema::Destination;
 
@@ -172,6 +173,10 @@ pub fn build_system_prompt(sources: &PromptSources, destinations: &[Destination]
     }
     budget.warn_refused();
     parts.push(addendum(sources, destinations));
+    if parts.len() == 1 {
+        // No instruction file: the addendum alone, not copied again.
+        return parts.pop().unwrap_or_default();
+    }
     parts.join("\n\n")
 }
 
@@ -235,7 +240,7 @@ fn instructions_within(
 pub fn addendum(sources: &PromptSources, destinations: &[Destination]) -> String {
     let name = one_line(&sources.assistant_name);
     let tz = one_line(&sources.timezone);
-    let mut out = String::new();
+    let mut out = String::with_capacity(4096);
     let _ = write!(
         out,
         "\
@@ -290,15 +295,24 @@ and do not repeat that text in your final reply.
              send_message and `to: \"{example}\"`."
         );
     }
-    out.push_str(
+    out.push_str(&TOOLS_SECTION);
+    let len = out.trim_end().len();
+    out.truncate(len);
+    out
+}
+
+/// The addendum's last section, the same in every prompt: built once (the prompt is built at
+/// every query's start).
+static TOOLS_SECTION: LazyLock<String> = LazyLock::new(|| {
+    let mut out = String::from(
         "\n### Tools (MCP server `nanoclaw`)\nYour CLI may show them with a prefix, e.g. \
          `mcp__nanoclaw__send_message`.\n",
     );
     for (tool, line) in TOOLS {
         let _ = writeln!(out, "- `{tool}`: {line}");
     }
-    out.trim_end().to_owned()
-}
+    out
+});
 
 /// The folders imports may read from: the workspace, the global folder and the agent folder
 /// (resolved, where they exist).

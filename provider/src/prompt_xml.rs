@@ -259,12 +259,10 @@ impl<'a> Scanner<'a> {
     /// `<name` that never reaches its `>` is not a tag (nor is anything after it).
     pub fn find_start(&self, from: usize, name: &str) -> Option<Tag> {
         self.remembered(false, from, name, || {
-            let pattern = format!("<{}", name.to_ascii_lowercase());
             let lower = self.lower.as_str();
             let mut search = from;
-            while let Some(found) = lower.get(search..).and_then(|rest| rest.find(&pattern)) {
-                let start = search + found;
-                let after = start + pattern.len();
+            while let Some(start) = self.next_name(search, "<", name) {
+                let after = start + 1 + name.len();
                 let boundary = lower[after..]
                     .chars()
                     .next()
@@ -293,12 +291,10 @@ impl<'a> Scanner<'a> {
     /// The next end tag `</name>` (whitespace allowed before `>`) at or after byte `from`.
     pub fn find_end(&self, from: usize, name: &str) -> Option<Tag> {
         self.remembered(true, from, name, || {
-            let pattern = format!("</{}", name.to_ascii_lowercase());
             let lower = self.lower.as_str();
             let mut search = from;
-            while let Some(found) = lower.get(search..).and_then(|rest| rest.find(&pattern)) {
-                let start = search + found;
-                let after = start + pattern.len();
+            while let Some(start) = self.next_name(search, "</", name) {
+                let after = start + 2 + name.len();
                 let rest = &lower[after..];
                 let trimmed = rest.trim_start_matches(|c: char| c.is_ascii_whitespace());
                 if trimmed.starts_with('>') {
@@ -313,6 +309,22 @@ impl<'a> Scanner<'a> {
             }
             (None, usize::MAX)
         })
+    }
+
+    /// Where `prefix` and then `name` (ASCII-case-insensitively) next appear at or after byte
+    /// `from`. Found by each `<` in turn (a byte search), so nothing is built per search.
+    fn next_name(&self, from: usize, prefix: &str, name: &str) -> Option<usize> {
+        let lower = self.lower.as_str();
+        let mut search = from;
+        loop {
+            let start = search + lower.get(search..)?.find(prefix)?;
+            let at = start + prefix.len();
+            let candidate = lower.as_bytes().get(at..at + name.len());
+            if candidate.is_some_and(|c| c.eq_ignore_ascii_case(name.as_bytes())) {
+                return Some(start);
+            }
+            search = start + 1;
+        }
     }
 
     /// The answer to a search from `from`: the remembered one when it holds there, else
@@ -334,17 +346,16 @@ impl<'a> Scanner<'a> {
             }
         }
         let (tag, until) = search();
-        let answer = Answer {
-            end_tag,
-            name: name.to_owned(),
-            from,
-            until,
-            tag,
-        };
         let mut answers = self.answers.borrow_mut();
         match answers.iter_mut().find(|a| same(a)) {
-            Some(slot) => *slot = answer,
-            None => answers.push(answer),
+            Some(slot) => (slot.from, slot.until, slot.tag) = (from, until, tag),
+            None => answers.push(Answer {
+                end_tag,
+                name: name.to_owned(),
+                from,
+                until,
+                tag,
+            }),
         }
         tag
     }
