@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -1101,6 +1102,11 @@ impl Runner {
             ProgressRows::new(self.options.turn_control.progress, Instant::now());
         // The stop rows being served and when the CLI's interrupt is given up on.
         let mut stopping: Option<(Vec<MessageIn>, Instant)> = None;
+        let mut deadline_alarm = Alarm::new();
+        let mut stop_alarm = Alarm::new();
+        let mut approval_alarm = Alarm::new();
+        let mut flush_alarm = Alarm::new();
+        let mut show_alarm = Alarm::new();
         loop {
             if !ended && !in_flight.is_empty() {
                 let stops = self.take_stops();
@@ -1131,14 +1137,18 @@ impl Runner {
                 }
             }
             let deadline = progress.deadline(&limits);
+            deadline_alarm.set(deadline.map(|(at, _)| at));
+            stop_alarm.set(stopping.as_ref().map(|(_, at)| *at));
+            approval_alarm.set(self.approvals.next_deadline());
+            flush_alarm.set(progress_rows.flush_at().filter(|_| !self.batch_finished));
             // Once the batch is finished (idle), the CLI winding down shows nothing.
-            let show_at = progress.show_at().filter(|_| !self.batch_finished);
+            show_alarm.set(progress.show_at().filter(|_| !self.batch_finished));
             tokio::select! {
                 _ = stop.cancelled() => {
                     query.abort();
                     return Ok(QueryEnd::Shutdown);
                 }
-                () = sleep_until_some(deadline.map(|(at, _)| at)) => {
+                () = deadline_alarm.ring() => {
                     let Some((_, stall)) = deadline else { continue };
                     let message = progress.message(stall, Instant::now(), &limits, &self.options.model_endpoint);
                     // Logged once, as the turn's end (class `NoProgress`).
@@ -1160,7 +1170,7 @@ impl Runner {
                         uncovered: in_flight.into_iter().map(|f| f.prepared).collect(),
                     });
                 }
-                () = sleep_until_some(stopping.as_ref().map(|(_, at)| *at)) => {
+                () = stop_alarm.ring() => {
                     tracing::warn!(grace = ?STOP_GRACE, "the CLI did not end the turn on its interrupt; aborting the turn");
                     query.abort();
                     let _ = tokio::time::timeout(ABORT_WIND_DOWN, async {
@@ -1171,15 +1181,15 @@ impl Runner {
                     let covers = in_flight.front().map(|f| f.id);
                     return self.finish_stopped(in_flight, covers, stops, None, InterruptReason::Stopped).await;
                 }
-                () = sleep_until_some(self.approvals.next_deadline()) => {
+                () = approval_alarm.ring() => {
                     self.expire_approvals(&approver, &mut progress).await?;
                 }
-                () = sleep_until_some(progress_rows.flush_at().filter(|_| !self.batch_finished)) => {
+                () = flush_alarm.ring() => {
                     if let Some(payload) = progress_rows.flush(Instant::now()) {
                         self.write_progress(payload, &in_flight).await?;
                     }
                 }
-                () = sleep_until_some(show_at) => {
+                () = show_alarm.ring() => {
                     progress.shown = true;
                     let waiting = progress.waiting_on(&self.options.model_endpoint);
                     tracing::info!(
@@ -2205,12 +2215,46 @@ impl TurnProgress {
     }
 }
 
-/// Sleeps until `at`; never resolves for `None` (a `select!` branch that is off).
-async fn sleep_until_some(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
+/// A timer a loop keeps across its iterations, for a `select!` branch that is off while the
+/// alarm is unset. Setting the same instant again costs nothing and a later one only moves the
+/// expiry, where a new `sleep` per iteration registered a timer with the runtime and removed it
+/// again at each of a turn's events (and, being the earliest, woke the runtime's driver through
+/// its eventfd).
+struct Alarm {
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    at: Option<Instant>,
+}
+
+impl Alarm {
+    fn new() -> Self {
+        Self {
+            sleep: Box::pin(tokio::time::sleep_until(far_future())),
+            at: None,
+        }
     }
+
+    /// Rings at `at`, or never for `None`.
+    fn set(&mut self, at: Option<Instant>) {
+        if at != self.at {
+            // Unset, it is moved out of the way: a timer still due would wake the loop for
+            // nothing.
+            self.sleep.as_mut().reset(at.unwrap_or_else(far_future));
+            self.at = at;
+        }
+    }
+
+    /// Resolves once the instant set has come (at once if it has passed); never while unset.
+    async fn ring(&mut self) {
+        match self.at {
+            Some(_) => self.sleep.as_mut().await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// An instant no alarm reaches (a year on).
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(365 * 24 * 3600)
 }
 
 /// The ids of the rows a work item carries.
@@ -2272,6 +2316,32 @@ fn spawn_heartbeat(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether `alarm` rings within `within` (of the paused clock, which advances by itself).
+    async fn rings(alarm: &mut Alarm, within: Duration) -> bool {
+        tokio::time::timeout(within, alarm.ring()).await.is_ok()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_alarm_rings_at_its_instant_again_when_set_again_and_never_unset() {
+        let mut alarm = Alarm::new();
+        assert!(!rings(&mut alarm, Duration::from_secs(3600)).await, "unset");
+        let at = Instant::now() + Duration::from_millis(50);
+        alarm.set(Some(at));
+        assert!(!rings(&mut alarm, Duration::from_millis(49)).await, "early");
+        assert!(rings(&mut alarm, Duration::from_millis(2)).await, "at its instant");
+        // Still set to a passed instant: it rings at once, as a new sleep to it would.
+        alarm.set(Some(at));
+        assert!(rings(&mut alarm, Duration::ZERO).await);
+        // Moved later, then unset before that: it never rings.
+        alarm.set(Some(Instant::now() + Duration::from_millis(30)));
+        assert!(!rings(&mut alarm, Duration::from_millis(10)).await);
+        alarm.set(None);
+        assert!(!rings(&mut alarm, Duration::from_secs(3600)).await, "unset again");
+        // Set again after being unset: it rings at the new instant.
+        alarm.set(Some(Instant::now() + Duration::from_millis(5)));
+        assert!(rings(&mut alarm, Duration::from_millis(6)).await);
+    }
 
     const LIMITS: ProgressLimits = ProgressLimits {
         notice: Duration::from_secs(60),

@@ -17,10 +17,11 @@ mod inotify_source;
 mod shortage;
 mod wal_stat;
 
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::time::{sleep_until, Instant};
+use tokio::time::{sleep_until, Instant, Sleep};
 
 use crate::{Error, SessionDb};
 use inotify_source::InotifySource;
@@ -100,6 +101,41 @@ pub struct DbWatcher {
     /// `&self` across an await stays Send.)
     conn: Arc<Mutex<rusqlite::Connection>>,
     last_version: i64,
+    /// The wait's deadline and the ladder's next re-check, kept from wait to wait (made at the
+    /// first, inside the runtime): a loop waits between each of a turn's events, and a new
+    /// timer per wait was registered with the runtime and removed again each time.
+    timers: Option<Timers>,
+}
+
+/// [`DbWatcher`]'s timers.
+struct Timers {
+    deadline: Pin<Box<Sleep>>,
+    recheck: Pin<Box<Sleep>>,
+    /// When `recheck` is set to ring; `None`: moved out of the way.
+    recheck_at: Option<Instant>,
+}
+
+impl Timers {
+    fn new() -> Self {
+        Self {
+            deadline: Box::pin(sleep_until(far_future())),
+            recheck: Box::pin(sleep_until(far_future())),
+            recheck_at: None,
+        }
+    }
+
+    fn set_recheck(&mut self, at: Option<Instant>) {
+        if at != self.recheck_at {
+            // Unset, it is moved out of the way: a timer still due would wake the task.
+            self.recheck.as_mut().reset(at.unwrap_or_else(far_future));
+            self.recheck_at = at;
+        }
+    }
+}
+
+/// An instant no timer of a watcher reaches (a year on).
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(365 * 24 * 3600)
 }
 
 impl DbWatcher {
@@ -140,6 +176,7 @@ impl DbWatcher {
             ladder: Ladder::default(),
             conn,
             last_version,
+            timers: None,
         })
     }
 
@@ -175,6 +212,13 @@ impl DbWatcher {
     /// Cancel-safe: dropping the future loses no event.
     pub async fn wait(&mut self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
+        // A later deadline than the last only moves the timer's expiry. The timers stay in
+        // `self` whether this future ends or is dropped.
+        self.timers
+            .get_or_insert_with(Timers::new)
+            .deadline
+            .as_mut()
+            .reset(deadline);
         // With inotify, every commit since the last check left an event (read below) or is on
         // the ladder (a commit not yet visible at that check): a check now would only repeat
         // the last one. A loop waits here between each of a turn's events, so that repeat was
@@ -197,11 +241,13 @@ impl DbWatcher {
                 return true;
             }
             check = false;
-            let recheck = self.ladder.due();
+            let due = self.ladder.due();
+            let timers = self.timers.get_or_insert_with(Timers::new);
+            timers.set_recheck(due);
             tokio::select! {
                 biased;
-                _ = sleep_until(deadline) => return self.changed(),
-                _ = sleep_until(recheck.unwrap_or(deadline)), if recheck.is_some() => {
+                _ = timers.deadline.as_mut() => return self.changed(),
+                _ = timers.recheck.as_mut(), if timers.recheck_at.is_some() => {
                     self.ladder.advance(Instant::now());
                     check = true;
                 }
