@@ -1641,9 +1641,14 @@ impl Runner {
         let now = (self.options.clock)();
         let written = self
             .call_inline(move |db| {
-                let replies = reply_rows(db, &blocks, &target, &ids, start_seq)?;
                 // Completing no row: the replies alone, in one transaction.
-                db.complete_at(&[], &replies, now)
+                db.complete_replies_with_usage_at(
+                    &[],
+                    |reads| reply_rows(reads, &blocks, &target, &ids, start_seq),
+                    None,
+                    now,
+                    false,
+                )
             })
             .await?;
         tracing::debug!(replies = written.len(), "message blocks delivered mid-turn");
@@ -1692,17 +1697,21 @@ impl Runner {
         let budget = self.budget.clone();
         // Routing, the duplicate check and the write in one DB call; the ledger row and, for
         // the query's last result, the batch's finish go in the same transaction.
-        let (count, written) = self
+        let written = self
             .call_inline(move |db| {
-                let replies = reply_rows(db, &outgoing, &target, &ids, start_seq)?;
-                let written =
-                    db.complete_with_usage_at(&ids, &replies, Some(&ledger), now, last)?;
+                let written = db.complete_replies_with_usage_at(
+                    &ids,
+                    |reads| reply_rows(reads, &outgoing, &target, &ids, start_seq),
+                    Some(&ledger),
+                    now,
+                    last,
+                )?;
                 budget.recorded(&ledger, now);
-                Ok((replies.len(), written))
+                Ok(written)
             })
             .await?;
         self.batch_finished |= last;
-        tracing::debug!(replies = count, seqs = ?written.iter().map(|w| w.seq).collect::<Vec<_>>(), "turn answered");
+        tracing::debug!(replies = written.len(), seqs = ?written.iter().map(|w| w.seq).collect::<Vec<_>>(), "turn answered");
         Ok(())
     }
 
@@ -1794,7 +1803,7 @@ impl Runner {
 /// to an unknown name); a message already sent this turn (a `messages_out` row after
 /// `start_seq` with the same routing and text) is not written twice.
 fn reply_rows(
-    db: &SessionDb,
+    reads: &Reads<'_>,
     outgoing: &[reply::Outgoing],
     target: &Target,
     ids: &[String],
@@ -1804,11 +1813,11 @@ fn reply_rows(
     if outgoing.is_empty() {
         return Ok(replies);
     }
-    let sent_this_turn = db.messages_out_after(start_seq, 10_000)?;
+    let sent_this_turn = reads.messages_out_after(start_seq, 10_000)?;
     for message in outgoing {
         let routing = match &message.to {
             None => target.routing.clone(),
-            Some(name) => match db.route_to_destination(name, ids)? {
+            Some(name) => match reads.route_to_destination(name, ids)? {
                 DestinationRoute::Found(routing) => routing,
                 DestinationRoute::Unknown { known } => {
                     tracing::warn!(destination = %name, ?known, "reply addressed to an unknown destination; not sent");
@@ -2329,7 +2338,10 @@ mod tests {
         let at = Instant::now() + Duration::from_millis(50);
         alarm.set(Some(at));
         assert!(!rings(&mut alarm, Duration::from_millis(49)).await, "early");
-        assert!(rings(&mut alarm, Duration::from_millis(2)).await, "at its instant");
+        assert!(
+            rings(&mut alarm, Duration::from_millis(2)).await,
+            "at its instant"
+        );
         // Still set to a passed instant: it rings at once, as a new sleep to it would.
         alarm.set(Some(at));
         assert!(rings(&mut alarm, Duration::ZERO).await);
@@ -2337,7 +2349,10 @@ mod tests {
         alarm.set(Some(Instant::now() + Duration::from_millis(30)));
         assert!(!rings(&mut alarm, Duration::from_millis(10)).await);
         alarm.set(None);
-        assert!(!rings(&mut alarm, Duration::from_secs(3600)).await, "unset again");
+        assert!(
+            !rings(&mut alarm, Duration::from_secs(3600)).await,
+            "unset again"
+        );
         // Set again after being unset: it rings at the new instant.
         alarm.set(Some(Instant::now() + Duration::from_millis(5)));
         assert!(rings(&mut alarm, Duration::from_millis(6)).await);

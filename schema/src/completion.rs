@@ -14,7 +14,7 @@ use crate::rows::{InStatus, Inserted, MessageIn, NewMessageIn, NewMessageOut, Ou
 use crate::sql::IN_COLUMNS;
 use crate::tasks::SERIES_PAUSED_PREFIX;
 use crate::time::format_ts;
-use crate::{Error, SessionDb};
+use crate::{Error, Reads, SessionDb};
 
 /// The completion's statement, built once: `prepare_cached` finds it by its text.
 static COMPLETE_SQL: LazyLock<String> = LazyLock::new(|| {
@@ -58,13 +58,29 @@ impl SessionDb {
         finish: bool,
     ) -> Result<Vec<Inserted>, Error> {
         self.complete_then(ids, replies, now, |tx| {
-            if let Some(usage) = usage {
-                crate::usage::insert_usage_tx(tx, usage, now)?;
-            }
-            if finish {
-                crate::batch::finish_batch_tx(tx, None)?;
-            }
-            Ok(())
+            usage_and_finish_tx(tx, usage, now, finish)
+        })
+    }
+
+    /// [`SessionDb::complete_with_usage_at`] with the replies made by `replies` inside the
+    /// writing transaction, from what it reads there (what was sent already, where a
+    /// destination is): one transaction where a read before it took a second, and what the
+    /// replies are decided on cannot change before they are written. Returns what was written.
+    pub fn complete_replies_with_usage_at(
+        &self,
+        ids: &[String],
+        replies: impl FnOnce(&Reads<'_>) -> Result<Vec<NewMessageOut>, Error>,
+        usage: Option<&crate::NewTurnUsage>,
+        now: DateTime<Utc>,
+        finish: bool,
+    ) -> Result<Vec<Inserted>, Error> {
+        let ids_json = serde_json::to_string(ids)?;
+        let timezone = self.timezone();
+        self.write(|tx| {
+            let replies = replies(&Reads::new(tx))?;
+            let written = complete_tx(tx, &ids_json, &replies, now, timezone)?;
+            usage_and_finish_tx(tx, usage, now, finish)?;
+            Ok(written)
         })
     }
 
@@ -84,6 +100,23 @@ impl SessionDb {
             Ok(written)
         })
     }
+}
+
+/// What a result's transaction writes after the completion: the turn's ledger row, and with
+/// `finish` the batch's end.
+fn usage_and_finish_tx(
+    tx: &Transaction<'_>,
+    usage: Option<&crate::NewTurnUsage>,
+    now: DateTime<Utc>,
+    finish: bool,
+) -> Result<(), Error> {
+    if let Some(usage) = usage {
+        crate::usage::insert_usage_tx(tx, usage, now)?;
+    }
+    if finish {
+        crate::batch::finish_batch_tx(tx, None)?;
+    }
+    Ok(())
 }
 
 /// [`SessionDb::complete_at`] inside the caller's transaction (`ids_json`: the ids as a JSON

@@ -68,10 +68,7 @@ impl SessionDb {
     /// (TEXT, BLOB) has no place in that order and is left out: SQLite sorts it above every number,
     /// so it would come back after every `after` and a follower would print it forever.
     pub fn messages_out_after(&self, after: i64, limit: usize) -> Result<Vec<MessageOut>, Error> {
-        let conn = self.conn()?;
-        let mut stmt = conn.prepare_cached(&OUT_AFTER_SQL)?;
-        let rows = stmt.query_map(params![after, limit as i64], MessageOut::from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        messages_out_after_in(&*self.conn()?, after, limit)
     }
 
     /// `messages_out` rows answering `in_reply_to`.
@@ -106,6 +103,18 @@ impl SessionDb {
     pub fn all_messages_out(&self) -> Result<Vec<MessageOut>, Error> {
         self.messages_out_after(i64::MIN, usize::MAX >> 1)
     }
+}
+
+/// [`SessionDb::messages_out_after`] on `conn`.
+pub(crate) fn messages_out_after_in(
+    conn: &Connection,
+    after: i64,
+    limit: usize,
+) -> Result<Vec<MessageOut>, Error> {
+    let mut stmt = conn.prepare_cached(&OUT_AFTER_SQL)?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = stmt.query_map(params![after, limit], MessageOut::from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 /// The highest numeric seq in either table; 0 when there is none (or only negative ones).

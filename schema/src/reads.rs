@@ -3,8 +3,8 @@
 
 use rusqlite::Connection;
 
-use crate::rows::Destination;
-use crate::{Error, SessionDb};
+use crate::rows::{Destination, MessageOut};
+use crate::{DestinationRoute, Error, SessionDb};
 
 /// Reads inside one transaction: each sees the same snapshot, and SQLite takes its shared
 /// locks once for all of them instead of once per statement (two `fcntl` calls each).
@@ -31,6 +31,20 @@ impl<'c> Reads<'c> {
     /// The highest seq of both message tables ([`SessionDb::max_seq`]).
     pub fn max_seq(&self) -> Result<i64, Error> {
         crate::messages::highest_seq(self.conn)
+    }
+
+    /// `messages_out` rows with seq above `after` ([`SessionDb::messages_out_after`]).
+    pub fn messages_out_after(&self, after: i64, limit: usize) -> Result<Vec<MessageOut>, Error> {
+        crate::messages::messages_out_after_in(self.conn, after, limit)
+    }
+
+    /// Where a message to the destination `name` goes ([`SessionDb::route_to_destination`]).
+    pub fn route_to_destination(
+        &self,
+        name: &str,
+        batch: &[String],
+    ) -> Result<DestinationRoute, Error> {
+        crate::routing::route_in(self.conn, name, batch)
     }
 }
 

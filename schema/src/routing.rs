@@ -11,7 +11,7 @@
 //!    answers in that thread, as a bare reply does); otherwise the channel's root.
 
 use rusqlite::types::ValueRef;
-use rusqlite::OptionalExtension;
+use rusqlite::{Connection, OptionalExtension};
 
 use crate::{Destination, Error, Routing, SessionDb};
 
@@ -48,51 +48,59 @@ impl SessionDb {
         name: &str,
         batch: &[String],
     ) -> Result<DestinationRoute, Error> {
-        let all = self.destinations()?;
-        let Some(destination) = find_destination(&all, name) else {
-            return Ok(DestinationRoute::Unknown {
-                known: all.into_iter().map(|d| d.name).collect(),
-            });
-        };
-        let mut routing = destination.routing();
-        if routing.channel_type.is_some() || routing.platform_id.is_some() {
-            routing.thread_id = self.newest_thread_from(&routing, batch)?;
-        }
-        Ok(DestinationRoute::Found(routing))
+        route_in(&*self.conn()?, name, batch)
     }
+}
 
-    /// The thread of the newest row of `batch` that came from `channel` (its channel type and
-    /// platform id), if any row did and has a thread.
-    fn newest_thread_from(
-        &self,
-        channel: &Routing,
-        batch: &[String],
-    ) -> Result<Option<String>, Error> {
-        if batch.is_empty() {
-            return Ok(None);
-        }
-        let ids = serde_json::to_string(batch)?;
-        let conn = self.conn()?;
-        let thread = conn
-            .query_row(
-                "SELECT thread_id FROM messages_in
-                 WHERE id IN (SELECT value FROM json_each(?1))
-                   AND channel_type IS ?2 AND platform_id IS ?3
-                 ORDER BY seq DESC LIMIT 1",
-                rusqlite::params![ids, channel.channel_type, channel.platform_id],
-                // Whatever the host stored there: text as is, a number as its digits.
-                |row| {
-                    Ok(match row.get_ref(0)? {
-                        ValueRef::Text(text) => Some(String::from_utf8_lossy(text).into_owned()),
-                        ValueRef::Integer(n) => Some(n.to_string()),
-                        ValueRef::Real(x) => Some(x.to_string()),
-                        ValueRef::Null | ValueRef::Blob(_) => None,
-                    })
-                },
-            )
-            .optional()?;
-        Ok(thread.flatten().filter(|t| !t.is_empty()))
+/// [`SessionDb::route_to_destination`] on `conn` (one snapshot when inside a transaction).
+pub(crate) fn route_in(
+    conn: &Connection,
+    name: &str,
+    batch: &[String],
+) -> Result<DestinationRoute, Error> {
+    let all = crate::destinations::destinations_in(conn)?;
+    let Some(destination) = find_destination(&all, name) else {
+        return Ok(DestinationRoute::Unknown {
+            known: all.into_iter().map(|d| d.name).collect(),
+        });
+    };
+    let mut routing = destination.routing();
+    if routing.channel_type.is_some() || routing.platform_id.is_some() {
+        routing.thread_id = newest_thread_from(conn, &routing, batch)?;
     }
+    Ok(DestinationRoute::Found(routing))
+}
+
+/// The thread of the newest row of `batch` that came from `channel` (its channel type and
+/// platform id), if any row did and has a thread.
+fn newest_thread_from(
+    conn: &Connection,
+    channel: &Routing,
+    batch: &[String],
+) -> Result<Option<String>, Error> {
+    if batch.is_empty() {
+        return Ok(None);
+    }
+    let ids = serde_json::to_string(batch)?;
+    let thread = conn
+        .query_row(
+            "SELECT thread_id FROM messages_in
+             WHERE id IN (SELECT value FROM json_each(?1))
+               AND channel_type IS ?2 AND platform_id IS ?3
+             ORDER BY seq DESC LIMIT 1",
+            rusqlite::params![ids, channel.channel_type, channel.platform_id],
+            // Whatever the host stored there: text as is, a number as its digits.
+            |row| {
+                Ok(match row.get_ref(0)? {
+                    ValueRef::Text(text) => Some(String::from_utf8_lossy(text).into_owned()),
+                    ValueRef::Integer(n) => Some(n.to_string()),
+                    ValueRef::Real(x) => Some(x.to_string()),
+                    ValueRef::Null | ValueRef::Blob(_) => None,
+                })
+            },
+        )
+        .optional()?;
+    Ok(thread.flatten().filter(|t| !t.is_empty()))
 }
 
 /// The cases both routing paths are tested with (the runner's `<message to>` reply in

@@ -229,6 +229,54 @@ fn claim_complete_reset_and_release() {
     assert_eq!((row.status.as_str(), row.tries), ("pending", 1));
 }
 
+/// Replies made inside the completing transaction are decided on what it reads, and nothing
+/// can be written between that read and their write: another writer waits for the lock.
+#[test]
+fn replies_made_inside_the_completion_read_what_they_are_written_with() {
+    let (dir, db) = open();
+    let a = db.insert_in(&chat("a")).unwrap().id;
+    db.claim(std::slice::from_ref(&a)).unwrap();
+    let sent = NewMessageOut::new(OutKind::Chat, Routing::default(), &json!({"text": "early"}));
+    let start_seq = db.max_seq().unwrap();
+    db.insert_out(&sent).unwrap();
+    let other = SessionDb::open_with(
+        dir.path().join("session.db"),
+        schema::OpenOptions {
+            busy_timeout: Duration::from_millis(50),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let written = db
+        .complete_replies_with_usage_at(
+            std::slice::from_ref(&a),
+            |reads| {
+                let seen = reads.messages_out_after(start_seq, 10)?;
+                assert_eq!(seen.len(), 1, "the row sent before the transaction is read");
+                let blocked = other.insert_out(&sent);
+                assert!(
+                    blocked.as_ref().is_err_and(|err| err.is_busy()),
+                    "a write got between the read and the replies: {blocked:?}"
+                );
+                Ok(vec![NewMessageOut::new(
+                    OutKind::Chat,
+                    Routing::default(),
+                    &json!({"text": format!("after {}", seen.len())}),
+                )
+                .replying_to(Some(a.clone()))])
+            },
+            None,
+            Utc::now(),
+            false,
+        )
+        .unwrap();
+    assert_eq!(written.len(), 1);
+    assert_eq!(db.message_in(&a).unwrap().unwrap().status, "completed");
+    let replies = db.replies_to(&a).unwrap();
+    assert_eq!(replies.len(), 1);
+    assert!(replies[0].content.contains("after 1"), "{replies:?}");
+}
+
 #[test]
 fn sweep_backs_off_then_fails_and_spares_a_live_runners_batch() {
     let (_dir, db) = open();
