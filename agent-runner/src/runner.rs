@@ -258,7 +258,8 @@ struct StartReads {
 #[derive(Debug)]
 struct QueryStart {
     continuation: Option<String>,
-    /// The highest seq when the query starts: its replies are checked for repeats after it.
+    /// The highest `messages_out` seq when the query starts: its replies are checked for
+    /// repeats among the rows after it (what the turn sent).
     start_seq: i64,
     system_prompt: Option<String>,
     /// The session's model (`/model`), if set.
@@ -1866,7 +1867,7 @@ fn read_start(reads: &Reads<'_>, provider: &str) -> Result<StartReads, schema::E
         destinations: destinations_or_none(reads.destinations()),
         query: QueryStart {
             continuation: reads.state(&schema::continuation_key(provider))?,
-            start_seq: reads.max_seq()?,
+            start_seq: reads.max_out_seq()?,
             system_prompt: None,
             model: reads.state(schema::control::MODEL_KEY)?,
             model_on_trial: control::model_unconfirmed(reads)?,

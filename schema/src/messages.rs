@@ -122,12 +122,6 @@ pub(crate) fn messages_out_after_in(
 /// text seq and fail every insert; the `seq <= i64::MAX` bound leaves such values out and still
 /// reads the last entry of the seq index. A REAL seq counts rounded up.
 pub(crate) fn highest_seq(conn: &Connection) -> Result<i64, Error> {
-    let numeric = |value: ValueRef<'_>| match value {
-        ValueRef::Integer(seq) => seq,
-        // `as` saturates; the bound keeps the value at most i64::MAX anyway.
-        ValueRef::Real(seq) => seq.ceil() as i64,
-        _ => 0,
-    };
     let (max_in, max_out) = conn
         .prepare_cached(
             "SELECT
@@ -136,6 +130,26 @@ pub(crate) fn highest_seq(conn: &Connection) -> Result<i64, Error> {
         )?
         .query_row([], |r| Ok((numeric(r.get_ref(0)?), numeric(r.get_ref(1)?))))?;
     Ok(max_in.max(max_out).max(0))
+}
+
+/// The highest numeric seq of `messages_out` (as [`highest_seq`] counts them); 0 when none.
+pub(crate) fn highest_out_seq(conn: &Connection) -> Result<i64, Error> {
+    let max = conn
+        .prepare_cached(
+            "SELECT seq FROM messages_out WHERE seq <= 9223372036854775807 ORDER BY seq DESC LIMIT 1",
+        )?
+        .query_row([], |r| Ok(numeric(r.get_ref(0)?)))
+        .optional()?;
+    Ok(max.unwrap_or(0).max(0))
+}
+
+/// A seq as a number: an integer as is, a REAL rounded up (`as` saturates), anything else 0.
+fn numeric(value: ValueRef<'_>) -> i64 {
+    match value {
+        ValueRef::Integer(seq) => seq,
+        ValueRef::Real(seq) => seq.ceil() as i64,
+        _ => 0,
+    }
 }
 
 /// The next free seq of the given parity above every seq in both tables. Must run inside the

@@ -33,6 +33,13 @@ impl<'c> Reads<'c> {
         crate::messages::highest_seq(self.conn)
     }
 
+    /// The highest seq of `messages_out` (0 when none): every row written from here on has a
+    /// higher one, so it marks what a turn sends from its start
+    /// ([`Reads::messages_out_after`]).
+    pub fn max_out_seq(&self) -> Result<i64, Error> {
+        crate::messages::highest_out_seq(self.conn)
+    }
+
     /// `messages_out` rows with seq above `after` ([`SessionDb::messages_out_after`]).
     pub fn messages_out_after(&self, after: i64, limit: usize) -> Result<Vec<MessageOut>, Error> {
         crate::messages::messages_out_after_in(self.conn, after, limit)

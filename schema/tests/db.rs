@@ -229,6 +229,39 @@ fn claim_complete_reset_and_release() {
     assert_eq!((row.status.as_str(), row.tries), ("pending", 1));
 }
 
+/// A turn's start mark is the highest `messages_out` seq: a newer `messages_in` row does not
+/// move it, a row whose seq is no number is not counted, and every row written later is after
+/// it.
+#[test]
+fn the_highest_out_seq_marks_what_is_sent_from_now_on() {
+    let (_dir, db) = open();
+    let mark = |db: &SessionDb| db.read_in(|reads| reads.max_out_seq()).unwrap();
+    assert_eq!(mark(&db), 0, "no row yet");
+    let out = NewMessageOut::new(OutKind::Chat, Routing::default(), &json!({"text": "x"}));
+    let first = db.insert_out(&out).unwrap().seq;
+    db.insert_in(&chat("newer")).unwrap();
+    assert_eq!(mark(&db), first);
+    assert!(db.max_seq().unwrap() > first, "the inbound row is higher");
+    db.insert_out(&out).unwrap();
+    let at = mark(&db);
+    let after = db.insert_out(&out).unwrap().seq;
+    let conn = rusqlite::Connection::open(db.path()).unwrap();
+    conn.execute(
+        "INSERT INTO messages_out (id, seq, timestamp, kind, content)
+         VALUES ('bad', 'not a number', '2026-01-01T00:00:00.000Z', 'chat', '{}')",
+        [],
+    )
+    .unwrap();
+    assert_eq!(mark(&db), after, "a text seq is not counted");
+    let sent = db
+        .read_in(|reads| reads.messages_out_after(at, 10))
+        .unwrap();
+    assert_eq!(
+        sent.iter().map(|row| row.seq).collect::<Vec<_>>(),
+        vec![Some(after)]
+    );
+}
+
 /// Replies made inside the completing transaction are decided on what it reads, and nothing
 /// can be written between that read and their write: another writer waits for the lock.
 #[test]
