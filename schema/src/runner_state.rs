@@ -2,7 +2,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
-use crate::rows::{LastEvent, RunnerState, RunnerStatus, WaitingOn};
+use crate::rows::{lenient_int, lossy_text, LastEvent, RunnerState, RunnerStatus, WaitingOn};
 use crate::time::now_ts;
 use crate::{Error, SessionDb};
 
@@ -65,19 +65,22 @@ impl SessionDb {
 
 /// The runner_state row through `conn` (also `health`'s read-only connection). Columns are read
 /// by name, and the ones later versions added are optional: a DB no runner of this version has
-/// migrated yet is still read.
+/// migrated yet is still read. Values are read leniently (any storage type as text, a pid that
+/// is no integer as none), as the message rows are: a value of the wrong type, whoever wrote
+/// it, is a status or a time that does not parse, shown and judged as such, never a failed read
+/// that takes `status` and the health check down with it.
 pub(crate) fn read_runner_state(conn: &Connection) -> rusqlite::Result<Option<RunnerState>> {
     conn.query_row("SELECT * FROM runner_state WHERE id = 1", [], |r| {
-        let optional = |column: &str| r.get::<_, Option<String>>(column).ok().flatten();
+        let text = |column: &str| r.get_ref(column).ok().and_then(lossy_text);
         Ok(RunnerState {
-            status: r.get("status")?,
-            pid: r.get("pid")?,
-            provider: r.get("provider")?,
-            current_tool: r.get("current_tool")?,
-            heartbeat_at: r.get("heartbeat_at")?,
-            updated_at: r.get("updated_at")?,
-            waiting_on: optional("waiting_on"),
-            last_event: optional("last_event"),
+            status: text("status").unwrap_or_default(),
+            pid: r.get_ref("pid").ok().and_then(lenient_int),
+            provider: text("provider"),
+            current_tool: text("current_tool"),
+            heartbeat_at: text("heartbeat_at").unwrap_or_default(),
+            updated_at: text("updated_at").unwrap_or_default(),
+            waiting_on: text("waiting_on"),
+            last_event: text("last_event"),
         })
     })
     .optional()

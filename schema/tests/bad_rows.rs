@@ -401,3 +401,42 @@ fn an_unreadable_process_after_never_runs_it_is_taken_out_with_a_report() {
     assert_eq!(out[0].routing.platform_id.as_deref(), Some("C1"));
     assert_eq!(db.counts(Utc::now()).unwrap().due, 2);
 }
+
+/// A runner row with values of the wrong storage type (whoever wrote them) is still read:
+/// `status` and the health check judge what it says, where a failed read took both down (the
+/// health check called a live runner's DB unusable).
+#[test]
+fn a_runner_row_of_the_wrong_types_is_read_and_judged() {
+    use schema::health::{check, HealthLimits, Unhealthy};
+    let (_dir, db) = open();
+    db.set_runner_state(schema::RunnerStatus::Idle, Some(7), Some("mock"))
+        .unwrap();
+    let conn = db.dedicated_connection().unwrap();
+    conn.execute_batch(
+        "UPDATE runner_state SET status = X'69646C65', pid = 'seven', current_tool = 42
+         WHERE id = 1",
+    )
+    .unwrap();
+    let state = db.runner_state().unwrap().unwrap();
+    assert_eq!(state.status, "idle", "a BLOB status is read as its text");
+    assert_eq!(state.pid, None, "a pid that is no number is none");
+    assert_eq!(state.current_tool.as_deref(), Some("42"));
+    let limits = HealthLimits {
+        stale_heartbeat: std::time::Duration::from_secs(60),
+        max_turn_silence: std::time::Duration::ZERO,
+        lock_wait: std::time::Duration::from_secs(1),
+    };
+    let verdict = check(db.path(), &limits, Utc::now());
+    assert!(verdict.is_ok(), "{verdict:?}");
+    // A heartbeat that is no time is a stale heartbeat, not an unusable DB.
+    conn.execute_batch("UPDATE runner_state SET heartbeat_at = X'00FF' WHERE id = 1")
+        .unwrap();
+    let verdict = check(db.path(), &limits, Utc::now());
+    assert!(
+        matches!(
+            verdict,
+            Err(Unhealthy::StaleHeartbeat { age_secs: None, .. })
+        ),
+        "{verdict:?}"
+    );
+}
