@@ -203,6 +203,7 @@ struct Claimed {
 /// A row's content parsed, with the fields that had an unexpected type.
 type Parsed = (InboundContent, Vec<FieldProblem>);
 
+/// `row`'s content, parsed (a content that is no JSON parses as `Unparsable`, never fails).
 fn parse_content(row: &MessageIn) -> Parsed {
     InboundContent::parse_with_problems(&row.kind(), &row.content)
 }
