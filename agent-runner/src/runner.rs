@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,9 +16,9 @@ use provider::{
 };
 use schema::content::out;
 use schema::{
-    CurrentBatch, DbWatcher, Destination, DestinationRoute, FieldProblem, InKind, InboundContent,
-    MessageIn, NewMessageOut, OutKind, Reads, Routing, RunnerStatus, SessionDb, UsageOutcome,
-    WaitingOn,
+    Alarm, CurrentBatch, DbWatcher, Destination, DestinationRoute, FieldProblem, InKind,
+    InboundContent, MessageIn, NewMessageOut, OutKind, Reads, Routing, RunnerStatus, SessionDb,
+    UsageOutcome, WaitingOn,
 };
 use serde_json::json;
 use tokio::time::{sleep, Instant};
@@ -2226,48 +2225,6 @@ impl TurnProgress {
     }
 }
 
-/// A timer a loop keeps across its iterations, for a `select!` branch that is off while the
-/// alarm is unset. Setting the same instant again costs nothing and a later one only moves the
-/// expiry, where a new `sleep` per iteration registered a timer with the runtime and removed it
-/// again at each of a turn's events (and, being the earliest, woke the runtime's driver through
-/// its eventfd).
-struct Alarm {
-    sleep: Pin<Box<tokio::time::Sleep>>,
-    at: Option<Instant>,
-}
-
-impl Alarm {
-    fn new() -> Self {
-        Self {
-            sleep: Box::pin(tokio::time::sleep_until(far_future())),
-            at: None,
-        }
-    }
-
-    /// Rings at `at`, or never for `None`.
-    fn set(&mut self, at: Option<Instant>) {
-        if at != self.at {
-            // Unset, it is moved out of the way: a timer still due would wake the loop for
-            // nothing.
-            self.sleep.as_mut().reset(at.unwrap_or_else(far_future));
-            self.at = at;
-        }
-    }
-
-    /// Resolves once the instant set has come (at once if it has passed); never while unset.
-    async fn ring(&mut self) {
-        match self.at {
-            Some(_) => self.sleep.as_mut().await,
-            None => std::future::pending().await,
-        }
-    }
-}
-
-/// An instant no alarm reaches (a year on).
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(365 * 24 * 3600)
-}
-
 /// The ids of the rows a work item carries.
 fn work_rows(work: Work) -> Vec<String> {
     match work {
@@ -2327,38 +2284,6 @@ fn spawn_heartbeat(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Whether `alarm` rings within `within` (of the paused clock, which advances by itself).
-    async fn rings(alarm: &mut Alarm, within: Duration) -> bool {
-        tokio::time::timeout(within, alarm.ring()).await.is_ok()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_alarm_rings_at_its_instant_again_when_set_again_and_never_unset() {
-        let mut alarm = Alarm::new();
-        assert!(!rings(&mut alarm, Duration::from_secs(3600)).await, "unset");
-        let at = Instant::now() + Duration::from_millis(50);
-        alarm.set(Some(at));
-        assert!(!rings(&mut alarm, Duration::from_millis(49)).await, "early");
-        assert!(
-            rings(&mut alarm, Duration::from_millis(2)).await,
-            "at its instant"
-        );
-        // Still set to a passed instant: it rings at once, as a new sleep to it would.
-        alarm.set(Some(at));
-        assert!(rings(&mut alarm, Duration::ZERO).await);
-        // Moved later, then unset before that: it never rings.
-        alarm.set(Some(Instant::now() + Duration::from_millis(30)));
-        assert!(!rings(&mut alarm, Duration::from_millis(10)).await);
-        alarm.set(None);
-        assert!(
-            !rings(&mut alarm, Duration::from_secs(3600)).await,
-            "unset again"
-        );
-        // Set again after being unset: it rings at the new instant.
-        alarm.set(Some(Instant::now() + Duration::from_millis(5)));
-        assert!(rings(&mut alarm, Duration::from_millis(6)).await);
-    }
 
     const LIMITS: ProgressLimits = ProgressLimits {
         notice: Duration::from_secs(60),

@@ -57,9 +57,7 @@ impl SessionDb {
         now: DateTime<Utc>,
         finish: bool,
     ) -> Result<Vec<Inserted>, Error> {
-        self.complete_then(ids, replies, now, |tx| {
-            usage_and_finish_tx(tx, usage, now, finish)
-        })
+        self.complete_replies_with_usage_at(ids, |_| Ok(replies.to_vec()), usage, now, finish)
     }
 
     /// [`SessionDb::complete_with_usage_at`] with the replies made by `replies` inside the
@@ -79,7 +77,12 @@ impl SessionDb {
         self.write(|tx| {
             let replies = replies(&Reads::new(tx))?;
             let written = complete_tx(tx, &ids_json, &replies, now, timezone)?;
-            usage_and_finish_tx(tx, usage, now, finish)?;
+            if let Some(usage) = usage {
+                crate::usage::insert_usage_tx(tx, usage, now)?;
+            }
+            if finish {
+                crate::batch::finish_batch_tx(tx, None)?;
+            }
             Ok(written)
         })
     }
@@ -100,23 +103,6 @@ impl SessionDb {
             Ok(written)
         })
     }
-}
-
-/// What a result's transaction writes after the completion: the turn's ledger row, and with
-/// `finish` the batch's end.
-fn usage_and_finish_tx(
-    tx: &Transaction<'_>,
-    usage: Option<&crate::NewTurnUsage>,
-    now: DateTime<Utc>,
-    finish: bool,
-) -> Result<(), Error> {
-    if let Some(usage) = usage {
-        crate::usage::insert_usage_tx(tx, usage, now)?;
-    }
-    if finish {
-        crate::batch::finish_batch_tx(tx, None)?;
-    }
-    Ok(())
 }
 
 /// [`SessionDb::complete_at`] inside the caller's transaction (`ids_json`: the ids as a JSON

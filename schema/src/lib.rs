@@ -42,7 +42,7 @@ pub use sweep::{SweepPolicy, SweepReport};
 pub use usage::{
     day_window, Figure, NewTurnUsage, UsageGroup, UsageGroupRow, UsageOutcome, UsageTotals,
 };
-pub use watch::{DbWatcher, WatchMode};
+pub use watch::{Alarm, DbWatcher, WatchMode};
 
 use std::path::PathBuf;
 

@@ -101,39 +101,54 @@ pub struct DbWatcher {
     /// `&self` across an await stays Send.)
     conn: Arc<Mutex<rusqlite::Connection>>,
     last_version: i64,
-    /// The wait's deadline and the ladder's next re-check, kept from wait to wait (made at the
-    /// first, inside the runtime): a loop waits between each of a turn's events, and a new
-    /// timer per wait was registered with the runtime and removed again each time.
-    timers: Option<Timers>,
+    /// The wait's deadline and the ladder's next re-check, kept from wait to wait: a loop
+    /// waits between each of a turn's events, and new timers per wait were registered with the
+    /// runtime and removed again each time.
+    deadline: Alarm,
+    recheck: Alarm,
 }
 
-/// [`DbWatcher`]'s timers.
-struct Timers {
-    deadline: Pin<Box<Sleep>>,
-    recheck: Pin<Box<Sleep>>,
-    /// When `recheck` is set to ring; `None`: moved out of the way.
-    recheck_at: Option<Instant>,
+/// A timer kept across a loop's iterations, for a `select!` branch that is off while the alarm
+/// is unset. Setting the same instant again costs nothing and a later one only moves the
+/// expiry, where a new `sleep` per iteration registered a timer with the runtime and removed it
+/// again each time (and, being the earliest, woke the runtime's driver through its eventfd).
+/// Made outside the runtime; its timer is made at the first instant set.
+#[derive(Debug, Default)]
+pub struct Alarm {
+    sleep: Option<Pin<Box<Sleep>>>,
+    at: Option<Instant>,
 }
 
-impl Timers {
-    fn new() -> Self {
-        Self {
-            deadline: Box::pin(sleep_until(far_future())),
-            recheck: Box::pin(sleep_until(far_future())),
-            recheck_at: None,
-        }
+impl Alarm {
+    /// An unset alarm.
+    pub fn new() -> Self {
+        Self::default()
     }
 
-    fn set_recheck(&mut self, at: Option<Instant>) {
-        if at != self.recheck_at {
+    /// Rings at `at`, or never for `None`.
+    pub fn set(&mut self, at: Option<Instant>) {
+        if at == self.at {
+            return;
+        }
+        self.at = at;
+        match (&mut self.sleep, at) {
             // Unset, it is moved out of the way: a timer still due would wake the task.
-            self.recheck.as_mut().reset(at.unwrap_or_else(far_future));
-            self.recheck_at = at;
+            (Some(sleep), at) => sleep.as_mut().reset(at.unwrap_or_else(far_future)),
+            (None, Some(at)) => self.sleep = Some(Box::pin(sleep_until(at))),
+            (None, None) => {}
+        }
+    }
+
+    /// Resolves once the instant set has come (at once if it has passed); never while unset.
+    pub async fn ring(&mut self) {
+        match (self.at, self.sleep.as_mut()) {
+            (Some(_), Some(sleep)) => sleep.as_mut().await,
+            _ => std::future::pending().await,
         }
     }
 }
 
-/// An instant no timer of a watcher reaches (a year on).
+/// An instant no alarm reaches (a year on).
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(365 * 24 * 3600)
 }
@@ -176,7 +191,8 @@ impl DbWatcher {
             ladder: Ladder::default(),
             conn,
             last_version,
-            timers: None,
+            deadline: Alarm::new(),
+            recheck: Alarm::new(),
         })
     }
 
@@ -214,11 +230,7 @@ impl DbWatcher {
         let deadline = Instant::now() + timeout;
         // A later deadline than the last only moves the timer's expiry. The timers stay in
         // `self` whether this future ends or is dropped.
-        self.timers
-            .get_or_insert_with(Timers::new)
-            .deadline
-            .as_mut()
-            .reset(deadline);
+        self.deadline.set(Some(deadline));
         // With inotify, every commit since the last check left an event (read below) or is on
         // the ladder (a commit not yet visible at that check): a check now would only repeat
         // the last one. A loop waits here between each of a turn's events, so that repeat was
@@ -241,13 +253,11 @@ impl DbWatcher {
                 return true;
             }
             check = false;
-            let due = self.ladder.due();
-            let timers = self.timers.get_or_insert_with(Timers::new);
-            timers.set_recheck(due);
+            self.recheck.set(self.ladder.due());
             tokio::select! {
                 biased;
-                _ = timers.deadline.as_mut() => return self.changed(),
-                _ = timers.recheck.as_mut(), if timers.recheck_at.is_some() => {
+                () = self.deadline.ring() => return self.changed(),
+                () = self.recheck.ring() => {
                     self.ladder.advance(Instant::now());
                     check = true;
                 }

@@ -335,3 +335,44 @@ fn in_a_namespace_without_instances() {
         assert!(late < Duration::from_millis(100), "{late:?}");
     });
 }
+
+/// The alarm the watcher and the runner's turn loop keep their timers in.
+mod alarm {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use crate::watch::Alarm;
+
+    /// Whether `alarm` rings within `within` (of the paused clock, which advances by itself).
+    async fn rings(alarm: &mut Alarm, within: Duration) -> bool {
+        tokio::time::timeout(within, alarm.ring()).await.is_ok()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_alarm_rings_at_its_instant_again_when_set_again_and_never_unset() {
+        let mut alarm = Alarm::new();
+        assert!(!rings(&mut alarm, Duration::from_secs(3600)).await, "unset");
+        let at = Instant::now() + Duration::from_millis(50);
+        alarm.set(Some(at));
+        assert!(!rings(&mut alarm, Duration::from_millis(49)).await, "early");
+        assert!(
+            rings(&mut alarm, Duration::from_millis(2)).await,
+            "at its instant"
+        );
+        // Still set to a passed instant: it rings at once, as a new sleep to it would.
+        alarm.set(Some(at));
+        assert!(rings(&mut alarm, Duration::ZERO).await);
+        // Moved later, then unset before that: it never rings.
+        alarm.set(Some(Instant::now() + Duration::from_millis(30)));
+        assert!(!rings(&mut alarm, Duration::from_millis(10)).await);
+        alarm.set(None);
+        assert!(
+            !rings(&mut alarm, Duration::from_secs(3600)).await,
+            "unset again"
+        );
+        // Set again after being unset: it rings at the new instant.
+        alarm.set(Some(Instant::now() + Duration::from_millis(5)));
+        assert!(rings(&mut alarm, Duration::from_millis(6)).await);
+    }
+}
