@@ -265,9 +265,6 @@ impl Budget {
     /// limits (said once per change of the file).
     pub(crate) fn reload_if_changed(&self) -> bool {
         let mut state = self.state();
-        if state.reload.is_none() {
-            return false;
-        }
         let now = std::time::Instant::now();
         let due = state
             .looked
