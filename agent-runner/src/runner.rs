@@ -490,20 +490,17 @@ impl Runner {
     }
 
     /// Cuts claimed rows into work items in seq order: commands split the rows around them.
-    /// `parsed`: the rows' contents when the claim parsed them already.
-    fn split_work(&self, rows: Vec<MessageIn>, parsed: Option<Vec<Parsed>>) -> Vec<Work> {
+    fn split_work(&self, rows: Vec<Claimed>) -> Vec<Work> {
         let native = self.provider.native_commands();
         let mut work = Vec::new();
         let mut current = Vec::new();
         let stop_word = &self.options.turn_control.stop_word;
-        let mut parsed = parsed
-            .filter(|parsed| parsed.len() == rows.len())
-            .map(Vec::into_iter);
-        for row in rows {
-            let (content, problems) = parsed
-                .as_mut()
-                .and_then(Iterator::next)
-                .unwrap_or_else(|| parse_content(&row));
+        for Claimed {
+            row,
+            content,
+            problems,
+        } in rows
+        {
             if let Some(command) = control::command_of(&content, stop_word) {
                 if !current.is_empty() {
                     work.push(Work::Prompt(std::mem::take(&mut current)));
@@ -1450,7 +1447,7 @@ impl Runner {
         let native = self.provider.native_commands();
         let stop_word = self.options.turn_control.stop_word.clone();
         let provider = self.provider.name();
-        let (claimed, started, parsed, next_due) = self
+        let (claimed, started, next_due) = self
             .call_inline(move |db| {
                 let eligible = db.eligible(now, first_poll, limit)?;
                 if !eligible.wakes {
@@ -1458,14 +1455,15 @@ impl Runner {
                     // and wait for something other than time (a triggering row, a question
                     // to close), so they must neither make the loop spin nor hide a later
                     // task's due time.
-                    return Ok((Vec::new(), None, None, db.next_due_after(now)?));
+                    return Ok((Vec::new(), None, db.next_due_after(now)?));
                 }
                 let ids: Vec<String> = eligible.rows.into_iter().map(|r| r.id).collect();
                 // The claim that starts a batch also reads what its query starts from, in its
                 // own transaction (docs/decisions.md, "The query's start read by the claim").
-                // The rows' contents are parsed here, once, when the claim may start a batch.
+                // The rows' contents are parsed once: in the claim when it may start a batch, else
+                // right after it.
                 let mut parsed = None;
-                let (claimed, started) = db.claim_starting(&ids, |rows, reads| {
+                let (rows, started) = db.claim_starting(&ids, |rows, reads| {
                     if !start {
                         return Ok(None);
                     }
@@ -1479,7 +1477,17 @@ impl Runner {
                         None => Ok(None),
                     }
                 })?;
-                Ok((claimed, started, parsed, None))
+                let contents = parsed.unwrap_or_else(|| rows.iter().map(parse_content).collect());
+                let claimed: Vec<Claimed> = rows
+                    .into_iter()
+                    .zip(contents)
+                    .map(|(row, (content, problems))| Claimed {
+                        row,
+                        content,
+                        problems,
+                    })
+                    .collect();
+                Ok((claimed, started, None))
             })
             .await?;
         (self.started, self.start_reads) = match started {
@@ -1487,7 +1495,7 @@ impl Runner {
             None => (None, None),
         };
         Ok(Polled {
-            work: self.split_work(claimed, parsed),
+            work: self.split_work(claimed),
             next_due,
         })
     }

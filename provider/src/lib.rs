@@ -23,6 +23,7 @@ mod query;
 pub mod reaper;
 pub mod redact;
 pub mod settings;
+mod text;
 mod usage;
 
 use std::path::PathBuf;

@@ -117,17 +117,31 @@ pub(crate) fn messages_out_after_in(
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+/// The query for `$table`'s highest seq that is a number (no row when there is none), one text
+/// for [`highest_seq`] and [`highest_out_seq`] to share.
+macro_rules! highest_seq_of {
+    ($table:literal) => {
+        concat!(
+            "SELECT seq FROM ",
+            $table,
+            " WHERE seq <= 9223372036854775807 ORDER BY seq DESC LIMIT 1"
+        )
+    };
+}
+
 /// The highest numeric seq in either table; 0 when there is none (or only negative ones).
 /// SQLite sorts TEXT and BLOB above every number, so a plain `MAX(seq)` would return a bad row's
 /// text seq and fail every insert; the `seq <= i64::MAX` bound leaves such values out and still
 /// reads the last entry of the seq index. A REAL seq counts rounded up.
 pub(crate) fn highest_seq(conn: &Connection) -> Result<i64, Error> {
     let (max_in, max_out) = conn
-        .prepare_cached(
-            "SELECT
-           (SELECT seq FROM messages_in WHERE seq <= 9223372036854775807 ORDER BY seq DESC LIMIT 1),
-           (SELECT seq FROM messages_out WHERE seq <= 9223372036854775807 ORDER BY seq DESC LIMIT 1)",
-        )?
+        .prepare_cached(concat!(
+            "SELECT (",
+            highest_seq_of!("messages_in"),
+            "), (",
+            highest_seq_of!("messages_out"),
+            ")"
+        ))?
         .query_row([], |r| Ok((numeric(r.get_ref(0)?), numeric(r.get_ref(1)?))))?;
     Ok(max_in.max(max_out).max(0))
 }
@@ -135,9 +149,7 @@ pub(crate) fn highest_seq(conn: &Connection) -> Result<i64, Error> {
 /// The highest numeric seq of `messages_out` (as [`highest_seq`] counts them); 0 when none.
 pub(crate) fn highest_out_seq(conn: &Connection) -> Result<i64, Error> {
     let max = conn
-        .prepare_cached(
-            "SELECT seq FROM messages_out WHERE seq <= 9223372036854775807 ORDER BY seq DESC LIMIT 1",
-        )?
+        .prepare_cached(highest_seq_of!("messages_out"))?
         .query_row([], |r| Ok(numeric(r.get_ref(0)?)))
         .optional()?;
     Ok(max.unwrap_or(0).max(0))

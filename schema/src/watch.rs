@@ -229,7 +229,8 @@ impl DbWatcher {
     pub async fn wait(&mut self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         // A later deadline than the last only moves the timer's expiry. The timers stay in
-        // `self` whether this future ends or is dropped.
+        // `self` whether this future ends or is dropped, and stay set after a change: the next
+        // wait moves them (one reset, not two), and one not moved in time wakes the task once.
         self.deadline.set(Some(deadline));
         // With inotify, every commit since the last check left an event (read below) or is on
         // the ladder (a commit not yet visible at that check): a check now would only repeat

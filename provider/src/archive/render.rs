@@ -129,7 +129,8 @@ pub(crate) fn render_entries(entries: &[Entry], opts: &RenderOptions) -> String 
         previous = Some((entry.role, speaker));
         let text = entry.text.trim();
         if !text.is_empty() {
-            let (body, more) = truncate(text, opts.max_message_chars);
+            let body = crate::text::head(text, opts.max_message_chars);
+            let more = text[body.len()..].chars().count();
             if entry.role == Role::User && body.starts_with('<') {
                 let fence = fence_for(body);
                 let _ = write!(out, "\n{fence}xml\n{body}\n{fence}\n");
@@ -180,13 +181,6 @@ fn fence_for(text: &str) -> String {
 }
 
 /// The first `max` characters and how many were left out.
-fn truncate(text: &str, max: usize) -> (&str, usize) {
-    match text.char_indices().nth(max) {
-        Some((cut, _)) => (&text[..cut], text[cut..].chars().count()),
-        None => (text, 0),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use expect_test::expect;

@@ -30,6 +30,7 @@ use super::protocol::{self, OutLine};
 use super::translate::{Signal, Translated, Translator};
 use crate::classify::classify;
 use crate::process::CliProcess;
+use crate::text::shortened;
 use crate::{
     ApprovalAnswer, Control, ErrorClass, InterruptReason, Prompt, PromptId, ProviderError,
     ProviderEvent, ProviderSettings, QueryHandle, QueryInput, Usage,
@@ -259,7 +260,7 @@ impl Live {
     /// started by itself); they answer nothing this query sends.
     fn drain_stale(&mut self) {
         while let Ok(line) = self.lines.try_recv() {
-            tracing::debug!(line = %truncate(&line, 200), "claude output between queries");
+            tracing::debug!(line = %shortened(&line, 200), "claude output between queries");
         }
     }
 }
@@ -738,7 +739,7 @@ impl Query {
         let mut message = format!("claude exited during the query ({status})");
         if !stderr.is_empty() {
             message.push_str(": ");
-            message.push_str(&truncate(&stderr, 1000));
+            message.push_str(&shortened(&stderr, 1000));
         }
         self.fail(&message, true, ErrorClass::Process).await;
         Some(End::Keep)
@@ -884,14 +885,7 @@ async fn await_answer(
                 let refusal = protocol::control_error(&request.request_id, "not now");
                 live.write(&refusal).await?;
             }
-            _ => tracing::debug!(line = %truncate(&line, 200), "claude output between turns"),
+            _ => tracing::debug!(line = %shortened(&line, 200), "claude output between turns"),
         }
-    }
-}
-
-fn truncate(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_owned(),
     }
 }

@@ -36,6 +36,7 @@ use super::protocol::{
 };
 use crate::activity::one_line_summary;
 use crate::classify::classify;
+use crate::text::shortened;
 use crate::{ErrorClass, InterruptReason, PromptId, ProviderEvent, Usage};
 
 /// Text of the CLI when `--resume` names a session it does not have.
@@ -207,7 +208,7 @@ impl Translator {
         match OutLine::parse(line) {
             Ok(parsed) => self.on_parsed(parsed),
             Err(err) => {
-                tracing::warn!(%err, line = %truncate(line, 200), "unparsable line from claude");
+                tracing::warn!(%err, line = %shortened(line, 200), "unparsable line from claude");
                 Translated::activity()
             }
         }
@@ -573,7 +574,7 @@ impl Translator {
             }
             _ => {
                 tracing::info!(
-                    text = %truncate(result.result.as_deref().unwrap_or(""), 200),
+                    text = %shortened(result.result.as_deref().unwrap_or(""), 200),
                     "claude ended a turn that answered no new prompt"
                 );
                 translated.events.push(ProviderEvent::Activity {
@@ -721,11 +722,4 @@ fn classify_category(category: &str) -> Option<ErrorClass> {
 /// Claude's retry delay (its reading of `retry-after`) in whole seconds.
 fn retry_after_secs(delay_ms: Option<u64>) -> Option<u64> {
     delay_ms.map(|ms| ms.div_ceil(1000))
-}
-
-fn truncate(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_owned(),
-    }
 }

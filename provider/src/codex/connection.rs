@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::approvals::GATED_METHODS;
 use super::protocol::{answer_server_request, Message, RequestId, RpcErrorBody};
 use crate::process::{CliCommand, CliProcess};
+use crate::text::head;
 use crate::ProviderError;
 
 /// How long a control request (`initialize`, `thread/*`, `turn/*`) may take.
@@ -339,7 +340,7 @@ fn dispatch(
     let message: Message = match serde_json::from_str(line) {
         Ok(message) => message,
         Err(err) => {
-            tracing::warn!(pid, %err, line = %truncate(line, 300), "codex app-server wrote a line that is not JSON-RPC");
+            tracing::warn!(pid, %err, line = %head(line, 300), "codex app-server wrote a line that is not JSON-RPC");
             return;
         }
     };
@@ -395,14 +396,7 @@ fn dispatch(
             let _ = incoming.send(Incoming::Notification { method, params });
         }
         (None, None) => {
-            tracing::warn!(pid, line = %truncate(line, 300), "codex line without id or method")
+            tracing::warn!(pid, line = %head(line, 300), "codex line without id or method")
         }
-    }
-}
-
-fn truncate(text: &str, max: usize) -> &str {
-    match text.char_indices().nth(max) {
-        Some((at, _)) => &text[..at],
-        None => text,
     }
 }

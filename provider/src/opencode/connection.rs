@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::process::{CliCommand, CliProcess};
 use crate::reaper::kill_marked;
+use crate::text::shortened;
 
 use super::command::SERVER_USER;
 
@@ -434,12 +435,12 @@ impl Api {
             HttpError::Transport(format!("{method} {path}: {}", logging::error_chain(&err)))
         })?;
         if status == reqwest::StatusCode::NOT_FOUND {
-            return Err(HttpError::NotFound(truncate(&text)));
+            return Err(HttpError::NotFound(shortened(&text, 500).into_owned()));
         }
         if !status.is_success() {
             return Err(HttpError::Status {
                 status: status.as_u16(),
-                body: truncate(&text),
+                body: shortened(&text, 500).into_owned(),
             });
         }
         if text.trim().is_empty() {
@@ -546,18 +547,6 @@ fn find_event_end(buffer: &[u8]) -> Option<(usize, usize)> {
 
 fn describe(status: Option<std::process::ExitStatus>) -> String {
     status.map_or_else(|| "unknown status".to_owned(), |status| status.to_string())
-}
-
-fn truncate(text: &str) -> String {
-    const MAX: usize = 500;
-    if text.len() <= MAX {
-        return text.to_owned();
-    }
-    let mut end = MAX;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
 }
 
 #[cfg(test)]
