@@ -180,7 +180,6 @@ fn fence_for(text: &str) -> String {
     "`".repeat(longest.max(2) + 1)
 }
 
-/// The first `max` characters and how many were left out.
 #[cfg(test)]
 mod tests {
     use expect_test::expect;
