@@ -8,10 +8,10 @@
 //! calls that waited for a lock, archive files), SQLite's pool and checkpoint threads, so a
 //! SQLite page cache or a turn's JSON lands in whichever arena the thread had: measured with
 //! Codex, five thread arenas grew to ~1.2 MiB each and the runner's RSS rose 5-10 MiB over 1,000
-//! messages while the memory in use stayed at ~1 MiB. With one arena, freed memory is reused wherever it was freed: the same run
-//! grew 2 MiB in its first 400 messages and 80 KiB in the 600 after. The runner's threads seldom
-//! allocate at the same moment (one runtime thread does nearly everything), so one arena costs
-//! no measurable waiting.
+//! messages while the memory in use stayed at ~1 MiB. With one arena, freed memory is reused
+//! wherever it was freed: the same run grew 2 MiB in its first 400 messages and 80 KiB in the 600
+//! after. The runner's threads seldom allocate at the same moment (one runtime thread does nearly
+//! everything), so one arena costs no measurable waiting.
 
 /// Limits glibc's malloc to one arena for every thread started from now on; call it before any
 /// thread starts. Returns whether it took effect (`false` with another C library, where
