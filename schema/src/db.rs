@@ -13,11 +13,11 @@ use r2d2::{Pool, PooledConnection};
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::config::DbConfig;
 use rusqlite::functions::FunctionFlags;
-use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 
 use crate::checkpoint::{self, Borrowed, Checkpointer};
 use crate::rows::{lenient_flag, lossy_text};
-use crate::sql::{COLUMNS, INDEXES, SCHEMA};
+use crate::sql::{COLUMNS, INDEXES, OPEN_ROWS_INDEXES, SCHEMA};
 use crate::time::parse_ts;
 use crate::Error;
 
@@ -296,6 +296,15 @@ impl SessionDb {
                     }
                 }
             }
+            for (table, index) in OPEN_ROWS_INDEXES {
+                if is_whole_index(tx, table, index)? {
+                    tracing::info!(
+                        index,
+                        "rebuilding an index of an older session DB to hold open rows only"
+                    );
+                    tx.execute_batch(&format!("DROP INDEX {index}"))?;
+                }
+            }
             tx.execute_batch(INDEXES)?;
             Ok(())
         })
@@ -396,6 +405,18 @@ fn has_column(tx: &Transaction<'_>, table: &str, column: &str) -> Result<bool, E
         }
     }
     Ok(false)
+}
+
+/// Whether `table` has an index named `index` that is not partial (an older DB's).
+fn is_whole_index(tx: &Transaction<'_>, table: &str, index: &str) -> Result<bool, Error> {
+    let partial: Option<bool> = tx
+        .query_row(
+            "SELECT partial FROM pragma_index_list(?1) WHERE name = ?2",
+            [table, index],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(partial == Some(false))
 }
 
 /// SQLite's default flags without `CREATE`: the connections after the first open the DB file

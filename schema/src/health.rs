@@ -284,7 +284,7 @@ fn read(path: &Path, lock_wait: Duration) -> Result<(Option<RunnerState>, i64), 
     .map_err(sqlite)?;
     conn.busy_timeout(lock_wait).map_err(sqlite)?;
     let state = crate::runner_state::read_runner_state(&conn).map_err(sqlite)?;
-    let processing = crate::queue::count_with_status(&conn, "processing")
+    let processing = crate::queue::count_with_status(&conn, crate::rows::InStatus::Processing)
         .or_else(|err| match is_missing_table(&err) {
             true => Ok(0),
             false => Err(err),

@@ -84,9 +84,13 @@ impl SessionDb {
     /// `messages_in` rows with the given status, in seq order; [`UnusableRow`]s are left out.
     pub fn messages_in_with_status(&self, status: InStatus) -> Result<Vec<MessageIn>, Error> {
         let conn = self.conn()?;
-        let sql = format!("SELECT {IN_COLUMNS} FROM messages_in m WHERE status = ?1 ORDER BY seq");
+        let select = format!("SELECT {IN_COLUMNS} FROM messages_in m");
+        let sql = format!(
+            "{} ORDER BY seq",
+            crate::queue::with_status(&select, status)
+        );
         let mut stmt = conn.prepare_cached(&sql)?;
-        let rows = usable_rows(stmt.query_map([status.as_str()], MessageIn::read)?)?;
+        let rows = usable_rows(stmt.query_map([], MessageIn::read)?)?;
         Ok(rows)
     }
 

@@ -48,12 +48,27 @@ CREATE TABLE IF NOT EXISTS turn_usage (id INTEGER PRIMARY KEY AUTOINCREMENT, cre
 "#;
 
 /// Indexes for the hot queries; created after migrations so their columns exist.
+///
+/// The two on `messages_in` are partial ([`OPEN_ROWS_INDEXES`]): a completed row is in neither,
+/// so a message's claim, completion and poll cost the same after a million completed rows as
+/// on an empty DB. SQLite uses a partial index only for a query whose WHERE implies the
+/// index's: a status query names one status with `=` (a literal, or a parameter, which
+/// re-prepares the statement on a new value), never `IN (…)`, which implies nothing here.
 pub(crate) const INDEXES: &str = r#"
-CREATE INDEX IF NOT EXISTS idx_messages_in_pending ON messages_in(status, seq);
-CREATE INDEX IF NOT EXISTS idx_messages_in_series ON messages_in(series_id, status);
+CREATE INDEX IF NOT EXISTS idx_messages_in_pending ON messages_in(status, seq)
+  WHERE status = 'pending' OR status = 'processing' OR status = 'paused' OR status = 'failed';
+CREATE INDEX IF NOT EXISTS idx_messages_in_series ON messages_in(series_id, status)
+  WHERE series_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS idx_messages_out_reply ON messages_out(in_reply_to);
 CREATE INDEX IF NOT EXISTS idx_turn_usage_created ON turn_usage(created_at);
 "#;
+
+/// The partial indexes of [`INDEXES`], by table: an older DB holds them whole, and opening it
+/// drops those so that [`INDEXES`] creates them partial.
+pub(crate) const OPEN_ROWS_INDEXES: &[(&str, &str)] = &[
+    ("messages_in", "idx_messages_in_pending"),
+    ("messages_in", "idx_messages_in_series"),
+];
 
 /// Every column of every table with its declaration, for adding missing columns to an older DB.
 pub(crate) const COLUMNS: &[(&str, &str, &str)] = &[
@@ -103,3 +118,219 @@ pub(crate) const IN_COLUMNS: &str =
 /// Columns of `messages_out`, in the order `MessageOut::from_row` reads them.
 pub(crate) const OUT_COLUMNS: &str =
     "id, seq, in_reply_to, timestamp, deliver_after, kind, platform_id, channel_type, thread_id, content";
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+    use rusqlite::ffi;
+
+    use super::*;
+    use crate::rows::{InStatus, NewMessageIn};
+    use crate::{SessionDb, SweepPolicy};
+
+    /// Completed rows of history in [`with_history`]: a query that scans the table reads
+    /// hundreds of pages, one that uses an index a handful.
+    const HISTORY: u64 = 10_000;
+
+    /// The most pages one call may read: a full scan of [`HISTORY`] reads far more.
+    const PAGES_PER_CALL: i64 = 60;
+
+    /// A DB holding `rows` completed messages and their replies, as after a long life, through
+    /// a handle with its own connection (see [`pages_read`]).
+    fn with_history(rows: u64) -> (tempfile::TempDir, SessionDb) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SessionDb::open(dir.path().join("session.db")).unwrap();
+        let series = format!(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {rows})"
+        );
+        let ts = "'2026-01-01T00:00:00.000Z'";
+        db.dedicated_connection()
+            .unwrap()
+            .execute_batch(&format!(
+                "BEGIN IMMEDIATE;
+                 {series} INSERT INTO messages_in (id, seq, kind, timestamp, status, content)
+                   SELECT 'old-in-' || i, 2 * i, 'chat', {ts}, 'completed',
+                          '{{\"sender\":\"Old\",\"text\":\"an old message, number ' || i || '\"}}'
+                   FROM n;
+                 {series} INSERT INTO messages_out (id, seq, in_reply_to, timestamp, kind, content)
+                   SELECT 'old-out-' || i, 2 * i + 1, 'old-in-' || i, {ts}, 'chat',
+                          '{{\"text\":\"an old reply, number ' || i || '\"}}' FROM n;
+                 COMMIT;"
+            ))
+            .unwrap();
+        (dir, db.pinned().unwrap())
+    }
+
+    /// Pages the pinned connection of `db` fetched while `call` ran (from its cache or the
+    /// file): what a query reads, whatever the OS caches.
+    fn pages_read(db: &SessionDb, call: impl FnOnce()) -> i64 {
+        let count = || {
+            let pinned = db.pinned_connection().unwrap();
+            let conn = pinned.lock().unwrap();
+            [
+                ffi::SQLITE_DBSTATUS_CACHE_HIT,
+                ffi::SQLITE_DBSTATUS_CACHE_MISS,
+            ]
+            .into_iter()
+            .map(|status| {
+                let (mut current, mut highest) = (0, 0);
+                // SAFETY: the handle is open while `conn` is held, and both outputs are
+                // plain integers that outlive the call.
+                let rc = unsafe {
+                    ffi::sqlite3_db_status(conn.handle(), status, &mut current, &mut highest, 0)
+                };
+                assert_eq!(rc, ffi::SQLITE_OK);
+                i64::from(current)
+            })
+            .sum::<i64>()
+        };
+        let before = count();
+        call();
+        count() - before
+    }
+
+    #[test]
+    fn the_status_and_series_indexes_hold_open_rows_only() {
+        let (_dir, db) = with_history(100);
+        let conn = db.dedicated_connection().unwrap();
+        for (table, index) in OPEN_ROWS_INDEXES {
+            let partial: bool = conn
+                .query_row(
+                    "SELECT partial FROM pragma_index_list(?1) WHERE name = ?2",
+                    [table, index],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert!(partial, "{index} holds every row");
+        }
+        // Every index entry is a row still open or in a series: none of the 100 completed.
+        let entries: i64 = conn
+            .query_row(
+                "SELECT (SELECT count(*) FROM messages_in INDEXED BY idx_messages_in_pending
+                         WHERE status = 'pending')
+                      + (SELECT count(*) FROM messages_in INDEXED BY idx_messages_in_series
+                         WHERE series_id IS NOT NULL)",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(entries, 0);
+    }
+
+    #[test]
+    fn an_older_db_gets_its_whole_indexes_rebuilt_partial() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.db");
+        let older = rusqlite::Connection::open(&path).unwrap();
+        older.execute_batch(SCHEMA).unwrap();
+        older
+            .execute_batch(
+                "CREATE INDEX idx_messages_in_pending ON messages_in(status, seq);
+                 CREATE INDEX idx_messages_in_series ON messages_in(series_id, status);
+                 INSERT INTO messages_in (id, seq, kind, timestamp, status, content)
+                   VALUES ('a', 2, 'chat', '2026-01-01T00:00:00.000Z', 'pending', '{}')",
+            )
+            .unwrap();
+        drop(older);
+        let db = SessionDb::open(&path).unwrap();
+        let conn = db.dedicated_connection().unwrap();
+        let partial: Vec<(String, bool)> = conn
+            .prepare("SELECT name, partial FROM pragma_index_list('messages_in') ORDER BY name")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let ours: Vec<_> = partial
+            .iter()
+            .filter(|(name, _)| name.starts_with("idx_"))
+            .collect();
+        assert_eq!(
+            ours,
+            [
+                &("idx_messages_in_pending".to_owned(), true),
+                &("idx_messages_in_series".to_owned(), true)
+            ]
+        );
+        // The row is still found by the poll, through the rebuilt index.
+        let eligible = db.eligible(Utc::now(), false, 10).unwrap();
+        assert_eq!(eligible.rows.len(), 1);
+    }
+
+    /// Every call that finds `messages_in` rows by status or series reads a few pages, never
+    /// the table: a completed row is in no status index, so a query SQLite cannot prove to
+    /// ask for open rows only (`status IN (…)`, say) would scan every row ever received.
+    #[test]
+    fn calls_by_status_or_series_read_a_few_pages_after_a_long_history() {
+        let (_dir, db) = with_history(HISTORY);
+        let now = Utc::now();
+        let mut task = NewMessageIn::new("task", r#"{"prompt":"report"}"#);
+        task.series_is_self = true;
+        task.process_after = Some("2030-01-01T00:00:00.000Z".to_owned());
+        task.recurrence = Some("0 9 * * *".to_owned());
+        let task = db.insert_in(&task).unwrap().id;
+        let chat = db
+            .insert_in(&NewMessageIn::new("chat", r#"{"text":"hi"}"#))
+            .unwrap()
+            .id;
+        let mut largest = Vec::new();
+        let mut check = |name: &str, call: &mut dyn FnMut()| {
+            let pages = pages_read(&db, call);
+            largest.push((pages, name.to_owned()));
+        };
+        check("eligible", &mut || {
+            assert_eq!(db.eligible(now, false, 100).unwrap().rows.len(), 1);
+        });
+        check("counts", &mut || {
+            assert_eq!(db.counts(now).unwrap().pending, 2);
+        });
+        check("next_due", &mut || {
+            db.next_due().unwrap().unwrap();
+        });
+        check("next_due_after", &mut || {
+            db.next_due_after(now).unwrap().unwrap();
+        });
+        check("messages_in_with_status", &mut || {
+            assert_eq!(
+                db.messages_in_with_status(InStatus::Pending).unwrap().len(),
+                2
+            );
+        });
+        check("task_series", &mut || {
+            assert_eq!(db.task_series().unwrap().len(), 1);
+        });
+        check("task", &mut || {
+            db.task(&task).unwrap();
+        });
+        check("pause_task", &mut || {
+            db.pause_task(&task).unwrap();
+        });
+        check("resume_task", &mut || {
+            db.resume_task(&task, now).unwrap();
+        });
+        check("take_answer", &mut || {
+            assert!(db.take_answer("no-such-question").unwrap().is_none());
+        });
+        check("claim", &mut || {
+            assert_eq!(db.claim(std::slice::from_ref(&chat)).unwrap().len(), 1);
+        });
+        check("sweep", &mut || {
+            db.sweep(&SweepPolicy::default(), now).unwrap();
+        });
+        check("release", &mut || {
+            assert_eq!(db.release(std::slice::from_ref(&chat)).unwrap(), 1);
+        });
+        check("complete", &mut || {
+            db.complete(std::slice::from_ref(&chat), &[]).unwrap();
+        });
+        check("reset_processing", &mut || {
+            db.reset_processing().unwrap();
+        });
+        largest.sort();
+        let (pages, name) = largest.last().unwrap();
+        assert!(
+            *pages <= PAGES_PER_CALL,
+            "{name} read {pages} pages with {HISTORY} completed rows (pages per call: {largest:?})"
+        );
+    }
+}

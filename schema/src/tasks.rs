@@ -170,9 +170,11 @@ impl SessionDb {
         let mut conn = self.conn()?;
         let tx = conn.transaction()?;
         let mut series = {
+            // Statuses by `=`, not `IN (…)`: only those let SQLite use the status index (see
+            // `crate::sql::INDEXES`).
             let sql = format!(
                 "SELECT {IN_COLUMNS} FROM messages_in m WHERE m.kind = 'task'
-                 AND (m.status IN ('pending', 'paused')
+                 AND (m.status = 'pending' OR m.status = 'paused'
                       OR (m.status = 'processing' AND m.recurrence IS NOT NULL))
                  ORDER BY m.seq"
             );
