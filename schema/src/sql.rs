@@ -50,10 +50,11 @@ CREATE TABLE IF NOT EXISTS turn_usage (id INTEGER PRIMARY KEY AUTOINCREMENT, cre
 /// Indexes for the hot queries; created after migrations so their columns exist.
 ///
 /// The two on `messages_in` are partial ([`OPEN_ROWS_INDEXES`]): a completed row is in neither,
-/// so a message's claim, completion and poll cost the same after a million completed rows as
-/// on an empty DB. SQLite uses a partial index only for a query whose WHERE implies the
-/// index's: a status query names one status with `=` (a literal, or a parameter, which
-/// re-prepares the statement on a new value), never `IN (…)`, which implies nothing here.
+/// so they grow with the open rows, not with the session's history, and a message's claim and
+/// completion move its row within them at the same cost after a million completed rows. SQLite
+/// uses a partial index only for a query whose WHERE implies the index's: a status query names
+/// one status with `=` and a literal written in the statement, never a bound parameter or
+/// `IN (…)`, which imply nothing here.
 pub(crate) const INDEXES: &str = r#"
 CREATE INDEX IF NOT EXISTS idx_messages_in_pending ON messages_in(status, seq)
   WHERE status = 'pending' OR status = 'processing' OR status = 'paused' OR status = 'failed';
