@@ -297,7 +297,7 @@ impl SessionDb {
                 }
             }
             for (table, index) in OPEN_ROWS_INDEXES {
-                if is_whole_index(tx, table, index)? {
+                if index_partial(tx, table, index)? == Some(false) {
                     tracing::info!(
                         index,
                         "rebuilding an index of an older session DB to hold open rows only"
@@ -407,16 +407,19 @@ fn has_column(tx: &Transaction<'_>, table: &str, column: &str) -> Result<bool, E
     Ok(false)
 }
 
-/// Whether `table` has an index named `index` that is not partial (an older DB's).
-fn is_whole_index(tx: &Transaction<'_>, table: &str, index: &str) -> Result<bool, Error> {
-    let partial: Option<bool> = tx
-        .query_row(
-            "SELECT partial FROM pragma_index_list(?1) WHERE name = ?2",
-            [table, index],
-            |r| r.get(0),
-        )
-        .optional()?;
-    Ok(partial == Some(false))
+/// Whether `table`'s index named `index` is partial; `None` when `table` has no such index.
+/// `Some(false)` is an older DB's whole index.
+pub(crate) fn index_partial(
+    conn: &Connection,
+    table: &str,
+    index: &str,
+) -> rusqlite::Result<Option<bool>> {
+    conn.query_row(
+        "SELECT partial FROM pragma_index_list(?1) WHERE name = ?2",
+        [table, index],
+        |r| r.get(0),
+    )
+    .optional()
 }
 
 /// SQLite's default flags without `CREATE`: the connections after the first open the DB file

@@ -195,12 +195,8 @@ mod tests {
         let (_dir, db) = with_history(100);
         let conn = db.dedicated_connection().unwrap();
         for (table, index) in OPEN_ROWS_INDEXES {
-            let partial: bool = conn
-                .query_row(
-                    "SELECT partial FROM pragma_index_list(?1) WHERE name = ?2",
-                    [table, index],
-                    |r| r.get(0),
-                )
+            let partial = crate::db::index_partial(&conn, table, index)
+                .unwrap()
                 .unwrap();
             assert!(partial, "{index} holds every row");
         }
