@@ -137,7 +137,7 @@ impl TurnLog {
                 (Level::ERROR, Some(class.name()), Some(error), None, None)
             }
         };
-        let _in_turn = self.span.enter();
+        let in_turn = self.span.enter();
         // One field list for the three levels (a tracing level must be a constant).
         macro_rules! turn_ended {
             ($level:expr) => {
@@ -162,5 +162,52 @@ impl TurnLog {
             Level::WARN => turn_ended!(Level::WARN),
             _ => turn_ended!(Level::INFO),
         }
+        drop(in_turn);
+        // Closed now, after the turn's replies are written, not when the next turn starts:
+        // that is on the way from a message's claim to its reply.
+        self.span = Span::none();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use tracing_subscriber::layer::{Context, SubscriberExt};
+    use tracing_subscriber::Layer;
+
+    use super::*;
+
+    /// Counts the spans closed.
+    struct Closes(Arc<AtomicUsize>);
+
+    impl<S: tracing::Subscriber> Layer<S> for Closes {
+        fn on_close(&self, _id: tracing::Id, _ctx: Context<'_, S>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_turns_span_is_closed_when_the_turn_ends_not_when_the_next_starts() {
+        let closed = Arc::new(AtomicUsize::new(0));
+        let subscriber = tracing_subscriber::registry().with(Closes(Arc::clone(&closed)));
+        tracing::subscriber::with_default(subscriber, || {
+            let mut turn = TurnLog::default();
+            drop(turn.start(&[2, 4]));
+            assert_eq!(
+                closed.load(Ordering::SeqCst),
+                0,
+                "the turn holds its span while it runs"
+            );
+            turn.end("mock", Outcome::Answered);
+            // Closing it is not left to the next turn's start, which is on the way from that
+            // turn's claim to its reply.
+            assert_eq!(
+                closed.load(Ordering::SeqCst),
+                1,
+                "the span outlived its turn"
+            );
+        });
     }
 }

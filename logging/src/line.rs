@@ -4,7 +4,8 @@
 //! only once the configuration is read, after logging started) and the fields of the enclosing
 //! spans flat (`seqs` of the turn), the format may switch once the config file is read, and the
 //! binaries' last words ([`crate::fatal`]) must be one line of the same shape. So one formatter
-//! renders both formats from the same fields; span fields are kept as JSON ([`SpanFields`]).
+//! renders both formats from the same fields; span fields are kept as recorded and made JSON
+//! when a line needs them ([`SpanFields`]).
 
 use std::fmt::{self, Write as _};
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -126,8 +127,10 @@ pub struct LineFormat {
     pub ansi: bool,
 }
 
-/// The span field formatter of [`crate::subscriber`]: keeps each span's fields as one JSON object,
-/// so that JSON lines carry them as values (`"seqs":[2,4]`) and text lines can still show them.
+/// The span field formatter of [`crate::subscriber`]: keeps each span's fields as they were
+/// recorded, in a compact text of its own, and makes JSON values of them only when a line is
+/// written inside the span. A span is made at every turn's start and most turns log nothing at
+/// the level kept, so building JSON there was work for no line (issue 12).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SpanFields;
 
@@ -137,11 +140,9 @@ impl<'writer> FormatFields<'writer> for SpanFields {
         mut writer: Writer<'writer>,
         fields: R,
     ) -> fmt::Result {
-        let mut entries = Entries::default();
-        fields.record(&mut entries);
-        let mut object = Map::new();
-        entries.into_object(&mut object);
-        writer.write_str(&Value::Object(object).to_string())
+        let mut text = SpanFieldText::default();
+        fields.record(&mut text);
+        writer.write_str(&text.0)
     }
 
     fn add_fields(
@@ -149,19 +150,102 @@ impl<'writer> FormatFields<'writer> for SpanFields {
         current: &'writer mut FormattedFields<Self>,
         fields: &tracing::span::Record<'_>,
     ) -> fmt::Result {
-        let mut object = parse_object(&current.fields);
-        let mut entries = Entries::default();
-        fields.record(&mut entries);
-        entries.into_object(&mut object);
-        current.fields = Value::Object(object).to_string();
+        let mut added = SpanFieldText::default();
+        fields.record(&mut added);
+        // A name recorded again replaces its earlier value: the earlier one is dropped, so
+        // recording a growing list again and again keeps one copy of it.
+        let mut kept = SpanFieldText::default();
+        for (name, kind, text) in span_field_entries(&current.fields) {
+            if !span_field_entries(&added.0).any(|(again, _, _)| again == name) {
+                kept.push(name, kind, text);
+            }
+        }
+        kept.0.push_str(&added.0);
+        current.fields = kept.0;
         Ok(())
     }
 }
 
-fn parse_object(text: &str) -> Map<String, Value> {
-    match serde_json::from_str(text) {
-        Ok(Value::Object(object)) => object,
-        _ => Map::new(),
+/// A span's fields as recorded: per field `<name length>:<name><kind><text length>:<text>`,
+/// lengths in bytes, so a name or a value may hold any character. The kinds: `s` a string, `v`
+/// a number or a boolean in JSON, `d` a `Debug` text (a list prints as JSON: kept a JSON value).
+#[derive(Default)]
+struct SpanFieldText(String);
+
+impl SpanFieldText {
+    fn push(&mut self, name: &str, kind: char, text: &str) {
+        let _ = write!(self.0, "{}:{name}{kind}{}:{text}", name.len(), text.len());
+    }
+}
+
+impl Visit for SpanFieldText {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.push(field.name(), 's', value);
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.push(field.name(), 'v', &value.to_string());
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.push(field.name(), 'v', &value.to_string());
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        // As `Value::from` makes it (not finite: null).
+        self.push(field.name(), 'v', &Value::from(value).to_string());
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.push(field.name(), 'v', if value { "true" } else { "false" });
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        // A message is text, whatever it starts with (as an event's).
+        let kind = if field.name() == "message" { 's' } else { 'd' };
+        self.push(field.name(), kind, &format!("{value:?}"));
+    }
+}
+
+/// The entries of a [`SpanFieldText`], in order: name, kind, text. Stops at the first entry
+/// that is not whole (none is: the text is only ever written by [`SpanFieldText::push`]).
+fn span_field_entries(text: &str) -> impl Iterator<Item = (&str, char, &str)> {
+    /// `<length>:` then that many bytes, and what follows.
+    fn counted(text: &str) -> Option<(&str, &str)> {
+        let (length, rest) = text.split_once(':')?;
+        let length: usize = length.parse().ok()?;
+        Some((rest.get(..length)?, rest.get(length..)?))
+    }
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        let (name, after) = counted(rest)?;
+        let kind = after.chars().next()?;
+        let (value, after) = counted(after.get(kind.len_utf8()..)?)?;
+        rest = after;
+        Some((name, kind, value))
+    })
+}
+
+/// A span's fields as a JSON object (a later value of a name replaces the earlier one).
+fn span_object(text: &str) -> Map<String, Value> {
+    let mut object = Map::new();
+    for (name, kind, text) in span_field_entries(text) {
+        let value = match kind {
+            's' => Value::String(text.to_owned()),
+            'v' => serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned())),
+            _ => debug_value(text.to_owned()),
+        };
+        object.insert(name.to_owned(), value);
+    }
+    object
+}
+
+/// A `Debug` text as a JSON value: a list (`seqs = ?[2, 4]`, `rows = ?ids`) prints as JSON and
+/// is kept a JSON value; anything else is a string.
+fn debug_value(text: String) -> Value {
+    match text.starts_with('[') {
+        true => serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        false => Value::String(text),
     }
 }
 
@@ -183,7 +267,7 @@ where
                 let fields = span
                     .extensions()
                     .get::<FormattedFields<SpanFields>>()
-                    .map(|formatted| parse_object(&formatted.fields))
+                    .map(|formatted| span_object(&formatted.fields))
                     .unwrap_or_default();
                 spans.push((span.name(), fields));
             }
@@ -211,7 +295,7 @@ struct Entry {
     text: String,
 }
 
-/// The fields of an event or span, in order, with the event's message apart.
+/// The fields of an event, in order, with its message apart.
 #[derive(Default)]
 struct Entries {
     message: Option<String>,
@@ -229,16 +313,6 @@ impl Entries {
             json,
             text,
         });
-    }
-
-    /// Adds the fields to a span's object (a later value of a name replaces the earlier one).
-    fn into_object(self, object: &mut Map<String, Value>) {
-        if let Some(message) = self.message {
-            object.insert("message".to_owned(), Value::String(message));
-        }
-        for entry in self.list {
-            object.insert(entry.name, entry.json);
-        }
     }
 }
 
@@ -269,12 +343,7 @@ impl Visit for Entries {
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         let text = format!("{value:?}");
-        // A list (`seqs = ?[2, 4]`, `rows = ?ids`) prints as JSON: keep it a JSON value.
-        let json = match text.starts_with('[') {
-            true => serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.clone())),
-            false => Value::String(text.clone()),
-        };
-        self.push(field, json, text);
+        self.push(field, debug_value(text.clone()), text);
     }
 }
 
@@ -421,6 +490,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use tracing_subscriber::fmt::MakeWriter;
+    use tracing_subscriber::registry::SpanData;
 
     use super::*;
 
@@ -447,6 +517,24 @@ mod tests {
 
     /// The lines written for one turn's events, in `format`.
     fn lines(format: LogFormat) -> Vec<String> {
+        lines_of(format, || {
+            let seqs = [2, 4];
+            let turn = tracing::info_span!("turn", seqs = ?seqs);
+            let _entered = turn.enter();
+            let message = "model API error (HTTP 401)";
+            tracing::info!(
+                provider = "mock",
+                duration_ms = 12u64,
+                outcome = "answered",
+                "turn ended"
+            );
+            // A field named like a key of the line's own never replaces it.
+            tracing::warn!(error = %message, session = "other", "provider error\nsecond line");
+        })
+    }
+
+    /// The lines `log` writes, in `format`.
+    fn lines_of(format: LogFormat, log: impl FnOnce()) -> Vec<String> {
         // The format is process-wide: one test at a time sets it.
         static SERIAL: Mutex<()> = Mutex::new(());
         let _serial = SERIAL
@@ -462,20 +550,7 @@ mod tests {
             })
             .finish();
         set_format(format);
-        tracing::subscriber::with_default(subscriber, || {
-            let seqs = [2, 4];
-            let turn = tracing::info_span!("turn", seqs = ?seqs);
-            let _entered = turn.enter();
-            let message = "model API error (HTTP 401)";
-            tracing::info!(
-                provider = "mock",
-                duration_ms = 12u64,
-                outcome = "answered",
-                "turn ended"
-            );
-            // A field named like a key of the line's own never replaces it.
-            tracing::warn!(error = %message, session = "other", "provider error\nsecond line");
-        });
+        tracing::subscriber::with_default(subscriber, log);
         set_format(LogFormat::Text);
         let text = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
         text.lines().map(str::to_owned).collect()
@@ -525,6 +600,76 @@ mod tests {
             ]
         "#]]
         .assert_debug_eq(&shown);
+    }
+
+    #[test]
+    fn span_fields_keep_any_text_and_their_last_value() {
+        let lines = lines_of(LogFormat::Json, || {
+            let ids = ["a\"1:2", "5:x"];
+            let span = tracing::info_span!(
+                "turn",
+                seqs = ?[2],
+                note = "3:4s1:\n\u{1f}é",
+                ids = ?ids,
+                count = -7i64,
+                big = u64::MAX,
+                ratio = 0.5f64,
+                nan = f64::NAN,
+                flag = true,
+                shape = ?(1, "two"),
+            );
+            // A list recorded again and again, as a turn's pushed seqs are: one copy is kept.
+            for last in 3..=200 {
+                span.record(
+                    "seqs",
+                    tracing::field::debug(&(2..=last).collect::<Vec<_>>()),
+                );
+            }
+            span.in_scope(|| tracing::info!("inside"));
+            let kept = span
+                .with_subscriber(|(id, dispatch)| {
+                    let registry = dispatch.downcast_ref::<tracing_subscriber::Registry>()?;
+                    let data = registry.span_data(id)?;
+                    let length = data
+                        .extensions()
+                        .get::<FormattedFields<SpanFields>>()?
+                        .fields
+                        .len();
+                    Some(length)
+                })
+                .flatten();
+            // One copy of the longest list (~800 bytes) and the other fields, not 198 lists.
+            assert!(kept.is_some_and(|length| length < 1_200), "{kept:?}");
+        });
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        let line: Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(line["seqs"], Value::from((2..=200).collect::<Vec<i64>>()));
+        assert_eq!(line["note"], "3:4s1:\n\u{1f}é");
+        assert_eq!(line["ids"], serde_json::json!(["a\"1:2", "5:x"]));
+        assert_eq!(line["count"], -7);
+        assert_eq!(line["big"], u64::MAX);
+        assert_eq!(line["ratio"], 0.5);
+        assert_eq!(line["nan"], Value::Null);
+        assert_eq!(line["flag"], true);
+        assert_eq!(line["shape"], "(1, \"two\")");
+    }
+
+    #[test]
+    fn span_field_text_that_is_not_whole_ends_the_entries() {
+        let mut text = SpanFieldText::default();
+        text.push("seqs", 'd', "[2]");
+        text.push("n", 'v', "1");
+        let whole = text.0.clone();
+        assert_eq!(span_field_entries(&whole).count(), 2);
+        for cut in 0..whole.len() {
+            let Some(part) = whole.get(..cut) else {
+                continue;
+            };
+            let entries: Vec<_> = span_field_entries(part).collect();
+            assert!(entries.len() < 2, "{part:?} gave {entries:?}");
+        }
+        assert_eq!(span_field_entries("99:seqs").count(), 0);
+        assert_eq!(span_field_entries("x:seqs").count(), 0);
     }
 
     #[test]
