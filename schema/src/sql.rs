@@ -1,6 +1,11 @@
 //! The schema of docs/contract/db.md, its indexes, and the column migrations for older DBs.
 
 /// Tables and indexes, idempotent.
+///
+/// `turn_usage.id` is a plain `INTEGER PRIMARY KEY`: with `AUTOINCREMENT` every ledger row also
+/// rewrote its `sqlite_sequence` row, one more page in the WAL per turn. Nothing deletes ledger
+/// rows, so ids count up and never repeat without it. An older DB's table keeps its
+/// `AUTOINCREMENT` (`CREATE TABLE IF NOT EXISTS` leaves it; it takes rows the same way).
 pub(crate) const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS messages_in (
   id             TEXT PRIMARY KEY,
@@ -40,7 +45,7 @@ CREATE TABLE IF NOT EXISTS runner_state (id INTEGER PRIMARY KEY CHECK (id = 1),
   status TEXT NOT NULL,
   pid INTEGER, provider TEXT, current_tool TEXT, heartbeat_at TEXT NOT NULL, updated_at TEXT NOT NULL,
   waiting_on TEXT, last_event TEXT, current_batch TEXT);
-CREATE TABLE IF NOT EXISTS turn_usage (id INTEGER PRIMARY KEY AUTOINCREMENT, created_at TEXT NOT NULL,
+CREATE TABLE IF NOT EXISTS turn_usage (id INTEGER PRIMARY KEY, created_at TEXT NOT NULL,
   provider TEXT NOT NULL, model TEXT, input_tokens INTEGER, output_tokens INTEGER,
   cache_read_tokens INTEGER, cache_write_tokens INTEGER, reasoning_tokens INTEGER, cost_usd REAL,
   requests INTEGER, duration_ms INTEGER, outcome TEXT NOT NULL, message_ids TEXT NOT NULL,

@@ -758,6 +758,70 @@ mod tests {
         assert_eq!(start, at("2026-11-21T00:00:00Z"));
     }
 
+    /// A ledger row is one page of the table and one of its index, no more: with
+    /// `AUTOINCREMENT` every turn also rewrote its `sqlite_sequence` row (one more WAL page per
+    /// turn). Ids still count up in the order the turns ended.
+    #[test]
+    fn a_ledger_row_writes_no_sequence_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = db_in(&dir, Tz::UTC);
+        for minute in 0..3 {
+            let now = at("2026-11-21T10:00:00Z") + chrono::Duration::minutes(minute);
+            db.record_usage(&turn("mock", None), now).unwrap();
+        }
+        let conn = db.dedicated_connection().unwrap();
+        let sequences: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_sequence'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(sequences, 0, "a ledger insert keeps a sqlite_sequence row");
+        let ids: Vec<i64> = conn
+            .prepare("SELECT id FROM turn_usage ORDER BY created_at")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(ids, [1, 2, 3]);
+    }
+
+    /// An older DB's ledger made with `AUTOINCREMENT` is left as it is and takes rows as before.
+    #[test]
+    fn an_older_autoincrement_ledger_keeps_working() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.db");
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch(
+                "CREATE TABLE turn_usage (id INTEGER PRIMARY KEY AUTOINCREMENT,
+                   created_at TEXT NOT NULL, provider TEXT NOT NULL, model TEXT,
+                   input_tokens INTEGER, output_tokens INTEGER, cache_read_tokens INTEGER,
+                   cache_write_tokens INTEGER, reasoning_tokens INTEGER, cost_usd REAL,
+                   requests INTEGER, duration_ms INTEGER, outcome TEXT NOT NULL,
+                   message_ids TEXT NOT NULL, series_id TEXT);",
+            )
+            .unwrap();
+        let db = SessionDb::open(&path).unwrap();
+        db.record_usage(&turn("claude", None), at("2026-11-21T10:00:00Z"))
+            .unwrap();
+        db.record_usage(&turn("claude", None), at("2026-11-21T10:01:00Z"))
+            .unwrap();
+        assert_eq!(db.usage_total().unwrap().turns, 2);
+        let next: i64 = db
+            .dedicated_connection()
+            .unwrap()
+            .query_row(
+                "SELECT seq FROM sqlite_sequence WHERE name = 'turn_usage'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(next, 2);
+    }
+
     #[test]
     fn an_old_db_without_the_ledger_gets_it_on_open() {
         let dir = tempfile::tempdir().unwrap();
