@@ -49,20 +49,36 @@
 //!   place; every ratio should then be near 1.00x. The host serves the sides in turns, each side
 //!   taking each place in the order in turn: with a fixed order (and the host's old sleep),
 //!   two floors measured 0.69-1.01x of each other at single pauses. The phases run in
-//!   `RUNNER_BENCH_ROUNDS` rounds (default 5), each with freshly started processes: a single
-//!   round's p50 ratio between two floors still ranged 0.81-1.29x, so the percentiles are
-//!   over all rounds' messages, and the table shows each round's p50 ratio beside them.
+//!   `RUNNER_BENCH_ROUNDS` rounds (default 10), each with freshly started processes: a single
+//!   round's p50 ratio between two floors still ranged 0.81-1.29x (0.78-1.75x pinned), so the
+//!   percentiles are over all rounds' messages, and the table shows each round's p50 ratio
+//!   beside them. Pooled over 5 rounds of 80 messages, two pinned floors measured 0.95-1.16x
+//!   at single pauses, so the defaults count twice as many messages over twice as many rounds.
 //!
 //! Knobs for a quick run: `RUNNER_BENCH_MESSAGES` (per latency phase over all rounds, default
-//! 400; 0 skips the latency, CPU and cold-start tables),
-//! `RUNNER_BENCH_RANDOM_MESSAGES` (the random-gap phase, default 200), `RUNNER_BENCH_IDLE_SECS`
+//! 800; 0 skips the latency, CPU and cold-start tables),
+//! `RUNNER_BENCH_RANDOM_MESSAGES` (the random-gap phase, default 400), `RUNNER_BENCH_IDLE_SECS`
 //! (default 10), `RUNNER_BENCH_COLD_RUNS` (default 5), `RUNNER_BENCH_ROWS` (the big DB, default
 //! 1,000,000; 0 skips it), `RUNNER_BENCH_RSS_MESSAGES` (default 10,000; 0 skips it).
+//!
+//! **Where the processes run** (`support/placement.rs`): the runner and the floor share one
+//! CPU and the host that inserts and times runs on another, when this process may use two.
+//! The host wakes at every write to the DB's files; placed by the scheduler on a 2-CPU machine,
+//! it ran on the measured process's CPU often enough to widen the ratio's spread between
+//! rounds and runs (`docs/decisions.md`, "The host on a CPU of its own").
+//! `RUNNER_BENCH_PIN=0` leaves the placement to the scheduler.
+//!
+//! **Two builds of the runner against each other:** `RUNNER_BENCH_BASELINE=<agent-runner
+//! binary>` starts that binary, as the runner is started, in the floor's place: the ratios then
+//! compare this build with the other in one run (a change's effect, measured as the floor's
+//! ratios are). `RUNNER_BENCH_TIMES=<file>` appends every counted insert → reply time to the
+//! file, one line each: `side phase round message ms` (sides and phases in the tables' order).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -70,6 +86,7 @@ use std::time::{Duration, Instant};
 
 use schema::{NewMessageIn, SessionDb};
 use serde_json::json;
+use support::placement::Placement;
 use support::{knob, percentile, procfs, XorShift};
 
 /// Messages each process answers before anything is counted.
@@ -94,38 +111,60 @@ enum Who {
 }
 
 impl Who {
-    /// Starts it on `<workspace>/session.db` (which exists); the runner logs to a file there.
+    /// Starts it on `<workspace>/session.db` (which exists), on the measured processes' CPU
+    /// when [`placement`] pins them; the runner logs to a file there.
     fn spawn(self, workspace: &Path) -> Child {
+        let mut command = self.command(workspace);
+        if let Some(placement) = placement() {
+            placement.measured(&mut command);
+        }
+        command.spawn().unwrap()
+    }
+
+    fn command(self, workspace: &Path) -> Command {
         match self {
-            Who::Floor => support::floor::command(&workspace.join("session.db"))
-                .spawn()
-                .unwrap(),
+            Who::Floor => match std::env::var_os("RUNNER_BENCH_BASELINE") {
+                Some(baseline) => mock_runner(workspace, Path::new(&baseline)),
+                None => support::floor::command(&workspace.join("session.db")),
+            },
             // The method's own check: a second floor in the runner's place should measure 1.00x.
             Who::Runner if knob("RUNNER_BENCH_TWO_FLOORS", 0) == 1 => {
                 support::floor::command(&workspace.join("session.db"))
-                    .spawn()
-                    .unwrap()
             }
-            Who::Runner => {
-                let log = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(workspace.join("runner.log"))
-                    .unwrap();
-                let mut env = BTreeMap::new();
-                env.insert("PATH".to_owned(), std::env::var("PATH").unwrap_or_default());
-                env.insert(
-                    "HOME".to_owned(),
-                    workspace.join(".host-home").display().to_string(),
-                );
-                env.insert("RUST_LOG".to_owned(), "warn".to_owned());
-                env.insert("TZ".to_owned(), "UTC".to_owned());
-                runner_command(workspace, "mock", &env, log)
-                    .spawn()
-                    .unwrap()
-            }
+            Who::Runner => mock_runner(workspace, &runner_exe()),
         }
     }
+}
+
+/// `exe` (an agent-runner build) with the mock provider on `workspace`, logging to
+/// `runner.log` there.
+fn mock_runner(workspace: &Path, exe: &Path) -> Command {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(workspace.join("runner.log"))
+        .unwrap();
+    let mut env = BTreeMap::new();
+    env.insert("PATH".to_owned(), std::env::var("PATH").unwrap_or_default());
+    env.insert(
+        "HOME".to_owned(),
+        workspace.join(".host-home").display().to_string(),
+    );
+    env.insert("RUST_LOG".to_owned(), "warn".to_owned());
+    env.insert("TZ".to_owned(), "UTC".to_owned());
+    runner_command(exe, workspace, "mock", &env, log)
+}
+
+/// Where the measured processes and the host run, decided once (`RUNNER_BENCH_PIN`).
+fn placement() -> Option<Placement> {
+    static PLACEMENT: OnceLock<Option<Placement>> = OnceLock::new();
+    *PLACEMENT.get_or_init(|| match Placement::from_env() {
+        Ok(placement) => placement,
+        Err(why) => {
+            println!("(the processes are placed by the scheduler: {why})");
+            None
+        }
+    })
 }
 
 /// The runner this run measures: a copy of the release build taken at the start (see
@@ -153,15 +192,16 @@ fn pin_binaries(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// `agent-runner --workspace <ws> --provider <provider>` (the release build of this package)
-/// with exactly `env`, stderr to `log`.
+/// `<exe> --workspace <ws> --provider <provider>` (`exe`: the release build of this package,
+/// [`runner_exe`], or another build) with exactly `env`, stderr to `log`.
 fn runner_command(
+    exe: &Path,
     workspace: &Path,
     provider: &str,
     env: &BTreeMap<String, String>,
     log: std::fs::File,
 ) -> Command {
-    let mut command = Command::new(runner_exe());
+    let mut command = Command::new(exe);
     command
         .arg("--workspace")
         .arg(workspace)
@@ -361,10 +401,10 @@ const TURN: usize = 10;
 /// to 1.29x apart in a single round's phase (`docs/decisions.md`, "The bench's host woken by
 /// writes"), and pooled rounds 0.95-1.06x.
 fn measure(sides: &[(Who, &Path)]) -> Vec<Figures> {
-    let rounds = knob("RUNNER_BENCH_ROUNDS", 5).max(1) as usize;
+    let rounds = knob("RUNNER_BENCH_ROUNDS", 10).max(1) as usize;
     let per_round = |total: u64| (total as usize).div_ceil(rounds).max(2 * TURN);
-    let messages = per_round(knob("RUNNER_BENCH_MESSAGES", 400));
-    let random_messages = per_round(knob("RUNNER_BENCH_RANDOM_MESSAGES", 200));
+    let messages = per_round(knob("RUNNER_BENCH_MESSAGES", 800));
+    let random_messages = per_round(knob("RUNNER_BENCH_RANDOM_MESSAGES", 400));
     let idle_secs = knob("RUNNER_BENCH_IDLE_SECS", 10).max(1);
     let mut hosts: Vec<Host> = sides.iter().map(|(_, ws)| Host::open(ws)).collect();
     let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
@@ -373,6 +413,13 @@ fn measure(sides: &[(Who, &Path)]) -> Vec<Figures> {
     let mut idle_rate = vec![0.0; sides.len()];
     let mut net = vec![0.0; sides.len()];
     let mut answered = 0usize;
+    let mut times_file = std::env::var_os("RUNNER_BENCH_TIMES").map(|path| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap()
+    });
     for round in 0..rounds {
         let children: Vec<Child> = sides.iter().map(|(who, ws)| who.spawn(ws)).collect();
         let pids: Vec<u32> = children.iter().map(Child::id).collect();
@@ -418,6 +465,10 @@ fn measure(sides: &[(Who, &Path)]) -> Vec<Figures> {
                         let took = host.round_trip().as_secs_f64() * 1000.0;
                         if k > 0 || matches!(pause, Pause::Random) {
                             this_round[side].push(took);
+                            if let Some(file) = &mut times_file {
+                                writeln!(file, "{side} {phase} {round} {} {took:.4}", start + k)
+                                    .unwrap();
+                            }
                         }
                     }
                 }
@@ -661,7 +712,7 @@ fn main() {
         return;
     }
 
-    if knob("RUNNER_BENCH_MESSAGES", 400) > 0 {
+    if knob("RUNNER_BENCH_MESSAGES", 800) > 0 {
         latency_and_cpu();
     }
 
@@ -707,7 +758,22 @@ fn latency_and_cpu() {
         sides.push((Who::Runner, runner_big.path()));
         sides.push((Who::Floor, floor_big.path()));
     }
-    let figures = measure(&sides);
+    if let Some(baseline) = std::env::var_os("RUNNER_BENCH_BASELINE") {
+        println!(
+            "\n(RUNNER_BENCH_BASELINE: the floor's columns are the runner build {})",
+            Path::new(&baseline).display()
+        );
+    }
+    let figures = match placement() {
+        Some(placement) => {
+            println!(
+                "\n(the runner and the floor on CPU {}, the host on CPU {}; RUNNER_BENCH_PIN=0 lets the scheduler place them)",
+                placement.measured, placement.host
+            );
+            placement.as_host(|| measure(&sides))
+        }
+        None => measure(&sides),
+    };
     print_side_by_side("empty DB", &figures[0], &figures[1]);
     if let [runner_empty, floor_empty, runner_big, floor_big] = &figures[..] {
         print_side_by_side(&format!("{rows} rows per table"), runner_big, floor_big);
@@ -782,7 +848,7 @@ fn cli_rss() {
     let mut env: BTreeMap<String, String> = env;
     env.insert("RUST_LOG".to_owned(), "info".to_owned());
     let log = std::fs::File::create(session.workspace.join("runner.log")).unwrap();
-    let child = runner_command(&session.workspace, &cli, &env, log)
+    let child = runner_command(&runner_exe(), &session.workspace, &cli, &env, log)
         .spawn()
         .unwrap();
     let pid = child.id();

@@ -1,8 +1,10 @@
-//! Shared by the runner's benchmarks: the floor process ([`floor`]) and what they read of a
-//! process in /proc ([`procfs`]). Each bench binary uses a part, so unused items are allowed.
+//! Shared by the runner's benchmarks: the floor process ([`floor`]), where the processes run
+//! ([`placement`]) and what they read of a process in /proc ([`procfs`]). Each bench binary
+//! uses a part, so unused items are allowed.
 #![allow(dead_code)]
 
 pub(crate) mod floor;
+pub(crate) mod placement;
 pub(crate) mod procfs;
 
 /// A numeric environment knob of a benchmark (sizes, durations), or `default`.

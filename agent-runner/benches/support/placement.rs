@@ -1,0 +1,89 @@
+//! Where a benchmark's processes run: the measured processes (the runner, the floor) on one
+//! CPU, the host that inserts and times on another; `RUNNER_BENCH_PIN=0` leaves them to the
+//! scheduler.
+//!
+//! Why: the host wakes after every write to the DB's files. Left to the scheduler on a 2-CPU
+//! machine, it often runs on the CPU of the process it measures, between that process's own
+//! WAL writes, and a process that writes more pages is interrupted more often
+//! (`docs/decisions.md`, "The host on a CPU of its own"). Pinned, each side has a CPU of its
+//! own and the ratio compares the two processes' work alone.
+
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+/// The CPUs this process may run on, in order; empty when they cannot be read.
+fn allowed() -> Vec<usize> {
+    // SAFETY: a zeroed `cpu_set_t` is an empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the call writes at most the size it is given, the set's own.
+    let read =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if read != 0 {
+        return Vec::new();
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `cpu` is below `CPU_SETSIZE`, the set's size.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect()
+}
+
+/// Restricts the calling thread to `cpus` (a child started after inherits it).
+fn restrict(cpus: &[usize]) -> std::io::Result<()> {
+    // SAFETY: a zeroed `cpu_set_t` is an empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &cpu in cpus {
+        // SAFETY: every CPU comes from `allowed`, so it is below `CPU_SETSIZE`.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    // SAFETY: the call reads at most the size it is given, the set's own.
+    let done = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if done == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The measured processes' CPU and the host's, when this process may use two CPUs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Placement {
+    /// The CPU of the measured processes.
+    pub(crate) measured: usize,
+    /// The CPU of the host.
+    pub(crate) host: usize,
+}
+
+impl Placement {
+    /// `Ok(None)` with `RUNNER_BENCH_PIN=0`; `Err` with the reason when pinning is not possible.
+    pub(crate) fn from_env() -> Result<Option<Placement>, String> {
+        if super::knob("RUNNER_BENCH_PIN", 1) == 0 {
+            return Ok(None);
+        }
+        match allowed()[..] {
+            [measured, host, ..] => Ok(Some(Placement { measured, host })),
+            _ => Err("fewer than two CPUs are allowed to this process".to_owned()),
+        }
+    }
+
+    /// Makes `command`'s process start on the measured processes' CPU.
+    pub(crate) fn measured(self, command: &mut Command) {
+        let cpu = self.measured;
+        // SAFETY: the closure runs between fork and exec and only makes one system call.
+        unsafe {
+            command.pre_exec(move || restrict(&[cpu]));
+        }
+    }
+
+    /// Runs `f` on the host's CPU, then lets this thread run anywhere it could before.
+    pub(crate) fn as_host<T>(self, f: impl FnOnce() -> T) -> T {
+        let before = allowed();
+        if let Err(err) = restrict(&[self.host]) {
+            println!("(cannot move the host to CPU {}: {err})", self.host);
+        }
+        let out = f();
+        if !before.is_empty() {
+            let _ = restrict(&before);
+        }
+        out
+    }
+}
