@@ -536,6 +536,16 @@ mod tests {
         SessionDb::open_with(dir.path().join("session.db"), options).unwrap()
     }
 
+    /// A DB made by an older version (`sql` run on a bare file), then opened.
+    fn older_db(dir: &tempfile::TempDir, sql: &str) -> SessionDb {
+        let path = dir.path().join("session.db");
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch(sql)
+            .unwrap();
+        SessionDb::open(&path).unwrap()
+    }
+
     #[test]
     fn totals_keep_unknown_figures_apart_from_zero() {
         let dir = tempfile::tempdir().unwrap();
@@ -792,19 +802,15 @@ mod tests {
     #[test]
     fn an_older_autoincrement_ledger_keeps_working() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("session.db");
-        rusqlite::Connection::open(&path)
-            .unwrap()
-            .execute_batch(
-                "CREATE TABLE turn_usage (id INTEGER PRIMARY KEY AUTOINCREMENT,
-                   created_at TEXT NOT NULL, provider TEXT NOT NULL, model TEXT,
-                   input_tokens INTEGER, output_tokens INTEGER, cache_read_tokens INTEGER,
-                   cache_write_tokens INTEGER, reasoning_tokens INTEGER, cost_usd REAL,
-                   requests INTEGER, duration_ms INTEGER, outcome TEXT NOT NULL,
-                   message_ids TEXT NOT NULL, series_id TEXT);",
-            )
-            .unwrap();
-        let db = SessionDb::open(&path).unwrap();
+        let db = older_db(
+            &dir,
+            "CREATE TABLE turn_usage (id INTEGER PRIMARY KEY AUTOINCREMENT,
+               created_at TEXT NOT NULL, provider TEXT NOT NULL, model TEXT,
+               input_tokens INTEGER, output_tokens INTEGER, cache_read_tokens INTEGER,
+               cache_write_tokens INTEGER, reasoning_tokens INTEGER, cost_usd REAL,
+               requests INTEGER, duration_ms INTEGER, outcome TEXT NOT NULL,
+               message_ids TEXT NOT NULL, series_id TEXT);",
+        );
         db.record_usage(&turn("claude", None), at("2026-11-21T10:00:00Z"))
             .unwrap();
         db.record_usage(&turn("claude", None), at("2026-11-21T10:01:00Z"))
@@ -825,16 +831,12 @@ mod tests {
     #[test]
     fn an_old_db_without_the_ledger_gets_it_on_open() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("session.db");
-        rusqlite::Connection::open(&path)
-            .unwrap()
-            .execute_batch(
-                "CREATE TABLE messages_in (id TEXT PRIMARY KEY, kind TEXT NOT NULL,
-                   timestamp TEXT NOT NULL, content TEXT NOT NULL);
-                 INSERT INTO messages_in VALUES ('old', 'chat', '2026-01-01T00:00:00Z', '{}');",
-            )
-            .unwrap();
-        let db = SessionDb::open(&path).unwrap();
+        let db = older_db(
+            &dir,
+            "CREATE TABLE messages_in (id TEXT PRIMARY KEY, kind TEXT NOT NULL,
+               timestamp TEXT NOT NULL, content TEXT NOT NULL);
+             INSERT INTO messages_in VALUES ('old', 'chat', '2026-01-01T00:00:00Z', '{}');",
+        );
         assert_eq!(db.usage_total().unwrap().turns, 0);
         db.record_usage(&turn("claude", None), at("2026-11-21T10:00:00Z"))
             .unwrap();
