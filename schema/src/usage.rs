@@ -768,9 +768,8 @@ mod tests {
         assert_eq!(start, at("2026-11-21T00:00:00Z"));
     }
 
-    /// A ledger row is one page of the table and one of its index, no more: with
-    /// `AUTOINCREMENT` every turn also rewrote its `sqlite_sequence` row (one more WAL page per
-    /// turn). Ids still count up in the order the turns ended.
+    /// A ledger row keeps no `sqlite_sequence` row: with `AUTOINCREMENT` every turn also
+    /// rewrote it (one more WAL page per turn). Ids still count up in the order the turns ended.
     #[test]
     fn a_ledger_row_writes_no_sequence_row() {
         let dir = tempfile::tempdir().unwrap();
