@@ -11,37 +11,27 @@
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
-/// The CPUs this process may run on, in order; empty when they cannot be read.
+use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+use nix::unistd::Pid;
+
+/// The CPUs this thread may run on, in order; empty when they cannot be read.
 fn allowed() -> Vec<usize> {
-    // SAFETY: a zeroed `cpu_set_t` is an empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: the call writes at most the size it is given, the set's own.
-    let read =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if read != 0 {
+    let Ok(set) = sched_getaffinity(Pid::from_raw(0)) else {
         return Vec::new();
-    }
-    (0..libc::CPU_SETSIZE as usize)
-        // SAFETY: `cpu` is below `CPU_SETSIZE`, the set's size.
-        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+    };
+    (0..CpuSet::count())
+        .filter(|&cpu| set.is_set(cpu).unwrap_or(false))
         .collect()
 }
 
 /// Restricts the calling thread to `cpus` (a child started after inherits it).
 fn restrict(cpus: &[usize]) -> std::io::Result<()> {
-    // SAFETY: a zeroed `cpu_set_t` is an empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let mut set = CpuSet::new();
     for &cpu in cpus {
-        // SAFETY: every CPU comes from `allowed`, so it is below `CPU_SETSIZE`.
-        unsafe { libc::CPU_SET(cpu, &mut set) };
+        set.set(cpu)?;
     }
-    // SAFETY: the call reads at most the size it is given, the set's own.
-    let done = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if done == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    sched_setaffinity(Pid::from_raw(0), &set)?;
+    Ok(())
 }
 
 /// The measured processes' CPU and the host's, when this process may use two CPUs.
@@ -68,7 +58,8 @@ impl Placement {
     /// Makes `command`'s process start on the measured processes' CPU.
     pub(crate) fn measured(self, command: &mut Command) {
         let cpu = self.measured;
-        // SAFETY: the closure runs between fork and exec and only makes one system call.
+        // SAFETY: the closure runs between fork and exec; it fills a set on the stack and makes
+        // one system call, allocating nothing.
         unsafe {
             command.pre_exec(move || restrict(&[cpu]));
         }
