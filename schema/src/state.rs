@@ -95,4 +95,58 @@ mod tests {
         assert_eq!(db.state("n").unwrap().as_deref(), Some("42"));
         assert_eq!(db.state("absent").unwrap(), None);
     }
+
+    /// Whether `session_state` on `conn` has rowids (a table beside a key index).
+    fn has_rowids(conn: &Connection) -> bool {
+        conn.prepare("SELECT rowid FROM session_state").is_ok()
+    }
+
+    /// A new DB keeps `session_state` in one B-tree keyed on `key`: a read after another
+    /// connection's commit (which empties this one's page cache) descends that tree alone, not
+    /// a key index and then the table.
+    #[test]
+    fn a_new_db_keeps_session_state_in_one_tree_keyed_on_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SessionDb::open(dir.path().join("session.db")).unwrap();
+        db.set_state("model", "m").unwrap();
+        let conn = db.dedicated_connection().unwrap();
+        let indexes: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'session_state'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(indexes, 0, "session_state has a key index beside the table");
+        assert!(!has_rowids(&conn), "session_state has rowids");
+        assert_eq!(db.state("model").unwrap().as_deref(), Some("m"));
+    }
+
+    /// An older DB's `session_state` (a rowid table with a key index) is left as it is and
+    /// reads, writes and deletes keys as before.
+    #[test]
+    fn an_older_session_state_with_rowids_keeps_working() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("session.db");
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch(
+                "CREATE TABLE session_state (key TEXT PRIMARY KEY, value TEXT NOT NULL,
+                   updated_at TEXT NOT NULL);
+                 INSERT INTO session_state VALUES ('model', 'old', '2026-01-01T00:00:00.000Z');",
+            )
+            .unwrap();
+        let db = SessionDb::open(&path).unwrap();
+        assert!(has_rowids(&db.dedicated_connection().unwrap()));
+        assert_eq!(db.state("model").unwrap().as_deref(), Some("old"));
+        db.set_state("model", "new").unwrap();
+        db.set_continuation("codex", "thread-1").unwrap();
+        assert_eq!(db.state("model").unwrap().as_deref(), Some("new"));
+        assert_eq!(
+            db.continuation("codex").unwrap().as_deref(),
+            Some("thread-1")
+        );
+        assert!(db.delete_state("model").unwrap());
+        assert_eq!(db.state("model").unwrap(), None);
+    }
 }
