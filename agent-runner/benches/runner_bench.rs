@@ -586,8 +586,8 @@ fn print_side_by_side(title: &str, runner: &Figures, floor: &Figures) {
 
 /// The `big / empty` table: each figure on the big DB against the empty one, per side, and
 /// the first side's growth against the second's (the runner's against the floor's): what the
-/// runner adds to the growth of the DB work itself (`docs/decisions.md`, "A million rows: the
-/// runner's growth against the floor's").
+/// runner adds to the growth of the DB work itself (`docs/decisions.md`, "A million rows:
+/// `session_state` in one tree; the runner's growth against the floor's").
 fn print_scaling(rows: u64, empty: &[(&str, &Figures)], big: &[(&str, &Figures)]) {
     println!(
         "\n== {rows} completed rows per table vs an empty DB (ratio big / empty; target ≤ 1.10x) =="
