@@ -24,6 +24,8 @@ mod state;
 mod status;
 mod sweep;
 pub mod tasks;
+#[cfg(test)]
+mod test_support;
 pub mod time;
 pub mod usage;
 pub mod watch;

@@ -139,6 +139,7 @@ mod tests {
 
     use super::*;
     use crate::rows::{InStatus, NewMessageIn};
+    use crate::test_support::older_db;
     use crate::{SessionDb, SweepPolicy};
 
     /// Completed rows of history in [`with_history`]: a query that scans the table reads
@@ -228,19 +229,16 @@ mod tests {
     #[test]
     fn an_older_db_gets_its_whole_indexes_rebuilt_partial() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("session.db");
-        let older = rusqlite::Connection::open(&path).unwrap();
-        older.execute_batch(SCHEMA).unwrap();
-        older
-            .execute_batch(
-                "CREATE INDEX idx_messages_in_pending ON messages_in(status, seq);
+        let db = older_db(
+            &dir,
+            &format!(
+                "{SCHEMA}
+                 CREATE INDEX idx_messages_in_pending ON messages_in(status, seq);
                  CREATE INDEX idx_messages_in_series ON messages_in(series_id, status);
                  INSERT INTO messages_in (id, seq, kind, timestamp, status, content)
-                   VALUES ('a', 2, 'chat', '2026-01-01T00:00:00.000Z', 'pending', '{}')",
-            )
-            .unwrap();
-        drop(older);
-        let db = SessionDb::open(&path).unwrap();
+                   VALUES ('a', 2, 'chat', '2026-01-01T00:00:00.000Z', 'pending', '{{}}')"
+            ),
+        );
         let conn = db.dedicated_connection().unwrap();
         let partial: Vec<(String, bool)> = conn
             .prepare("SELECT name, partial FROM pragma_index_list('messages_in') ORDER BY name")

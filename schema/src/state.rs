@@ -75,6 +75,7 @@ pub(crate) fn delete_state_tx(tx: &Transaction<'_>, key: &str) -> Result<bool, E
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::older_db;
 
     /// A value of the wrong storage type (a hand edit wrote a BLOB) reads as text: the runner's
     /// query start, which reads the session's model, is not stopped by it.
@@ -127,16 +128,12 @@ mod tests {
     #[test]
     fn an_older_session_state_with_rowids_keeps_working() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("session.db");
-        Connection::open(&path)
-            .unwrap()
-            .execute_batch(
-                "CREATE TABLE session_state (key TEXT PRIMARY KEY, value TEXT NOT NULL,
-                   updated_at TEXT NOT NULL);
-                 INSERT INTO session_state VALUES ('model', 'old', '2026-01-01T00:00:00.000Z');",
-            )
-            .unwrap();
-        let db = SessionDb::open(&path).unwrap();
+        let db = older_db(
+            &dir,
+            "CREATE TABLE session_state (key TEXT PRIMARY KEY, value TEXT NOT NULL,
+               updated_at TEXT NOT NULL);
+             INSERT INTO session_state VALUES ('model', 'old', '2026-01-01T00:00:00.000Z');",
+        );
         assert!(has_rowids(&db.dedicated_connection().unwrap()));
         assert_eq!(db.state("model").unwrap().as_deref(), Some("old"));
         db.set_state("model", "new").unwrap();

@@ -503,6 +503,7 @@ impl crate::SessionDb {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::older_db;
     use crate::time::parse_ts;
     use crate::{OpenOptions, SessionDb};
 
@@ -534,16 +535,6 @@ mod tests {
             ..OpenOptions::default()
         };
         SessionDb::open_with(dir.path().join("session.db"), options).unwrap()
-    }
-
-    /// A DB made by an older version (`sql` run on a bare file), then opened.
-    fn older_db(dir: &tempfile::TempDir, sql: &str) -> SessionDb {
-        let path = dir.path().join("session.db");
-        rusqlite::Connection::open(&path)
-            .unwrap()
-            .execute_batch(sql)
-            .unwrap();
-        SessionDb::open(&path).unwrap()
     }
 
     #[test]
