@@ -18,7 +18,7 @@ use schema::content::out;
 use schema::{
     Alarm, CurrentBatch, DbWatcher, Destination, DestinationRoute, FieldProblem, InKind,
     InboundContent, MessageIn, NewMessageOut, OutKind, Reads, Routing, RunnerStatus, SessionDb,
-    UsageOutcome, WaitingOn,
+    StartKeys, UsageOutcome, WaitingOn,
 };
 use serde_json::json;
 use tokio::time::{sleep, Instant};
@@ -252,6 +252,9 @@ struct StartReads {
     destinations: Vec<Destination>,
     /// Everything else; its `system_prompt` is still `None`.
     query: QueryStart,
+    /// The `session_state` keys `query` took its continuation and model from, for the next
+    /// query's start.
+    keys: Arc<StartKeys>,
 }
 
 /// What a query starts from.
@@ -320,6 +323,9 @@ pub struct Runner {
     /// What the query of that batch starts from, read in the same transaction; `render`
     /// takes it for the batch's rows.
     start_reads: Option<StartReads>,
+    /// The `session_state` keys the last query started from, reused while their stamp holds
+    /// ([`schema::StartKeys`]).
+    start_keys: Option<Arc<StartKeys>>,
     /// Whether the running query's batch was finished with its last result
     /// ([`SessionDb::complete_batch_at`]): `run_query` then does not finish it again, and
     /// events of the CLI winding down write no runner state.
@@ -364,6 +370,7 @@ impl Runner {
             disk_full: Arc::default(),
             started: None,
             start_reads: None,
+            start_keys: None,
             batch_finished: false,
             last_event: Arc::default(),
             turn: TurnLog::default(),
@@ -727,10 +734,14 @@ impl Runner {
     }
 
     /// What a query starts from, read now in one read transaction (when the claim did not).
-    async fn read_start(&self) -> Result<StartReads> {
+    async fn read_start(&mut self) -> Result<StartReads> {
         let provider = self.provider.name();
-        self.call_inline(move |db| db.read_in(|reads| read_start(reads, provider)))
-            .await
+        let known = self.start_keys.clone();
+        let reads = self
+            .call_inline(move |db| db.read_in(|reads| read_start(reads, provider, known.as_ref())))
+            .await?;
+        self.start_keys = Some(Arc::clone(&reads.keys));
+        Ok(reads)
     }
 
     /// Puts claimed rows back to `pending` (without counting a try).
@@ -1447,6 +1458,7 @@ impl Runner {
         let native = self.provider.native_commands();
         let stop_word = self.options.turn_control.stop_word.clone();
         let provider = self.provider.name();
+        let known = self.start_keys.clone();
         let (claimed, started, next_due) = self
             .call_inline(move |db| {
                 let eligible = db.eligible(now, first_poll, limit)?;
@@ -1473,7 +1485,10 @@ impl Runner {
                     match batch {
                         // A failed read leaves the claim standing: `render` reads again, and
                         // an error there surfaces as any query start's does.
-                        Some(batch) => Ok(Some((batch, read_start(reads, provider).ok()))),
+                        Some(batch) => Ok(Some((
+                            batch,
+                            read_start(reads, provider, known.as_ref()).ok(),
+                        ))),
                         None => Ok(None),
                     }
                 })?;
@@ -1494,6 +1509,9 @@ impl Runner {
             Some((batch, reads)) => (Some(batch), reads),
             None => (None, None),
         };
+        if let Some(reads) = &self.start_reads {
+            self.start_keys = Some(Arc::clone(&reads.keys));
+        }
         Ok(Polled {
             work: self.split_work(claimed),
             next_due,
@@ -1869,17 +1887,25 @@ fn destinations_or_none(read: Result<Vec<Destination>, schema::Error>) -> Vec<De
     })
 }
 
-/// What a query starts from in the DB, read through `reads` (one snapshot).
-fn read_start(reads: &Reads<'_>, provider: &str) -> Result<StartReads, schema::Error> {
+/// What a query starts from in the DB, read through `reads` (one snapshot); the
+/// `session_state` keys are `known` while their stamp holds.
+fn read_start(
+    reads: &Reads<'_>,
+    provider: &str,
+    known: Option<&Arc<StartKeys>>,
+) -> Result<StartReads, schema::Error> {
+    let keys = reads.start_keys(provider, known)?;
     Ok(StartReads {
         destinations: destinations_or_none(reads.destinations()),
         query: QueryStart {
-            continuation: reads.state(&schema::continuation_key(provider))?,
+            continuation: keys.continuation.clone(),
             start_seq: reads.max_out_seq()?,
             system_prompt: None,
-            model: reads.state(schema::control::MODEL_KEY)?,
-            model_on_trial: control::model_unconfirmed(reads)?,
+            model: keys.model.clone(),
+            // A `/model` switch waits for its first successful turn.
+            model_on_trial: keys.model_previous.is_some(),
         },
+        keys,
     })
 }
 
@@ -1894,6 +1920,7 @@ fn query_start(
     let StartReads {
         destinations,
         mut query,
+        ..
     } = reads;
     query.system_prompt = sources.map(|sources| build_system_prompt(sources, &destinations));
     (destinations, query)

@@ -8,7 +8,7 @@
 //!   kept (`model_previous`) until a turn with the new one succeeds, so an unknown name costs
 //!   one failed turn, whose error is the reply, and the session goes back to its old model.
 
-use schema::control::{INTERRUPT_ACTION, MODEL_KEY};
+use schema::control::{INTERRUPT_ACTION, MODEL_KEY, MODEL_PREVIOUS_KEY};
 use schema::{InboundContent, SessionDb};
 
 use crate::progress::ProgressOptions;
@@ -43,10 +43,6 @@ pub const NOTHING_RUNNING_REPLY: &str = "Nothing is running.";
 /// blocks it wrote were delivered as they were written.
 pub const MAX_TURNS_REPLY: &str =
     "Stopped: this turn reached its step limit (maxTurnsPerQuery). Send a message to go on.";
-
-/// The `session_state` key of the model before an unconfirmed `/model` (empty: the configured
-/// one): restored when a turn with the new model fails.
-const MODEL_PREVIOUS_KEY: &str = "model_previous";
 
 /// What the runner's own chat and host controls ask for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,11 +101,6 @@ pub(crate) fn current_model(db: &SessionDb) -> Result<String, schema::Error> {
         Some(model) => format!("The model is {model}."),
         None => "The model is the configured default.".to_owned(),
     })
-}
-
-/// Whether a `/model` switch waits for its first successful turn.
-pub(crate) fn model_unconfirmed(reads: &schema::Reads<'_>) -> Result<bool, schema::Error> {
-    Ok(reads.state(MODEL_PREVIOUS_KEY)?.is_some())
 }
 
 /// A turn with the new model succeeded: the switch stands.

@@ -804,6 +804,57 @@ async fn model_command_is_kept_and_a_refused_model_is_reverted() {
     f.stop().await;
 }
 
+/// The runner keeps the continuation and model between queries while their stamp holds; a
+/// hand edit of either, by a connection that is not the runner's (as the `sqlite3` shell
+/// would), reaches the next query all the same.
+#[tokio::test]
+async fn a_hand_edit_of_the_model_or_continuation_reaches_the_next_query() {
+    let mut f = Fixture::new();
+    f.start();
+    for text in ["one", "two"] {
+        let id = f.chat(text);
+        f.wait_completed(&id).await;
+    }
+    let edits = [
+        "DELETE FROM session_state WHERE key = 'continuation:mock'",
+        "INSERT INTO session_state (key, value, updated_at)
+           VALUES ('model', 'hand-model', '2026-01-01T00:00:00.000Z')",
+    ];
+    let shell = rusqlite::Connection::open(f.db.path()).unwrap();
+    shell.busy_timeout(Duration::from_secs(10)).unwrap();
+    for edit in edits {
+        shell.execute(edit, []).unwrap();
+    }
+    let three = f.chat("three");
+    f.wait_completed(&three).await;
+    shell
+        .execute(
+            "UPDATE session_state SET value = 'hand-session' WHERE key = 'continuation:mock'",
+            [],
+        )
+        .unwrap();
+    shell
+        .execute("DELETE FROM session_state WHERE key = 'model'", [])
+        .unwrap();
+    let four = f.chat("four");
+    f.wait_completed(&four).await;
+    let inputs = f.mock.inputs();
+    let seen: Vec<_> = inputs
+        .iter()
+        .map(|i| (i.continuation.as_deref(), i.model.as_deref()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (None, None),
+            (Some("mock-session-1"), None),
+            (None, Some("hand-model")),
+            (Some("hand-session"), None),
+        ]
+    );
+    f.stop().await;
+}
+
 #[tokio::test]
 async fn stop_withdraws_the_open_question_of_the_turn() {
     let (mut f, slow) = stalled_fixture("ask me something").await;

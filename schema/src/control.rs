@@ -12,6 +12,10 @@ pub const INTERRUPT_ACTION: &str = "interrupt";
 /// The `session_state` key holding the model `/model NAME` chose (absent: the configured one).
 pub const MODEL_KEY: &str = "model";
 
+/// The `session_state` key of the model before an unconfirmed `/model` (empty: the configured
+/// one): the runner restores it when a turn with the new model fails.
+pub const MODEL_PREVIOUS_KEY: &str = "model_previous";
+
 /// The interrupt row: kind `system`, trigger 1, content `{"action":"interrupt"}`, no routing
 /// (the runner answers it with no reply).
 pub fn interrupt_row() -> NewMessageIn {

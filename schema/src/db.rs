@@ -17,7 +17,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, Transactio
 
 use crate::checkpoint::{self, Borrowed, Checkpointer};
 use crate::rows::{lenient_flag, lossy_text};
-use crate::sql::{COLUMNS, INDEXES, OPEN_ROWS_INDEXES, SCHEMA};
+use crate::sql::{COLUMNS, INDEXES, OPEN_ROWS_INDEXES, SCHEMA, TRIGGERS};
 use crate::time::parse_ts;
 use crate::Error;
 
@@ -306,6 +306,7 @@ impl SessionDb {
                 }
             }
             tx.execute_batch(INDEXES)?;
+            tx.execute_batch(TRIGGERS)?;
             Ok(())
         })
     }

@@ -39,7 +39,7 @@ pub use queue::{ClaimStarted, Eligible, QueueCounts};
 pub use reads::Reads;
 pub use routing::{find_destination, DestinationRoute};
 pub use rows::*;
-pub use state::continuation_key;
+pub use state::{continuation_key, StartKeys};
 pub use sweep::{SweepPolicy, SweepReport};
 pub use usage::{
     day_window, Figure, NewTurnUsage, UsageGroup, UsageGroupRow, UsageOutcome, UsageTotals,

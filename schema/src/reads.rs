@@ -18,6 +18,11 @@ impl<'c> Reads<'c> {
         Self { conn }
     }
 
+    /// The connection, inside the transaction.
+    pub(crate) fn conn(&self) -> &'c Connection {
+        self.conn
+    }
+
     /// Every destination, by name ([`SessionDb::destinations`]).
     pub fn destinations(&self) -> Result<Vec<Destination>, Error> {
         crate::destinations::destinations_in(self.conn)

@@ -108,10 +108,12 @@ pub(crate) fn set_runner_state_tx(
     provider: Option<&str>,
 ) -> Result<(), Error> {
     tx.prepare_cached(
-        "INSERT INTO runner_state (id, status, pid, provider, current_tool, heartbeat_at, updated_at)
-         VALUES (1, ?1, ?2, ?3, NULL, ?4, ?4)
+        "INSERT INTO runner_state (id, status, pid, provider, current_tool, heartbeat_at, updated_at,
+           start_keys_stamp)
+         VALUES (1, ?1, ?2, ?3, NULL, ?4, ?4, random())
          ON CONFLICT(id) DO UPDATE SET status = ?1, pid = COALESCE(?2, pid),
            provider = COALESCE(?3, provider), heartbeat_at = ?4,
+           start_keys_stamp = COALESCE(start_keys_stamp, random()),
            updated_at = CASE WHEN status = ?1 AND pid IS COALESCE(?2, pid) THEN updated_at
                         ELSE ?4 END",
     )?

@@ -51,7 +51,7 @@ CREATE TABLE IF NOT EXISTS session_state (key TEXT PRIMARY KEY, value TEXT NOT N
 CREATE TABLE IF NOT EXISTS runner_state (id INTEGER PRIMARY KEY CHECK (id = 1),
   status TEXT NOT NULL,
   pid INTEGER, provider TEXT, current_tool TEXT, heartbeat_at TEXT NOT NULL, updated_at TEXT NOT NULL,
-  waiting_on TEXT, last_event TEXT, current_batch TEXT);
+  waiting_on TEXT, last_event TEXT, current_batch TEXT, start_keys_stamp INTEGER);
 CREATE TABLE IF NOT EXISTS turn_usage (id INTEGER PRIMARY KEY, created_at TEXT NOT NULL,
   provider TEXT NOT NULL, model TEXT, input_tokens INTEGER, output_tokens INTEGER,
   cache_read_tokens INTEGER, cache_write_tokens INTEGER, reasoning_tokens INTEGER, cost_usd REAL,
@@ -74,6 +74,24 @@ CREATE INDEX IF NOT EXISTS idx_messages_in_series ON messages_in(series_id, stat
   WHERE series_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS idx_messages_out_reply ON messages_out(in_reply_to);
 CREATE INDEX IF NOT EXISTS idx_turn_usage_created ON turn_usage(created_at);
+"#;
+
+/// Triggers that give `runner_state.start_keys_stamp` a new random value in the transaction
+/// of every write to a `session_state` key a query starts from (`continuation:*`, `model`,
+/// `model_previous`), whoever writes it: the runner, a hand edit, an older binary. The runner
+/// keeps those keys in memory while the stamp is the one it read them under
+/// ([`crate::StartKeys`]). Created after migrations, like [`INDEXES`], so the column exists.
+pub(crate) const TRIGGERS: &str = r#"
+CREATE TRIGGER IF NOT EXISTS session_state_start_keys_insert AFTER INSERT ON session_state
+  WHEN NEW.key IN ('model', 'model_previous') OR NEW.key GLOB 'continuation:*'
+  BEGIN UPDATE runner_state SET start_keys_stamp = random() WHERE id = 1; END;
+CREATE TRIGGER IF NOT EXISTS session_state_start_keys_update AFTER UPDATE ON session_state
+  WHEN NEW.key IN ('model', 'model_previous') OR NEW.key GLOB 'continuation:*'
+    OR OLD.key IN ('model', 'model_previous') OR OLD.key GLOB 'continuation:*'
+  BEGIN UPDATE runner_state SET start_keys_stamp = random() WHERE id = 1; END;
+CREATE TRIGGER IF NOT EXISTS session_state_start_keys_delete AFTER DELETE ON session_state
+  WHEN OLD.key IN ('model', 'model_previous') OR OLD.key GLOB 'continuation:*'
+  BEGIN UPDATE runner_state SET start_keys_stamp = random() WHERE id = 1; END;
 "#;
 
 /// The partial indexes of [`INDEXES`], by table: an older DB holds them whole, and opening it
@@ -119,6 +137,7 @@ pub(crate) const COLUMNS: &[(&str, &str, &str)] = &[
     ("runner_state", "waiting_on", "TEXT"),
     ("runner_state", "last_event", "TEXT"),
     ("runner_state", "current_batch", "TEXT"),
+    ("runner_state", "start_keys_stamp", "INTEGER"),
 ];
 
 /// Columns of `messages_in`, in the order `MessageIn::read` reads them; the rowid last, the one
