@@ -244,10 +244,12 @@ mod tests {
         let db = with_runner(&dir);
         let shell = db.dedicated_connection().unwrap();
         let ts = "'2026-01-01T00:00:00.000Z'";
+        // The keys by the constants the runner reads them by: the triggers name them too.
+        let continuation = continuation_key("codex");
         let changes = [
-            format!("INSERT INTO session_state VALUES ('continuation:codex', 't1', {ts})"),
-            format!("INSERT INTO session_state VALUES ('model', 'm', {ts})"),
-            format!("INSERT INTO session_state VALUES ('model_previous', '', {ts})"),
+            format!("INSERT INTO session_state VALUES ('{continuation}', 't1', {ts})"),
+            format!("INSERT INTO session_state VALUES ('{MODEL_KEY}', 'm', {ts})"),
+            format!("INSERT INTO session_state VALUES ('{MODEL_PREVIOUS_KEY}', '', {ts})"),
             format!(
                 "INSERT INTO session_state VALUES ('model', 'n', {ts})
                  ON CONFLICT(key) DO UPDATE SET value = excluded.value"
