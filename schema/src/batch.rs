@@ -148,6 +148,7 @@ mod tests {
 
     use super::*;
     use crate::rows::{OutKind, Routing, WaitingOn};
+    use crate::test_support::count;
 
     fn open() -> (tempfile::TempDir, SessionDb) {
         let dir = tempfile::tempdir().unwrap();
@@ -207,11 +208,11 @@ mod tests {
     #[test]
     fn a_batch_writes_no_session_state_row() {
         let (_dir, db) = open();
-        let session_state_rows = |db: &SessionDb| -> i64 {
-            db.dedicated_connection()
-                .unwrap()
-                .query_row("SELECT count(*) FROM session_state", [], |r| r.get(0))
-                .unwrap()
+        let session_state_rows = |db: &SessionDb| {
+            count(
+                &db.dedicated_connection().unwrap(),
+                "SELECT count(*) FROM session_state",
+            )
         };
         db.start_batch(&batch()).unwrap();
         assert_eq!(

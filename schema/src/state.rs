@@ -142,7 +142,11 @@ pub(crate) fn delete_state_tx(tx: &Transaction<'_>, key: &str) -> Result<bool, E
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::older_db;
+    use crate::test_support::{count, older_db};
+
+    /// `session_state` as an older version made it: a table with rowids beside its key index.
+    const OLDER_SESSION_STATE: &str = "CREATE TABLE session_state (key TEXT PRIMARY KEY,
+       value TEXT NOT NULL, updated_at TEXT NOT NULL);";
 
     /// A value of the wrong storage type (a hand edit wrote a BLOB) reads as text: the runner's
     /// query start, which reads the session's model, is not stopped by it.
@@ -178,13 +182,10 @@ mod tests {
         let db = SessionDb::open(dir.path().join("session.db")).unwrap();
         db.set_state("model", "m").unwrap();
         let conn = db.dedicated_connection().unwrap();
-        let indexes: i64 = conn
-            .query_row(
-                "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'session_state'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
+        let indexes = count(
+            &conn,
+            "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'session_state'",
+        );
         assert_eq!(indexes, 0, "session_state has a key index beside the table");
         assert!(!has_rowids(&conn), "session_state has rowids");
         assert_eq!(db.state("model").unwrap().as_deref(), Some("m"));
@@ -197,9 +198,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = older_db(
             &dir,
-            "CREATE TABLE session_state (key TEXT PRIMARY KEY, value TEXT NOT NULL,
-               updated_at TEXT NOT NULL);
-             INSERT INTO session_state VALUES ('model', 'old', '2026-01-01T00:00:00.000Z');",
+            &format!(
+                "{OLDER_SESSION_STATE}
+                 INSERT INTO session_state VALUES ('model', 'old', '2026-01-01T00:00:00.000Z');"
+            ),
         );
         assert!(has_rowids(&db.dedicated_connection().unwrap()));
         assert_eq!(db.state("model").unwrap().as_deref(), Some("old"));
@@ -233,6 +235,11 @@ mod tests {
     ) -> Arc<StartKeys> {
         db.read_in(|reads| reads.start_keys(provider, known))
             .unwrap()
+    }
+
+    /// Asserts that `keys`, passed as known, are not kept but read again.
+    fn assert_read_again(db: &SessionDb, keys: &Arc<StartKeys>) {
+        assert!(!Arc::ptr_eq(keys, &start_keys(db, "codex", Some(keys))));
     }
 
     /// Every way a start key can change gives the stamp a new value, whoever writes it (the
@@ -328,10 +335,7 @@ mod tests {
             .execute("UPDATE runner_state SET start_keys_stamp = 'x'", [])
             .unwrap();
         let unstamped = start_keys(&db, "codex", None);
-        assert!(!Arc::ptr_eq(
-            &unstamped,
-            &start_keys(&db, "codex", Some(&unstamped))
-        ));
+        assert_read_again(&db, &unstamped);
     }
 
     /// An older DB's `runner_state` gets the stamp column and the triggers on open. Until the
@@ -341,21 +345,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = older_db(
             &dir,
-            "CREATE TABLE session_state (key TEXT PRIMARY KEY, value TEXT NOT NULL,
-               updated_at TEXT NOT NULL);
+            &format!(
+                "{OLDER_SESSION_STATE}
              CREATE TABLE runner_state (id INTEGER PRIMARY KEY CHECK (id = 1),
                status TEXT NOT NULL, heartbeat_at TEXT NOT NULL, updated_at TEXT NOT NULL);
              INSERT INTO runner_state VALUES (1, 'idle', '2026-01-01T00:00:00.000Z',
                '2026-01-01T00:00:00.000Z');
-             INSERT INTO session_state VALUES ('model', 'm', '2026-01-01T00:00:00.000Z');",
+             INSERT INTO session_state VALUES ('model', 'm', '2026-01-01T00:00:00.000Z');"
+            ),
         );
         assert_eq!(stamp(&db), None);
         let unstamped = start_keys(&db, "codex", None);
         assert_eq!(unstamped.model.as_deref(), Some("m"));
-        assert!(!Arc::ptr_eq(
-            &unstamped,
-            &start_keys(&db, "codex", Some(&unstamped))
-        ));
+        assert_read_again(&db, &unstamped);
         db.set_runner_state(crate::RunnerStatus::Idle, Some(1), Some("codex"))
             .unwrap();
         let stamped = stamp(&db);

@@ -503,7 +503,7 @@ impl crate::SessionDb {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::older_db;
+    use crate::test_support::{count, older_db};
     use crate::time::parse_ts;
     use crate::{OpenOptions, SessionDb};
 
@@ -770,13 +770,10 @@ mod tests {
             db.record_usage(&turn("mock", None), now).unwrap();
         }
         let conn = db.dedicated_connection().unwrap();
-        let sequences: i64 = conn
-            .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_sequence'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
+        let sequences = count(
+            &conn,
+            "SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_sequence'",
+        );
         assert_eq!(sequences, 0, "a ledger insert keeps a sqlite_sequence row");
         let ids: Vec<i64> = conn
             .prepare("SELECT id FROM turn_usage ORDER BY created_at")
