@@ -296,6 +296,11 @@ fn a_full_disk_delays_the_reply_and_neither_kills_the_runner_nor_reruns_the_turn
             wait_until("a fresh heartbeat", Duration::from_secs(5), || {
                 db.runner_state().unwrap().unwrap().heartbeat_at != stale
             });
+            // The line is logged after the write commits, by the log's writer thread: it may
+            // trail what the DB already shows.
+            wait_until("the writable-again line", Duration::from_secs(5), || {
+                runner.log().contains(WRITABLE_AGAIN)
+            });
             let log = runner.log();
             assert_eq!(log.matches(FULL_WARNING).count(), 1, "{log}");
             assert_eq!(log.matches(WRITABLE_AGAIN).count(), 1, "{log}");
