@@ -451,6 +451,26 @@ impl Session {
         self.db.all_messages_out().unwrap_or_default()
     }
 
+    /// The first runner log line that `matches`, waited for up to `timeout`: the runner writes
+    /// its log from a thread of its own, so a line can trail the DB writes that followed it.
+    pub fn wait_log_line(
+        &self,
+        what: &str,
+        timeout: Duration,
+        matches: impl Fn(&str) -> bool,
+    ) -> String {
+        let mut found = None;
+        self.wait_until(what, timeout, |s| {
+            found = s
+                .runner_log()
+                .lines()
+                .find(|l| matches(l))
+                .map(str::to_owned);
+            found.is_some()
+        });
+        found.unwrap_or_default()
+    }
+
     /// Waits for `cond`, panicking with the runner log on timeout.
     pub fn wait_until(&self, what: &str, timeout: Duration, mut cond: impl FnMut(&Self) -> bool) {
         let deadline = Instant::now() + timeout;

@@ -171,12 +171,9 @@ pub fn sigkill_then_restart_leaves_no_process_of_the_old_run(provider: &str) {
         "{provider}: the old run's processes were gone {:.2?} after the restart",
         restarted.elapsed()
     );
-    let log = session.runner_log();
-    let line = some(
-        log.lines()
-            .find(|l| l.contains("killed processes a previous run of this session left behind")),
-        &format!("the kill's log line in\n{log}"),
-    );
+    let line = session.wait_log_line("the kill's log line", WAIT, |l| {
+        l.contains("killed processes a previous run of this session left behind")
+    });
     for (pid, how) in &orphaned {
         assert!(
             line.contains(&pid.to_string()),

@@ -867,15 +867,12 @@ pub fn without_a_key_the_gateways_401_names_the_variable(provider: &str) {
         &model,
         &[("OPENAI_API_KEY", ""), ("NANOCLAW_QUERY_RETRIES", "0")],
     );
-    let log = session.runner_log();
-    assert!(
-        log.lines().any(|l| l.contains("WARN")
-            && l.contains(&format!(
-                "no API key for the {provider} CLI (openaiApiKey is unset)"
-            ))
-            && l.contains("set OPENAI_API_KEY, or OPENAI_API_KEY_FILE")),
-        "{log}"
-    );
+    let warning = format!("no API key for the {provider} CLI (openaiApiKey is unset)");
+    session.wait_log_line("the missing-key warning", WAIT, |l| {
+        l.contains("WARN")
+            && l.contains(&warning)
+            && l.contains("set OPENAI_API_KEY, or OPENAI_API_KEY_FILE")
+    });
     model.set_script(std::iter::repeat_n(
         Step::error(401, "Missing bearer or basic authentication in header"),
         10,

@@ -209,13 +209,11 @@ fn without_a_key_the_start_warns_and_the_query_error_names_the_variable() {
     let mut session = Session::new();
     // An empty variable is unset (the harness sets a key).
     session.start_runner(CLI, &model, &[("ANTHROPIC_API_KEY", "")]);
-    let log = session.runner_log();
-    assert!(
-        log.lines().any(|l| l.contains("WARN")
+    session.wait_log_line("the missing-key warning", WAIT, |l| {
+        l.contains("WARN")
             && l.contains("no API key for the claude CLI (anthropicApiKey is unset)")
-            && l.contains("set ANTHROPIC_API_KEY, or ANTHROPIC_API_KEY_FILE")),
-        "{log}"
-    );
+            && l.contains("set ANTHROPIC_API_KEY, or ANTHROPIC_API_KEY_FILE")
+    });
     let id = session.send_chat("hello").id;
     session.wait_until("a query_error row", WAIT, |s| {
         !system_actions(s, "query_error").is_empty()
