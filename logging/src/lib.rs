@@ -14,7 +14,7 @@
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
-use std::sync::OnceLock;
+use std::sync::{Once, OnceLock};
 use std::time::{Duration, Instant};
 
 use tracing_subscriber::fmt::{MakeWriter, SubscriberBuilder};
@@ -37,6 +37,8 @@ const FINAL_FLUSH: Duration = Duration::from_secs(1);
 /// [`set_format`]), filtered by `RUST_LOG` or else `default_filter`. `program` names the binary
 /// on the lines it writes itself ([`fatal`], [`print_line`] in JSON). Text lines name the target
 /// and have no colours; callers may set another [`LineFormat`], then call `init`/`try_init`.
+/// It also sends the process's panic messages through the same queue, after the lines logged
+/// before them ([`panics_through_the_queue`]).
 pub fn subscriber(
     program: &'static str,
     default_filter: &str,
@@ -44,6 +46,7 @@ pub fn subscriber(
 ) -> SubscriberBuilder<SpanFields, LineFormat, EnvFilter, Stderr> {
     line::set_program(program);
     set_format(format);
+    panics_through_the_queue();
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     tracing_subscriber::fmt()
@@ -129,6 +132,37 @@ pub fn flush(timeout: Duration) -> bool {
     }
 }
 
+/// The writer thread's name: its own panic must not wait for itself.
+const WRITER_THREAD: &str = "stderr-log";
+
+/// Installs (once) a panic hook that writes the panic's message (and its backtrace when
+/// `RUST_BACKTRACE` asks for one) like [`fatal`]: queued after the lines logged before it, then
+/// waited for at most a second. The default hook wrote it straight to stderr, ahead of queued
+/// lines and blocking on an undrained pipe; and a panic that unwinds out of `main` skipped the
+/// binaries' own flush, so the lines before it were lost with the writer thread. The writer
+/// thread's own panic cannot go through its queue and keeps the previous hook.
+fn panics_through_the_queue() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let thread = std::thread::current();
+            if thread.name() == Some(WRITER_THREAD) {
+                return previous(info);
+            }
+            let backtrace = std::backtrace::Backtrace::capture();
+            let backtrace = match backtrace.status() {
+                std::backtrace::BacktraceStatus::Captured => format!("\n{backtrace}"),
+                _ => String::new(),
+            };
+            fatal(&format!(
+                "thread '{}' {info}{backtrace}",
+                thread.name().unwrap_or("<unnamed>")
+            ));
+        }));
+    });
+}
+
 /// The [`MakeWriter`] (and writer) of [`subscriber`]: queues what is written for the writer
 /// thread and always reports success, so logging never panics, fails or blocks.
 #[derive(Debug, Clone, Copy, Default)]
@@ -204,7 +238,7 @@ fn sink() -> Option<&'static Sink> {
     SINK.get_or_init(|| {
         let (tx, rx) = mpsc::sync_channel(QUEUE_LINES);
         std::thread::Builder::new()
-            .name("stderr-log".into())
+            .name(WRITER_THREAD.into())
             .spawn(move || write_lines(rx, &DROPPED))
             .ok()?;
         Some(Sink {
@@ -249,7 +283,68 @@ fn write_lines(rx: Receiver<Msg>, dropped: &AtomicU64) {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Read;
+
     use super::*;
+
+    /// Set in the copy of [`the_lines_before_a_panic_are_written_before_its_message`] that logs
+    /// and panics.
+    const PANIC_CHILD: &str = "NANOCLAW_TEST_LOG_PANIC_CHILD";
+    const LINES_BEFORE_PANIC: usize = 1000;
+
+    #[test]
+    fn the_lines_before_a_panic_are_written_before_its_message() {
+        let test = "tests::the_lines_before_a_panic_are_written_before_its_message";
+        if std::env::var_os(PANIC_CHILD).is_some() {
+            let _ = subscriber("logging-test", "info", LogFormat::Text).try_init();
+            for n in 0..LINES_BEFORE_PANIC {
+                // Long lines: together they are more than a pipe holds.
+                tracing::info!("line {n} before the panic {}", "x".repeat(200));
+            }
+            let _ = std::panic::catch_unwind(|| panic!("the test's panic"));
+            // Exits at once, as when a panic unwinds out of `main`: no flush of its own.
+            std::process::exit(0);
+        }
+        // stderr is a pipe read only after a while: most lines are still queued when the
+        // child panics, as behind a slow reader.
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env(PANIC_CHILD, "1")
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        let status = child.wait().unwrap();
+        assert!(status.success(), "{status}: {stderr}");
+        assert_eq!(stderr.matches("the test's panic").count(), 1, "{stderr}");
+        let panic_at = stderr
+            .find("logging-test: thread '")
+            .unwrap_or_else(|| panic!("no panic line in: {stderr}"));
+        assert!(
+            stderr[panic_at..].contains("panicked at") && stderr[panic_at..].contains("lib.rs"),
+            "{}",
+            &stderr[panic_at..]
+        );
+        let logged = stderr[..panic_at]
+            .lines()
+            .filter(|l| l.contains("before the panic"))
+            .count();
+        assert_eq!(
+            logged,
+            LINES_BEFORE_PANIC,
+            "lines before the panic's message; after it: {}",
+            stderr[panic_at..].lines().count()
+        );
+    }
 
     #[test]
     fn writes_always_succeed_and_flush_completes() {
