@@ -1826,8 +1826,8 @@ impl Runner {
 }
 
 /// The reply rows of a result's messages (blocking: DB reads): a bare message goes to the
-/// batch's `target`, a `<message to="name">` where `route_to_destination` sends it (not at all
-/// to an unknown name); a message already sent this turn (a `messages_out` row after
+/// batch's `target`, a `<message to="name">` where `route_to_destination` sends it, answering
+/// the row it names (not at all to an unknown name); a message already sent this turn (a `messages_out` row after
 /// `start_seq` with the same routing and text) is not written twice.
 fn reply_rows(
     reads: &Reads<'_>,
@@ -1842,15 +1842,20 @@ fn reply_rows(
     }
     let sent_this_turn = reads.messages_out_after(start_seq, 10_000)?;
     for message in outgoing {
-        let routing = match &message.to {
-            None => target.routing.clone(),
-            Some(name) => match reads.route_to_destination(name, ids)? {
-                DestinationRoute::Found(routing) => routing,
-                DestinationRoute::Unknown { known } => {
-                    tracing::warn!(destination = %name, ?known, "reply addressed to an unknown destination; not sent");
-                    continue;
+        let (routing, in_reply_to) = match &message.to {
+            None => (target.routing.clone(), target.in_reply_to.clone()),
+            Some(name) => {
+                match reads.route_to_destination(name, ids, target.in_reply_to.as_deref())? {
+                    DestinationRoute::Found {
+                        routing,
+                        in_reply_to,
+                    } => (routing, in_reply_to),
+                    DestinationRoute::Unknown { known } => {
+                        tracing::warn!(destination = %name, ?known, "reply addressed to an unknown destination; not sent");
+                        continue;
+                    }
                 }
-            },
+            }
         };
         // A bare text (the batch's reply) equal to anything sent this turn, to whomever, is a
         // repeat too: the final text that restates a block or a `send_message`.
@@ -1872,7 +1877,7 @@ fn reply_rows(
         }
         replies.push(
             NewMessageOut::new(OutKind::Chat, routing, &out::chat_text(&message.text))
-                .replying_to(target.in_reply_to.clone()),
+                .replying_to(in_reply_to),
         );
     }
     Ok(replies)

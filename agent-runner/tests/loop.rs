@@ -444,15 +444,20 @@ async fn reply_to_a_destination_routes_every_shared_case() {
             f.wait_completed(id).await;
         }
         f.stop().await;
-        let routings: Vec<Routing> = f
+        let sent: Vec<(Routing, Option<String>)> = f
             .outs()
             .into_iter()
             .filter(|o| o.kind == "chat")
-            .map(|o| o.routing)
+            .map(|o| (o.routing, o.in_reply_to))
             .collect();
         match &case.expected {
-            Some(expected) => assert_eq!(routings, vec![expected.clone()], "{}", case.name),
-            None => assert_eq!(routings, Vec::<Routing>::new(), "{}", case.name),
+            Some(expected) => assert_eq!(
+                sent,
+                vec![(expected.clone(), case.answers.id(&ids))],
+                "{}",
+                case.name
+            ),
+            None => assert_eq!(sent, Vec::new(), "{}", case.name),
         }
     }
 }

@@ -21,6 +21,7 @@ pub mod process;
 pub mod prompt_xml;
 mod query;
 pub mod reaper;
+pub mod recording;
 pub mod redact;
 pub mod settings;
 mod text;

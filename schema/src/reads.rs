@@ -55,8 +55,9 @@ impl<'c> Reads<'c> {
         &self,
         name: &str,
         batch: &[String],
+        batch_reply: Option<&str>,
     ) -> Result<DestinationRoute, Error> {
-        crate::routing::route_in(self.conn, name, batch)
+        crate::routing::route_in(self.conn, name, batch, batch_reply)
     }
 }
 

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use provider::claude::ClaudeProvider;
 use provider::codex::CodexProvider;
 use provider::opencode::OpenCodeProvider;
+use provider::recording::Recording;
 use provider::{
     AgentProvider, AgentQuery, ErrorClass, Prompt, ProviderError, ProviderEvent, ProviderSettings,
 };
@@ -119,7 +120,7 @@ impl CliProvider for CodexProvider {
         let provider = setup.spawn(Self::create);
         if let Some(path) = setup.capture_path("NANOCLAW_CODEX_CAPTURE") {
             ok(
-                provider.record_transcript(&path),
+                provider.record_transcript(fixture_recording(path)),
                 "recording the transcript",
             );
         }
@@ -152,7 +153,7 @@ impl CliProvider for OpenCodeProvider {
             }
             // A leftover capture of an earlier run would be appended to.
             let _ = std::fs::remove_file(&path);
-            provider.record_events(&path);
+            provider.record_events(fixture_recording(path));
         }
         provider
     }
@@ -160,6 +161,12 @@ impl CliProvider for OpenCodeProvider {
     async fn cli_pid(&self) -> Option<u32> {
         self.server_pid()
     }
+}
+
+/// A capture for a fixture: the checkout's path (its `target/` build of `mcp-tools`, its `.cli/`
+/// install of the CLI) is written as a placeholder, since fixtures are committed.
+fn fixture_recording(path: PathBuf) -> Recording {
+    Recording::new(path).hiding_checkout(&crate::harness::repo_root())
 }
 
 /// Skips (CLI tests disabled) or re-runs `test` alone in a child process

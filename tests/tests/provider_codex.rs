@@ -295,7 +295,9 @@ async fn each_archive_reads_only_the_newest_turns() {
         .push_all((1..=QUERIES).map(|n| Step::text(format!("answer number {n}"))));
     let provider = s.provider::<Cli>();
     let rpc = s.dir.path().join("rpc.jsonl");
-    provider.record_transcript(&rpc).unwrap();
+    provider
+        .record_transcript(provider::recording::Recording::new(&rpc))
+        .unwrap();
     let mut thread: Option<String> = None;
     for n in 1..=QUERIES {
         let text = format!("<message id=\"{n}\">question number {n}</message>");

@@ -1,7 +1,8 @@
 //! Where a tool's row goes (docs/contract/prompt.md#routing): explicit fields > the destination
 //! named by `to` (routed by `schema::routing`, the rule the runner's replies share) > the runner's
-//! `current_batch` > the session's default routing. Every row also carries
-//! `in_reply_to` of the current batch, whatever its routing.
+//! `current_batch` > the session's default routing. Every row also carries an `in_reply_to`:
+//! the one `schema::routing` gives a destination named by `to` (that channel's newest batch row,
+//! else the batch's), otherwise the current batch's.
 
 use schema::{DestinationRoute, Routing, SessionDb};
 
@@ -25,7 +26,7 @@ pub struct Target<'a> {
 pub struct Route {
     /// Where it goes.
     pub routing: Routing,
-    /// The inbound row it answers (the current batch's).
+    /// The inbound row it answers (see the module docs).
     pub in_reply_to: Option<String>,
     /// The sender of the current batch, for admin checks.
     pub sender_id: Option<String>,
@@ -41,13 +42,20 @@ pub fn resolve(db: &SessionDb, target: &Target<'_>) -> ToolResult<Route> {
             Default::default()
         }
     };
-    let base = match target.to {
-        Some(name) => match db.route_to_destination(name, &batch.ids)? {
-            DestinationRoute::Found(routing) => routing,
-            DestinationRoute::Unknown { known } => return Err(unknown_destination(name, &known)),
-        },
-        None if !batch.routing.is_empty() => batch.routing.clone(),
-        None => db.session_routing()?.unwrap_or_default(),
+    let (base, in_reply_to) = match target.to {
+        Some(name) => {
+            match db.route_to_destination(name, &batch.ids, batch.in_reply_to.as_deref())? {
+                DestinationRoute::Found {
+                    routing,
+                    in_reply_to,
+                } => (routing, in_reply_to),
+                DestinationRoute::Unknown { known } => {
+                    return Err(unknown_destination(name, &known))
+                }
+            }
+        }
+        None if !batch.routing.is_empty() => (batch.routing.clone(), batch.in_reply_to),
+        None => (db.session_routing()?.unwrap_or_default(), batch.in_reply_to),
     };
     let routing = if target.channel.is_some() || target.platform_id.is_some() {
         Routing {
@@ -66,7 +74,7 @@ pub fn resolve(db: &SessionDb, target: &Target<'_>) -> ToolResult<Route> {
     };
     Ok(Route {
         routing,
-        in_reply_to: batch.in_reply_to,
+        in_reply_to,
         sender_id: batch.sender_id,
     })
 }

@@ -277,6 +277,7 @@ fn send_message_to_routes_every_shared_case() {
             Some(expected) => {
                 let row = env.db.message_out_by_seq(sent.seq()).unwrap().unwrap();
                 assert_eq!(&row.routing, expected, "{}", case.name);
+                assert_eq!(row.in_reply_to, case.answers.id(&ids), "{}", case.name);
             }
             None => {
                 let err = sent.err();

@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::approvals::GATED_METHODS;
 use super::protocol::{answer_server_request, Message, RequestId, RpcErrorBody};
 use crate::process::{CliCommand, CliProcess};
+use crate::recording::Recording;
 use crate::text::head;
 use crate::ProviderError;
 
@@ -81,20 +82,22 @@ type Pending = Arc<Mutex<HashMap<RequestId, oneshot::Sender<Result<Value, RpcErr
 /// debugging and for capturing test fixtures: `{"in": <server line>}`, `{"out": <client line>}`,
 /// `{"control": ...}`, `{"exit": true}`.
 #[derive(Debug, Clone)]
-pub(super) struct Transcript(Arc<Mutex<std::fs::File>>);
+pub(super) struct Transcript(Arc<(Mutex<std::fs::File>, Recording)>);
 
 impl Transcript {
-    /// Appends to `path`.
-    pub(super) fn open(path: &std::path::Path) -> std::io::Result<Self> {
-        let file = fsguard::open_with(path, fsguard::Access::Append)?;
-        Ok(Self(Arc::new(Mutex::new(file))))
+    /// Appends to the recording's file.
+    pub(super) fn open(recording: Recording) -> std::io::Result<Self> {
+        let file = fsguard::open_with(recording.path(), fsguard::Access::Append)?;
+        Ok(Self(Arc::new((Mutex::new(file), recording))))
     }
 
     /// Writes one record.
     pub(super) fn record(&self, entry: Value) {
         use std::io::Write;
-        let mut file = lock(&self.0);
-        if let Err(err) = writeln!(file, "{entry}") {
+        let (file, recording) = &*self.0;
+        let line = recording.scrub(entry.to_string());
+        let mut file = lock(file);
+        if let Err(err) = writeln!(file, "{line}") {
             tracing::debug!(%err, "codex transcript write failed");
         }
     }

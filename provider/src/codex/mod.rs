@@ -38,7 +38,6 @@ mod hooks;
 mod protocol;
 mod translate;
 
-use std::path::Path;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -46,6 +45,7 @@ use futures::future::BoxFuture;
 use self::connection::Transcript;
 use self::driver::{rpc_lock, Shared};
 use crate::process::resolve_cli;
+use crate::recording::Recording;
 use crate::{AgentProvider, AgentQuery, ProviderError, ProviderSettings, QueryInput};
 
 /// The setting (env variable) that names the `codex` binary.
@@ -89,10 +89,12 @@ impl CodexProvider {
         *rpc_lock(&self.shared.interrupt_delay) = delay;
     }
 
-    /// Records every JSON-RPC line and control of later app-server processes to `path` (JSON
-    /// lines; see [`Transcript`]). For debugging and for capturing test fixtures.
-    pub fn record_transcript(&self, path: &Path) -> Result<(), ProviderError> {
-        let transcript = Transcript::open(path).map_err(|err| {
+    /// Records every JSON-RPC line and control of later app-server processes to the
+    /// recording's file (JSON lines; see [`Transcript`]). For debugging and for capturing test
+    /// fixtures.
+    pub fn record_transcript(&self, recording: Recording) -> Result<(), ProviderError> {
+        let path = recording.path().to_owned();
+        let transcript = Transcript::open(recording).map_err(|err| {
             ProviderError::Other(format!("cannot open {}: {err}", path.display()))
         })?;
         *rpc_lock(&self.shared.transcript) = Some(transcript);

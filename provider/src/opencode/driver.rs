@@ -52,7 +52,7 @@ pub(super) struct Shared {
     /// Cancelled by `shutdown`; replaced afterwards so the provider can start again.
     pub(super) stop: Mutex<CancellationToken>,
     pub(super) ids: Mutex<IdClock>,
-    pub(super) record: Mutex<Option<PathBuf>>,
+    pub(super) record: Mutex<Option<crate::recording::Recording>>,
     /// Pid of the running server, readable while a query holds `slot`.
     pub(super) pid: Mutex<Option<u32>>,
     /// Models asked for by queries (`/model`) besides the configured one; the running server's
@@ -98,12 +98,13 @@ impl Shared {
     }
 
     fn record(&self, line: Value) {
-        let path = lock(&self.record).clone();
-        if let Some(path) = path {
-            let result = fsguard::open_with(&path, fsguard::Access::Append)
+        let recording = lock(&self.record).clone();
+        if let Some(recording) = recording {
+            let line = recording.scrub(line.to_string());
+            let result = fsguard::open_with(recording.path(), fsguard::Access::Append)
                 .and_then(|mut file| writeln!(file, "{line}"));
             if let Err(err) = result {
-                tracing::warn!(path = %path.display(), %err, "cannot record OpenCode events");
+                tracing::warn!(path = %recording.path().display(), %err, "cannot record OpenCode events");
             }
         }
     }

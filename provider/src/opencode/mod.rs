@@ -67,13 +67,13 @@ mod translate;
 #[cfg(test)]
 mod tests;
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::process::resolve_cli;
+use crate::recording::Recording;
 use crate::{AgentProvider, AgentQuery, ProviderError, ProviderSettings, QueryInput};
 use driver::{lock, IdClock, Shared};
 
@@ -111,10 +111,11 @@ impl OpenCodeProvider {
         })
     }
 
-    /// Appends every SSE payload the provider reads and every prompt it posts to `path` (JSON
-    /// lines). The fixtures under `provider/tests/fixtures/opencode/` are such recordings.
-    pub fn record_events(&self, path: impl Into<PathBuf>) {
-        *lock(&self.shared.record) = Some(path.into());
+    /// Appends every SSE payload the provider reads and every prompt it posts to the
+    /// recording's file (JSON lines). The fixtures under `provider/tests/fixtures/opencode/`
+    /// are such recordings.
+    pub fn record_events(&self, recording: Recording) {
+        *lock(&self.shared.record) = Some(recording);
     }
 
     /// Pid of the running server (the leader of its process group), if any.
