@@ -20,6 +20,15 @@
 //! 3. reopens that same inode through `/proc/self/fd/<the O_PATH descriptor>`, so the file that
 //!    was checked is the file that is opened: nothing can be swapped in between.
 //!
+//! Identity covers the files a process holds, not the ones SQLite let go: the last connection to
+//! close deletes `-wal` and `-shm`, and the next one makes new files. A hard link made to the
+//! earlier ones keeps them, content and all (a WAL holds database pages), under an identity no
+//! process protects any more. So a regular file that is not protected by identity is also read
+//! (its first bytes, through the same inode) and refused when its header is SQLite's own: a
+//! write-ahead log, a rollback journal or a WAL index. What is refused never depends on when the
+//! link was made. A SQLite database file itself is refused by identity only: the session DB's
+//! inode never changes under SQLite, and other databases are ordinary input.
+//!
 //! [`SessionDb`]: https://docs.rs/schema (the workspace's `schema` crate)
 
 use std::ffi::OsString;
@@ -99,23 +108,86 @@ pub fn protect_db(db: &Path) {
     }
 }
 
-/// Why a path was refused: it is one of the protected DB files.
+/// Why a path was refused: it is one of the protected DB files, or a SQLite side file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {
     /// The path as named by the input.
     pub path: PathBuf,
-    /// The protected file it reaches.
-    pub db_file: PathBuf,
+    /// What it reaches.
+    pub reaches: Reaches,
+}
+
+/// What a refused path reaches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reaches {
+    /// A protected file of this process (by identity).
+    DbFile(PathBuf),
+    /// A file whose header is one of SQLite's side files ([`SideFile`]), such as a session
+    /// DB's earlier `-wal` kept alive by a link.
+    SideFile(SideFile),
+}
+
+/// The SQLite side files recognised by their header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SideFile {
+    /// A write-ahead log (`-wal`): database pages.
+    WriteAheadLog,
+    /// A rollback journal (`-journal`): database pages.
+    RollbackJournal,
+    /// A WAL index (`-shm`).
+    WalIndex,
+}
+
+impl SideFile {
+    fn name(self) -> &'static str {
+        match self {
+            Self::WriteAheadLog => "write-ahead log (-wal)",
+            Self::RollbackJournal => "rollback journal (-journal)",
+            Self::WalIndex => "WAL index (-shm)",
+        }
+    }
+
+    /// The side file `head` (a file's first bytes) begins, if any. WAL: magic 0x377f0682/3 and
+    /// format 3007000, big-endian; journal: its 8-byte magic; WAL index: version 3007000 in
+    /// the machine's byte order and its header written twice (bytes 0-47 = 48-95).
+    fn of_header(head: &[u8]) -> Option<Self> {
+        const JOURNAL_MAGIC: [u8; 8] = [0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7];
+        const WAL_FORMAT: u32 = 3_007_000;
+        let word = |at: usize| -> Option<[u8; 4]> { head.get(at..at + 4)?.try_into().ok() };
+        if head.starts_with(&JOURNAL_MAGIC) {
+            return Some(Self::RollbackJournal);
+        }
+        let (first, second) = (word(0)?, word(4)?);
+        if matches!(u32::from_be_bytes(first), 0x377f_0682 | 0x377f_0683)
+            && u32::from_be_bytes(second) == WAL_FORMAT
+        {
+            return Some(Self::WriteAheadLog);
+        }
+        if u32::from_ne_bytes(first) == WAL_FORMAT && head.get(..48)? == head.get(48..96)? {
+            return Some(Self::WalIndex);
+        }
+        None
+    }
 }
 
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} is the session database's own file {} (by identity); it is never opened as input",
-            self.path.display(),
-            self.db_file.display()
-        )
+        match &self.reaches {
+            Reaches::DbFile(db_file) => write!(
+                f,
+                "{} is the session database's own file {} (by identity); it is never opened as \
+                 input",
+                self.path.display(),
+                db_file.display()
+            ),
+            Reaches::SideFile(kind) => write!(
+                f,
+                "{} is a SQLite {} (by its header): a session database's own file, or an earlier \
+                 one kept by a link; it is never opened as input",
+                self.path.display(),
+                kind.name()
+            ),
+        }
     }
 }
 
@@ -175,22 +247,53 @@ fn is_o_path(fd: &std::ffi::OsStr) -> bool {
 /// Whether a path may be opened: `Err` with a [`Refused`] inside (kind `PermissionDenied`) when
 /// it reaches a protected file, the `O_PATH` look-up's error when it cannot be resolved.
 pub fn check(path: &Path) -> io::Result<()> {
-    let located = locate(path)?;
-    refuse_protected(path, &located.1)
+    let (handle, meta) = locate(path)?;
+    refuse_protected(path, &handle, &meta)
 }
 
-fn refuse_protected(path: &Path, meta: &Metadata) -> io::Result<()> {
-    match protected_file(FileId::of(meta)) {
-        Some(db_file) => {
+/// Refuses the file that `handle` (an `O_PATH` descriptor) reaches when it is a protected file
+/// (by identity) or, being a regular file, begins with a SQLite side file's header.
+fn refuse_protected(path: &Path, handle: &File, meta: &Metadata) -> io::Result<()> {
+    let reaches = match protected_file(FileId::of(meta)) {
+        Some(db_file) => Some(Reaches::DbFile(db_file)),
+        // Not protected, so no lock of this process is on it: reading it drops none.
+        None if meta.is_file() => side_file(handle).map(Reaches::SideFile),
+        None => None,
+    };
+    match reaches {
+        Some(reaches) => {
             let refused = Refused {
                 path: path.to_path_buf(),
-                db_file,
+                reaches,
             };
             tracing::warn!(%refused, "refused to open a session DB file");
             Err(io::Error::new(io::ErrorKind::PermissionDenied, refused))
         }
         None => Ok(()),
     }
+}
+
+/// The side file the regular file behind `handle` is, by its first bytes. A file that cannot be
+/// read here is no side file to this check; the caller's own opening reports the error.
+fn side_file(handle: &File) -> Option<SideFile> {
+    use std::os::unix::fs::FileExt;
+    let via_proc = format!("/proc/self/fd/{}", handle.as_raw_fd());
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(via_proc)
+        .ok()?;
+    let mut head = [0u8; 96];
+    let mut filled = 0;
+    while filled < head.len() {
+        match file.read_at(&mut head[filled..], filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    SideFile::of_header(&head[..filled])
 }
 
 /// Resolves `path` (following symlinks) to an `O_PATH` descriptor and its metadata. Dropping
@@ -237,7 +340,7 @@ pub fn open_with(path: &Path, access: Access) -> io::Result<File> {
         }
         Err(err) => return Err(err),
     };
-    refuse_protected(path, &meta)?;
+    refuse_protected(path, &handle, &meta)?;
     if !meta.is_file() {
         // Opening a FIFO would block until a writer comes, a device could be anything: input
         // names regular files only.
@@ -595,6 +698,78 @@ mod tests {
                 String::from_utf8_lossy(&out.stderr).trim()
             ),
             Err(err) => eprintln!("SKIPPED a_bind_mount_alias_is_refused: unshare: {err}"),
+        }
+    }
+
+    /// An earlier `-wal`, `-shm` or `-journal` kept alive by a hard link after SQLite deleted
+    /// it (the last connection closed) is protected by no identity any more; it is refused by
+    /// its header, whoever holds it and whenever the link was made. The WAL still holds the
+    /// database's pages: opening it would leak them.
+    #[test]
+    fn an_earlier_side_file_kept_by_a_link_is_refused_by_its_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("other.db");
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES ('secret row');",
+        )
+        .unwrap();
+        let kept = dir.path().join("kept");
+        std::fs::create_dir(&kept).unwrap();
+        for suffix in ["-wal", "-shm"] {
+            let file = PathBuf::from(format!("{}{suffix}", db.display()));
+            std::fs::hard_link(&file, kept.join(format!("photo{suffix}.png"))).unwrap();
+        }
+        drop(conn); // the last connection: SQLite checkpoints and deletes -wal and -shm
+        assert!(!PathBuf::from(format!("{}-wal", db.display())).exists());
+        let wal = kept.join("photo-wal.png");
+        assert!(
+            String::from_utf8_lossy(&std::fs::read(&wal).unwrap()).contains("secret row"),
+            "the kept WAL holds the page"
+        );
+        // A rollback journal, as a DB in the default journal mode leaves mid-transaction.
+        let journal = kept.join("photo-journal.png");
+        let mut head = vec![0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7];
+        head.resize(512, 0);
+        std::fs::write(&journal, head).unwrap();
+        for (path, kind) in [
+            (wal, "write-ahead log"),
+            (kept.join("photo-shm.png"), "WAL index"),
+            (journal, "rollback journal"),
+        ] {
+            for access in [Access::Read, Access::Append, Access::Truncate] {
+                let err = open_with(&path, access).unwrap_err();
+                assert!(is_refused(&err), "{}: {err}", path.display());
+                assert!(err.to_string().contains(kind), "{err}");
+            }
+            assert!(is_refused(&check(&path).unwrap_err()));
+        }
+        // The DB file itself is ordinary input unless protected: other databases are data.
+        assert!(check(&db).is_ok());
+    }
+
+    #[test]
+    fn side_files_are_told_by_their_header_only() {
+        let mut wal = vec![0x37, 0x7f, 0x06, 0x82, 0x00, 0x2d, 0xe2, 0x18];
+        wal.resize(32, 0);
+        assert_eq!(SideFile::of_header(&wal), Some(SideFile::WriteAheadLog));
+        wal[3] = 0x83;
+        assert_eq!(SideFile::of_header(&wal), Some(SideFile::WriteAheadLog));
+        wal[7] = 0x19; // another format version
+        assert_eq!(SideFile::of_header(&wal), None);
+        let mut shm = 3_007_000u32.to_ne_bytes().to_vec();
+        shm.resize(48, 7);
+        shm.extend_from_within(..48);
+        assert_eq!(SideFile::of_header(&shm), Some(SideFile::WalIndex));
+        shm[60] = 0; // the two header copies differ
+        assert_eq!(SideFile::of_header(&shm), None);
+        for other in [
+            &b""[..],
+            b"SQLite format 3\0",
+            b"\x37\x7f\x06",
+            b"hello world",
+        ] {
+            assert_eq!(SideFile::of_header(other), None, "{other:?}");
         }
     }
 }
