@@ -2391,6 +2391,29 @@ mod tests {
         progress.started + Duration::from_secs(secs)
     }
 
+    /// A stop answers its turn's own prompt (the first seen) and the pushes a reply already
+    /// answers; a push the model saw without a reply runs next.
+    #[test]
+    fn a_stop_answers_the_turns_prompt_and_the_pushes_already_answered() {
+        let prompt = |ids: &[&str]| (ids.iter().map(|id| (*id).to_owned()).collect(), ());
+        let prompts = [
+            prompt(&["a"]),
+            prompt(&["b", "c"]),
+            prompt(&["d"]),
+            prompt(&["e"]),
+        ];
+        let replied: HashSet<String> = ["c", "e"].into_iter().map(str::to_owned).collect();
+        assert_eq!(
+            answered_by_the_stop(&prompts, &replied),
+            [true, true, false, true]
+        );
+        assert_eq!(
+            answered_by_the_stop(&prompts, &HashSet::new()),
+            [true, false, false, false]
+        );
+        assert!(answered_by_the_stop::<()>(&[], &replied).is_empty());
+    }
+
     #[test]
     fn silence_ends_a_turn_after_the_silence_limit() {
         let progress = TurnProgress::new(Instant::now(), Utc::now());
