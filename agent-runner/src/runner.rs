@@ -1618,7 +1618,7 @@ impl Runner {
                         let kept = prompts.iter().zip(&answered).filter(|(_, a)| **a);
                         let target = kept
                             .clone()
-                            .last()
+                            .next_back()
                             .map(|((_, target), _)| target.clone())
                             .or_else(|| chat_stop.clone());
                         let replies: Vec<NewMessageOut> = target
