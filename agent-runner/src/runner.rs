@@ -2,7 +2,7 @@
 //! fallback), claim, prepare (commands, scripts, attachments, formatting), query the provider, push
 //! follow-ups, and write replies together with the completion of the rows they answer.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,9 +16,9 @@ use provider::{
 };
 use schema::content::out;
 use schema::{
-    Alarm, CurrentBatch, DbWatcher, Destination, DestinationRoute, FieldProblem, InKind,
-    InboundContent, MessageIn, NewMessageOut, OutKind, Reads, Routing, RunnerStatus, SessionDb,
-    StartKeys, UsageOutcome, WaitingOn,
+    Alarm, Completion, CurrentBatch, DbWatcher, Destination, DestinationRoute, FieldProblem,
+    InKind, InboundContent, MessageIn, NewMessageOut, OutKind, Reads, Routing, RunnerStatus,
+    SessionDb, StartKeys, UsageOutcome, WaitingOn,
 };
 use serde_json::json;
 use tokio::time::{sleep, Instant};
@@ -1562,6 +1562,10 @@ impl Runner {
     /// Ends a stopped turn: the prompts the model saw (ids up to `covers`) are completed with
     /// one reply (`stoppedReply`, or for the step limit a note) to the batch's routing, with the
     /// stop rows and the batch's end, in ONE transaction; the others are returned to run next.
+    /// Of the prompts the model saw, the first is the stopped turn's own and the reply answers
+    /// it; a later one (a push the CLI folded into the stopped request) that no reply answers
+    /// yet runs next as well ([`answered_by_the_stop`]): a message the model saw and never
+    /// answered is not lost, and runs again once, as the first prompt of the next turn.
     async fn finish_stopped(
         &mut self,
         in_flight: VecDeque<InFlight>,
@@ -1570,61 +1574,105 @@ impl Runner {
         usage: Option<Usage>,
         reason: InterruptReason,
     ) -> Result<QueryEnd> {
-        let (covered, uncovered): (Vec<_>, Vec<_>) = in_flight
+        let (seen, uncovered): (Vec<_>, Vec<_>) = in_flight
             .into_iter()
             .partition(|f| covers.is_some_and(|covers| f.id <= covers));
-        let covered: Vec<Prepared> = covered.into_iter().map(|f| f.prepared).collect();
-        let uncovered: Vec<Prepared> = uncovered.into_iter().map(|f| f.prepared).collect();
+        let seen: Vec<Prepared> = seen.into_iter().map(|f| f.prepared).collect();
         // The reply goes to the stopped batch; when the model had seen none of the running
         // prompts (all run next), to the chat stop command itself (the host's row gets none).
-        let chat_stop = stops.iter().rev().find(|row| row.kind == "chat");
-        let target = match (covered.last(), chat_stop) {
-            (Some(prepared), _) => Some(prepared.target.clone()),
-            (None, Some(row)) => Some(target_of(std::slice::from_ref(row))),
-            (None, None) => None,
-        };
+        let chat_stop = stops
+            .iter()
+            .rev()
+            .find(|row| row.kind == "chat")
+            .map(|row| target_of(std::slice::from_ref(row)));
         let text = match reason {
             InterruptReason::Stopped => self.options.turn_control.stopped_reply.clone(),
             InterruptReason::MaxTurns => control::MAX_TURNS_REPLY.to_owned(),
             InterruptReason::ApprovalStop => String::new(),
         };
-        let replies: Vec<NewMessageOut> = target
-            .filter(|_| !text.trim().is_empty())
-            .map(|target| {
-                NewMessageOut::new(OutKind::Chat, target.routing, &out::chat_text(&text))
-                    .replying_to(target.in_reply_to)
-            })
-            .into_iter()
-            .collect();
-        let answered: Vec<String> = covered
-            .iter()
-            .flat_map(|p| p.row_ids.iter().cloned())
-            .collect();
-        let mut ids = answered.clone();
-        ids.extend(stops.iter().map(|row| row.id.clone()));
-        self.turn
-            .answered(covered.iter().flat_map(|p| p.seqs.iter().copied()));
         // The ledger row of the stopped turn (its `message_ids`: the rows it answered), written
         // with the completion and counted by the budget once written, as a result's is.
-        let series_id = covered.iter().find_map(|p| p.series_id.clone());
+        let series_id = seen.iter().find_map(|p| p.series_id.clone());
         // An approval stop is the turn's answer (its tool's result), not an abort.
         let outcome = match reason {
             InterruptReason::ApprovalStop => UsageOutcome::Result,
             InterruptReason::Stopped | InterruptReason::MaxTurns => UsageOutcome::Aborted,
         };
-        let ledger = self.ledger_row(usage.as_ref(), outcome, answered.clone(), series_id);
+        let all_seen: Vec<String> = seen.iter().flat_map(|p| p.row_ids.clone()).collect();
+        let ledger = self.ledger_row(usage.as_ref(), outcome, all_seen, series_id);
+        let prompts: Vec<(Vec<String>, Target)> = seen
+            .iter()
+            .map(|p| (p.row_ids.clone(), p.target.clone()))
+            .collect();
+        let stop_ids: Vec<String> = stops.iter().map(|row| row.id.clone()).collect();
         let now = (self.options.clock)();
         let budget = self.budget.clone();
-        self.call(move |db| {
-            let written = db.complete_with_usage_at(&ids, &replies, Some(&ledger), now, true)?;
-            budget.recorded(&ledger, now);
-            Ok(written)
-        })
-        .await?;
+        let (_, (answered, ledger)) = self
+            .call(move |db| {
+                let written = db.complete_decided_at(
+                    |reads| {
+                        let ids: Vec<String> =
+                            prompts.iter().flat_map(|(ids, _)| ids.clone()).collect();
+                        let replied: HashSet<String> = reads.answered(&ids)?.into_iter().collect();
+                        let answered = answered_by_the_stop(&prompts, &replied);
+                        let kept = prompts.iter().zip(&answered).filter(|(_, a)| **a);
+                        let target = kept
+                            .clone()
+                            .next_back()
+                            .map(|((_, target), _)| target.clone())
+                            .or_else(|| chat_stop.clone());
+                        let replies: Vec<NewMessageOut> = target
+                            .filter(|_| !text.trim().is_empty())
+                            .map(|target| {
+                                NewMessageOut::new(
+                                    OutKind::Chat,
+                                    target.routing,
+                                    &out::chat_text(&text),
+                                )
+                                .replying_to(target.in_reply_to)
+                            })
+                            .into_iter()
+                            .collect();
+                        let mut ledger = ledger.clone();
+                        ledger.message_ids = kept.flat_map(|((ids, _), _)| ids.clone()).collect();
+                        let mut ids = ledger.message_ids.clone();
+                        ids.extend(stop_ids.iter().cloned());
+                        let completion = Completion {
+                            ids,
+                            replies,
+                            usage: Some(ledger.clone()),
+                        };
+                        Ok((completion, (answered, ledger)))
+                    },
+                    now,
+                    true,
+                )?;
+                budget.recorded(&written.1 .1, now);
+                Ok(written)
+            })
+            .await?;
         self.batch_finished = true;
+        // The prompts seen and left unanswered run first, in their order, then the unseen ones.
+        let (covered, run_again): (Vec<_>, Vec<_>) = seen
+            .into_iter()
+            .zip(answered)
+            .partition(|(_, answered)| *answered);
+        self.turn
+            .answered(covered.iter().flat_map(|(p, _)| p.seqs.iter().copied()));
+        let run_again: Vec<Prepared> = run_again.into_iter().map(|(p, _)| p).collect();
+        if !run_again.is_empty() {
+            tracing::info!(
+                rows = run_again.iter().map(|p| p.row_ids.len()).sum::<usize>(),
+                "pushed rows the model saw and no reply answered run next"
+            );
+        }
+        let uncovered: Vec<Prepared> = run_again
+            .into_iter()
+            .chain(uncovered.into_iter().map(|f| f.prepared))
+            .collect();
         tracing::info!(
             ?reason,
-            answered = answered.len(),
+            answered = ledger.message_ids.len(),
             run_next = uncovered.iter().map(|p| p.row_ids.len()).sum::<usize>(),
             "turn stopped"
         );
@@ -2275,6 +2323,19 @@ fn work_rows(work: Work) -> Vec<String> {
     }
 }
 
+/// Which of a stopped turn's prompts the stop answers (completes), by position: the first, the
+/// turn's own, which the stop's reply answers; and each later one (a push the model saw) that a
+/// reply already answers (`replied`: the row ids some `chat` row answers, `Reads::answered`).
+/// The others run next: a message whose turn was stopped before any reply to it was delivered
+/// starts the next turn, where it comes first and so is answered by a stop of that turn: once.
+fn answered_by_the_stop<T>(prompts: &[(Vec<String>, T)], replied: &HashSet<String>) -> Vec<bool> {
+    prompts
+        .iter()
+        .enumerate()
+        .map(|(i, (ids, _))| i == 0 || ids.iter().any(|id| replied.contains(id)))
+        .collect()
+}
+
 /// Merges unanswered prompts into one, for a retry.
 fn merge(prepared: Vec<Prepared>) -> Option<Prepared> {
     let mut iter = prepared.into_iter();
@@ -2333,6 +2394,29 @@ mod tests {
 
     fn at(progress: &TurnProgress, secs: u64) -> Instant {
         progress.started + Duration::from_secs(secs)
+    }
+
+    /// A stop answers its turn's own prompt (the first seen) and the pushes a reply already
+    /// answers; a push the model saw without a reply runs next.
+    #[test]
+    fn a_stop_answers_the_turns_prompt_and_the_pushes_already_answered() {
+        let prompt = |ids: &[&str]| (ids.iter().map(|id| (*id).to_owned()).collect(), ());
+        let prompts = [
+            prompt(&["a"]),
+            prompt(&["b", "c"]),
+            prompt(&["d"]),
+            prompt(&["e"]),
+        ];
+        let replied: HashSet<String> = ["c", "e"].into_iter().map(str::to_owned).collect();
+        assert_eq!(
+            answered_by_the_stop(&prompts, &replied),
+            [true, true, false, true]
+        );
+        assert_eq!(
+            answered_by_the_stop(&prompts, &HashSet::new()),
+            [true, false, false, false]
+        );
+        assert!(answered_by_the_stop::<()>(&[], &replied).is_empty());
     }
 
     #[test]

@@ -25,6 +25,18 @@ static COMPLETE_SQL: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// What [`SessionDb::complete_decided_at`] writes: the rows to complete, their replies and the
+/// turn's ledger row.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    /// The `messages_in` rows to complete.
+    pub ids: Vec<String>,
+    /// The replies written with the completion.
+    pub replies: Vec<NewMessageOut>,
+    /// The turn's ledger row, if any.
+    pub usage: Option<crate::NewTurnUsage>,
+}
+
 impl SessionDb {
     /// Completes `ids` and writes `replies` in ONE transaction, so a crash can never leave a
     /// reply without its completion or the reverse. A completed occurrence of a recurring task
@@ -84,6 +96,31 @@ impl SessionDb {
                 crate::batch::finish_batch_tx(tx, None)?;
             }
             Ok(written)
+        })
+    }
+
+    /// A completion whose rows, replies and ledger row are all decided by `decide` inside the
+    /// writing transaction, from what it reads there; with `finish` the batch ends in it too
+    /// ([`SessionDb::complete_batch_at`]). Returns what was written and `decide`'s own answer. A
+    /// stopped turn decides this way which of its prompts a reply answered (docs/contract/db.md).
+    pub fn complete_decided_at<T>(
+        &self,
+        decide: impl FnOnce(&Reads<'_>) -> Result<(Completion, T), Error>,
+        now: DateTime<Utc>,
+        finish: bool,
+    ) -> Result<(Vec<Inserted>, T), Error> {
+        let timezone = self.timezone();
+        self.write(|tx| {
+            let (completion, decided) = decide(&Reads::new(tx))?;
+            let ids_json = serde_json::to_string(&completion.ids)?;
+            let written = complete_tx(tx, &ids_json, &completion.replies, now, timezone)?;
+            if let Some(usage) = &completion.usage {
+                crate::usage::insert_usage_tx(tx, usage, now)?;
+            }
+            if finish {
+                crate::batch::finish_batch_tx(tx, None)?;
+            }
+            Ok((written, decided))
         })
     }
 

@@ -30,6 +30,7 @@ pub mod time;
 pub mod usage;
 pub mod watch;
 
+pub use completion::Completion;
 pub use content::{
     Attachment, ChatContent, ChatSdkContent, FieldProblem, InboundContent, QuestionAnswer,
     TaskContent, WebhookContent,

@@ -50,6 +50,22 @@ impl<'c> Reads<'c> {
         crate::messages::messages_out_after_in(self.conn, after, limit)
     }
 
+    /// The rows among `ids` that a `chat` or `chat-sdk` row of `messages_out` answers (its
+    /// `in_reply_to`), in no particular order: what a stopped turn delivered to each of its
+    /// prompts (`system` rows, progress and the like, answer nothing).
+    pub fn answered(&self, ids: &[String]) -> Result<Vec<String>, Error> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids = serde_json::to_string(ids)?;
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT DISTINCT in_reply_to FROM messages_out
+             WHERE in_reply_to IN (SELECT value FROM json_each(?1)) AND kind <> 'system'",
+        )?;
+        let rows = stmt.query_map([ids], |row| row.get::<_, String>(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// Where a message to the destination `name` goes ([`SessionDb::route_to_destination`]).
     pub fn route_to_destination(
         &self,

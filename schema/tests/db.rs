@@ -310,6 +310,58 @@ fn replies_made_inside_the_completion_read_what_they_are_written_with() {
     assert!(replies[0].content.contains("after 1"), "{replies:?}");
 }
 
+/// A stopped turn's completion decides in its own transaction which rows a reply answers
+/// (`chat` and `chat-sdk` rows do, a `system` row does not) and completes only those: the
+/// others stay `processing`, to run next.
+#[test]
+fn a_decided_completion_completes_only_what_it_read_as_answered() {
+    let (_dir, db) = open();
+    let ids: Vec<String> = ["first", "answered push", "silent push", "card push"]
+        .into_iter()
+        .map(|text| db.insert_in(&chat(text)).unwrap().id)
+        .collect();
+    db.claim(&ids).unwrap();
+    let reply = |kind, to: &str| {
+        NewMessageOut::new(kind, Routing::default(), &json!({"text": "r"}))
+            .replying_to(Some(to.to_owned()))
+    };
+    db.insert_out(&reply(OutKind::Chat, &ids[1])).unwrap();
+    db.insert_out(&reply(OutKind::System, &ids[2])).unwrap();
+    db.insert_out(&reply(OutKind::ChatSdk, &ids[3])).unwrap();
+    let (written, answered) = db
+        .complete_decided_at(
+            |reads| {
+                let mut answered = reads.answered(&ids)?;
+                answered.sort();
+                assert!(reads.answered(&[])?.is_empty());
+                let mut complete = vec![ids[0].clone()];
+                complete.extend(answered.iter().cloned());
+                let completion = schema::Completion {
+                    ids: complete,
+                    replies: vec![reply(OutKind::Chat, &ids[0])],
+                    usage: None,
+                };
+                Ok((completion, answered))
+            },
+            Utc::now(),
+            false,
+        )
+        .unwrap();
+    assert_eq!(written.len(), 1);
+    let mut expected = vec![ids[1].clone(), ids[3].clone()];
+    expected.sort();
+    assert_eq!(answered, expected);
+    let status = |id: &str| db.message_in(id).unwrap().unwrap().status;
+    assert_eq!(status(&ids[0]), "completed");
+    assert_eq!(status(&ids[1]), "completed");
+    assert_eq!(
+        status(&ids[2]),
+        "processing",
+        "a system row answers nothing"
+    );
+    assert_eq!(status(&ids[3]), "completed");
+}
+
 #[test]
 fn sweep_backs_off_then_fails_and_spares_a_live_runners_batch() {
     let (_dir, db) = open();

@@ -36,6 +36,10 @@ macro_rules! turn_scenario_tests {
             /// A message pushed mid-turn, then `/stop`: the pushed message is answered next.
             a_message_pushed_then_stopped_is_answered_next();
 
+            /// A message pushed while a tool runs, then `/stop` once the model's request carries
+            /// it: the pushed message is answered next (issue 46).
+            a_message_pushed_during_a_tool_then_stopped_is_answered_next();
+
             /// A `<message to="ops">` block, then a 5 s tool call, then a final line: the ops row
             /// exists before the tool ends; nothing twice.
             message_block_is_delivered_before_the_tool_ends();
@@ -184,12 +188,16 @@ pub fn stop_while_a_question_waits_withdraws_it(provider: &str) {
 }
 
 /// A message pushed mid-turn and then `/stop`: the stopped turn's row gets `Stopped.`, the pushed
-/// message is answered in the next turn.
+/// message is answered in the next turn. Where the CLI restarts the model's request to fold the
+/// push in (OpenCode's abort-and-restart, Codex's restarted turn), the stop comes once the model
+/// works on the request that carries it: a message the model saw but never answered is not lost
+/// (issue 46). Claude queues a message pushed while the model writes, unseen until the turn ends.
 pub fn a_message_pushed_then_stopped_is_answered_next(provider: &str) {
-    // Two stalls: Codex (without steering) restarts the turn with the push, and that request
-    // must stall too, or its answer could beat the stop. The script is emptied once the stop
-    // is done, so the next turn's request is answered whether or not it came before.
+    // Stalls for every request before the stop: the first, the restarted one that carries the
+    // push, and one more should a CLI retry. The script is emptied once the stop is done, so the
+    // next turn's request is answered whether or not it came before.
     let model = fake_model([
+        Step::hang().timeout_ms(120_000),
         Step::hang().timeout_ms(120_000),
         Step::hang().timeout_ms(120_000),
     ]);
@@ -200,19 +208,80 @@ pub fn a_message_pushed_then_stopped_is_answered_next(provider: &str) {
     ok(model.wait_for_model_requests(1, WAIT), "the first request");
     let second = session.send_chat("second, pushed").id;
     session.wait_until("the push", WAIT, |s| s.row(&second).status == "processing");
+    if provider != "claude" {
+        wait_for_the_push(&model, "second, pushed");
+    }
+    stop_and_expect_the_push_answered(&session, &model, &first, &second);
+    session.stop_runner();
+}
+
+/// A message pushed while a tool runs and then `/stop` once the model works on the request that
+/// carries it (every CLI folds such a push into the running turn): the stopped turn's row gets
+/// `Stopped.`, the pushed message, seen by the model but never answered, starts the next turn
+/// (issue 46).
+pub fn a_message_pushed_during_a_tool_then_stopped_is_answered_next(provider: &str) {
+    let model = fake_model([
+        shell_step(provider, "sleep 3"),
+        Step::hang().timeout_ms(120_000),
+        Step::hang().timeout_ms(120_000),
+        Step::hang().timeout_ms(120_000),
+    ]);
+    model.set_default_text("Answering the second.");
+    let mut session = Session::new();
+    session.start_runner(provider, &model, &[]);
+    let first = session.send_chat("first, runs a tool").id;
+    session.wait_until("the tool running", WAIT, |s| {
+        ok(s.db.runner_state(), "reading the runner state")
+            .is_some_and(|r| r.current_tool.is_some())
+    });
+    let second = session.send_chat("second, pushed").id;
+    wait_for_the_push(&model, "second, pushed");
+    stop_and_expect_the_push_answered(&session, &model, &first, &second);
+    session.stop_runner();
+}
+
+/// Waits for a model request that carries `text` (the CLI folded the push in).
+fn wait_for_the_push(model: &FakeModel, text: &str) {
+    ok(
+        model.wait_until(WAIT, |log| {
+            log.iter()
+                .any(|r| r.is_model_turn() && r.raw_body.contains(text))
+        }),
+        "a model request carrying the push",
+    );
+}
+
+/// `/stop`, then: the first row gets the one `Stopped.`, the pushed row its own answer in the
+/// next turn, and nothing else is written.
+fn stop_and_expect_the_push_answered(
+    session: &Session,
+    model: &FakeModel,
+    first: &str,
+    second: &str,
+) {
     let stop = session.send_chat("/stop").id;
-    session.wait_completed(&first, WAIT);
+    session.wait_completed(first, WAIT);
     session.wait_completed(&stop, WAIT);
     model.set_script([]);
     model.release_hangs();
-    let reply = session.wait_reply(&second, WAIT);
-    assert_eq!(text_of(&reply), "Answering the second.");
-    let outs = chat_outs(&session);
+    // Completed with its reply in one transaction: a lost message is completed without one.
+    session.wait_completed(second, WAIT);
+    let outs = chat_outs(session);
+    let answers: Vec<_> = outs
+        .iter()
+        .filter(|o| o.in_reply_to.as_deref() == Some(second))
+        .map(text_of)
+        .collect();
+    assert_eq!(
+        answers,
+        vec!["Answering the second."],
+        "the pushed message was not answered: {outs:#?}\n{}",
+        session.runner_log()
+    );
     let stopped: Vec<_> = outs.iter().filter(|o| text_of(o) == "Stopped.").collect();
     assert_eq!(stopped.len(), 1, "{outs:#?}");
-    assert_eq!(stopped[0].in_reply_to.as_deref(), Some(first.as_str()));
+    assert_eq!(stopped[0].in_reply_to.as_deref(), Some(first));
     assert_eq!(outs.len(), 2, "{outs:#?}");
-    session.stop_runner();
 }
 
 /// A turn whose model output is a `<message to="ops">` block, then a tool call that sleeps 5 s,
