@@ -14,6 +14,8 @@ use std::time::Duration;
 mod binary;
 
 const MARKER: &str = "host-secret-dumpable-6615";
+/// How long a process may take to start: a debug build beside the whole suite on 2 cores.
+const START_BOUND: Duration = Duration::from_secs(60);
 
 /// The uid:gid the processes run as: nobody when root, else ourselves.
 fn ids() -> (u32, u32) {
@@ -35,15 +37,60 @@ fn as_agent(cmd: &mut Command) -> &mut Command {
     cmd
 }
 
-/// `cat /proc/<pid>/environ` as the agent's user: (succeeded, output).
-fn read_environ_as_agent(pid: u32) -> (bool, String) {
+/// What `cat /proc/<pid>/environ`, run as the agent's user, got.
+#[derive(Debug)]
+struct EnvironRead {
+    /// cat exited 0.
+    ok: bool,
+    /// What it printed.
+    env: String,
+    /// Its error, e.g. `Permission denied` from the kernel.
+    error: String,
+}
+
+/// `cat /proc/<pid>/environ` as the agent's user.
+fn read_environ_as_agent(pid: u32) -> EnvironRead {
     let out = as_agent(Command::new("cat").arg(format!("/proc/{pid}/environ")))
         .output()
         .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
+    EnvironRead {
+        ok: out.status.success(),
+        env: String::from_utf8_lossy(&out.stdout).into_owned(),
+        error: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Whether `child` is still running (neither exited nor a zombie). A process that has exited
+/// has no memory any more, and the kernel then lets anyone open its `environ` (empty): a read
+/// of a dead process says nothing about the live one, so the checks below fail on it by name.
+fn running(child: &mut Child) -> Result<(), String> {
+    if let Some(status) = child.try_wait().unwrap() {
+        return Err(format!("it exited ({status})"));
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap_or_default();
+    match stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+    {
+        Some("Z") | Some("X") | None => Err(format!("it is no longer running ({stat:?})")),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Reads `child`'s environ as the agent's user and asserts the kernel refused it while `child`
+/// was running before and after the read (so the refusal is the live process's).
+fn assert_environ_closed(child: &mut Child, what: &str, log: &Path) {
+    let before = running(child);
+    let read = read_environ_as_agent(child.id());
+    let after = running(child);
+    let log_text = std::fs::read_to_string(log).unwrap_or_default();
+    if let Err(why) = before.and(after) {
+        panic!("{what}: {why}, so its environment could not be checked\n{log_text}");
+    }
+    assert!(
+        !read.ok && !read.env.contains(MARKER) && read.error.contains("Permission denied"),
+        "a process of {what}'s own user read its environment: {read:?}\n{log_text}"
+    );
 }
 
 fn stop(mut child: Child) {
@@ -57,15 +104,14 @@ fn the_runners_environment_is_closed_to_a_process_of_its_own_user() {
     let (uid, gid) = ids();
     std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
     let log = dir.path().join("runner.log");
-    let runner = as_agent(
+    let mut runner = as_agent(
         binary::mock_runner(dir.path(), &log)
             .env("NANOCLAW_CREATE_DB", "true")
             .env("MY_SECRET", MARKER),
     )
     .spawn()
     .unwrap();
-    let pid = runner.id();
-    binary::wait_until("the runner to start", Duration::from_secs(20), || {
+    binary::wait_until("the runner to start", START_BOUND, || {
         std::fs::read_to_string(&log)
             .unwrap_or_default()
             .contains("agent-runner starting")
@@ -78,19 +124,14 @@ fn the_runners_environment_is_closed_to_a_process_of_its_own_user() {
     )
     .spawn()
     .unwrap();
-    let (control_ok, control_env) = read_environ_as_agent(control.id());
+    let control_read = read_environ_as_agent(control.id());
     stop(control);
     assert!(
-        control_ok && control_env.contains(MARKER),
-        "the control (a dumpable process of the same user) is readable: {control_env:?}"
+        control_read.ok && control_read.env.contains(MARKER),
+        "the control (a dumpable process of the same user) is readable: {control_read:?}"
     );
-    let (ok, env) = read_environ_as_agent(pid);
-    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_environ_closed(&mut runner, "the runner", &log);
     stop(runner);
-    assert!(
-        !ok && !env.contains(MARKER),
-        "a process of the runner's own user read its environment: {env:?}\n{log_text}"
-    );
 }
 
 #[test]
@@ -107,7 +148,7 @@ fn mcp_tools_environment_is_closed_to_a_process_of_its_own_user() {
     let (uid, gid) = ids();
     std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
     let log = dir.path().join("mcp.log");
-    let server = as_agent(
+    let mut server = as_agent(
         Command::new(&mcp_tools)
             .arg("--db")
             .arg(dir.path().join("session.db"))
@@ -121,18 +162,13 @@ fn mcp_tools_environment_is_closed_to_a_process_of_its_own_user() {
     )
     .spawn()
     .unwrap();
-    binary::wait_until("mcp-tools to serve", Duration::from_secs(20), || {
+    binary::wait_until("mcp-tools to serve", START_BOUND, || {
         std::fs::read_to_string(&log)
             .unwrap_or_default()
             .contains("serving MCP on stdio")
     });
-    let (ok, env) = read_environ_as_agent(server.id());
-    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_environ_closed(&mut server, "mcp-tools", &log);
     stop(server);
-    assert!(
-        !ok && !env.contains(MARKER),
-        "a process of mcp-tools' own user read its environment: {env:?}\n{log_text}"
-    );
 }
 
 /// Started as root with `NANOCLAW_RUN_AS`: the runner reads a root-only key file
@@ -151,7 +187,7 @@ fn a_root_runner_reads_a_root_only_key_file_then_drops_to_run_as() {
     std::fs::write(&key, "sk-ant-root-only-4242\n").unwrap();
     std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o400)).unwrap();
     let log = dir.path().join("runner.log");
-    let runner = binary::mock_runner(dir.path(), &log)
+    let mut runner = binary::mock_runner(dir.path(), &log)
         .env("NANOCLAW_CREATE_DB", "true")
         .env("NANOCLAW_RUN_AS", "65534:65534")
         .env("ANTHROPIC_API_KEY_FILE", &key)
@@ -159,13 +195,13 @@ fn a_root_runner_reads_a_root_only_key_file_then_drops_to_run_as() {
         .spawn()
         .unwrap();
     let pid = runner.id();
-    binary::wait_until("the runner to start", Duration::from_secs(20), || {
+    binary::wait_until("the runner to start", START_BOUND, || {
         std::fs::read_to_string(&log)
             .unwrap_or_default()
             .contains("agent-runner starting")
     });
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let (ok, env) = read_environ_as_agent(pid);
+    assert_environ_closed(&mut runner, "the runner run as 65534", &log);
     let log_text = std::fs::read_to_string(&log).unwrap_or_default();
     stop(runner);
     let ids = |prefix: &str| -> Vec<String> {
@@ -182,7 +218,6 @@ fn a_root_runner_reads_a_root_only_key_file_then_drops_to_run_as() {
         log_text.contains("dropped root privileges"),
         "the drop is logged: {log_text}"
     );
-    assert!(!ok && !env.contains(MARKER), "{env:?}");
 
     // The key from the file, shown masked with its source.
     let out = binary::mock_runner(dir.path(), &log)
