@@ -21,6 +21,13 @@
 //!    was checked is the file that is opened: nothing can be swapped in between.
 //!
 //! [`SessionDb`]: https://docs.rs/schema (the workspace's `schema` crate)
+//!
+//! It also owns the rule for a path that input names in a setting ([`absolute`]): made absolute
+//! once, where it is read.
+
+mod absolute;
+
+pub use absolute::{absolute, absolute_in, PathSettingError};
 
 use std::ffi::OsString;
 use std::fs::{File, Metadata};
