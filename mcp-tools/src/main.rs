@@ -24,7 +24,7 @@ fn main() -> std::process::ExitCode {
     // Even the lines of a configuration error name the session.
     let session = args
         .db_path()
-        .map_or_else(|_| args.db.clone().unwrap_or_default(), |db| db);
+        .unwrap_or_else(|_| args.db.clone().unwrap_or_default());
     logging::set_session(session.display().to_string());
     if let Err(err) = dumpable {
         logging::fatal(&format!(
