@@ -644,7 +644,7 @@ pub struct Inputs {
 /// The effective configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Workspace root.
+    /// Workspace root, absolute; so is every other path here but a bare program name.
     pub workspace: PathBuf,
     /// config.json used (if it existed).
     pub config_file: Option<PathBuf>,
@@ -1023,7 +1023,7 @@ impl Config {
 /// [`Config::settings`].
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Workspace root.
+    /// Workspace root, absolute; so is every other path here but a bare program name.
     pub workspace: PathBuf,
     /// The session DB (`sessionDb`).
     pub session_db: PathBuf,
