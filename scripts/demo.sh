@@ -13,12 +13,24 @@
 #                                        # from ANTHROPIC_API_KEY (claude) or OPENAI_API_KEY
 #
 # A CLI provider installs its pinned CLI into .cli/ (scripts/install-clis.sh <cli>) unless
-# CLAUDE_PATH / CODEX_PATH / OPENCODE_PATH names one. DEMO_DIR (default .demo, relative to the
-# repository root) is the session folder: it is deleted and re-created on every run, so the demo
-# refuses a folder it did not create (its marker file is .nanoclaw-demo). NANOCLAW_BIN_DIR names
-# a folder with the built binaries and skips the build (the tests use it).
+# CLAUDE_PATH / CODEX_PATH / OPENCODE_PATH names one. DEMO_DIR (default .demo in the repository
+# root) is the session folder: it is deleted and re-created on every run, so the demo refuses a
+# folder it did not create (its marker file is .nanoclaw-demo). NANOCLAW_BIN_DIR names a folder
+# with the built binaries and skips the build (the tests use it). A relative path in DEMO_DIR,
+# NANOCLAW_BIN_DIR, NANOCLAW_CLI_DIR or a CLI's *_PATH is taken from the folder the demo is
+# started in.
 set -euo pipefail
+CALLER_DIR=$PWD
 cd "$(dirname "$0")/.."
+
+# A path the user gave, absolute against the folder the demo was started in (the script itself
+# runs in the repository root).
+from_caller() {
+  case "$1" in
+    /*) printf '%s\n' "$1" ;;
+    *) printf '%s\n' "$CALLER_DIR/$1" ;;
+  esac
+}
 
 usage() {
   sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"
@@ -48,8 +60,30 @@ if [[ -n "$BASE_URL" && "$PROVIDER" == mock ]]; then
   exit 2
 fi
 
-DEMO_DIR=${DEMO_DIR:-.demo}
+# The default stays relative: the binaries make it absolute themselves (the demo runs them from
+# the repository root), which the demo test checks for each CLI.
+if [[ -n "${DEMO_DIR:-}" ]]; then
+  DEMO_DIR=$(from_caller "$DEMO_DIR")
+else
+  DEMO_DIR=.demo
+fi
+if [[ -n "${NANOCLAW_CLI_DIR:-}" ]]; then
+  NANOCLAW_CLI_DIR=$(from_caller "$NANOCLAW_CLI_DIR")
+  export NANOCLAW_CLI_DIR
+fi
 MARKER=.nanoclaw-demo
+# One demo at a time per parent folder (the tests run the default .demo beside other demos): a
+# lock on the folder itself, no file. Background processes get the descriptor closed (9<&-), so
+# none of them holds the lock after the demo.
+demo_parent=$(dirname "$DEMO_DIR")
+mkdir -p "$demo_parent"
+if command -v flock >/dev/null 2>&1; then
+  exec 9<"$demo_parent"
+  if ! flock -n 9; then
+    echo "==> waiting for another demo in $demo_parent to finish"
+    flock 9
+  fi
+fi
 # The folder is removed with rm -rf: only a folder this script created (its marker file, not a
 # link) or nothing at all. The default .demo of an older demo (no marker yet) is the project's
 # own git-ignored folder, and is taken as one.
@@ -69,7 +103,7 @@ if [[ -e "$DEMO_DIR" ]]; then
 fi
 
 if [[ -n "${NANOCLAW_BIN_DIR:-}" ]]; then
-  BIN=$(cd "$NANOCLAW_BIN_DIR" && pwd)
+  BIN=$(cd "$(from_caller "$NANOCLAW_BIN_DIR")" && pwd)
 else
   BIN="${CARGO_TARGET_DIR:-target}/debug"
   crates=(-p agent-runner -p mcp-tools -p host)
@@ -100,7 +134,9 @@ if [[ "$PROVIDER" != mock ]]; then
     opencode) cli_var=OPENCODE_PATH ;;
   esac
   CLI=${!cli_var:-}
-  if [[ -z "$CLI" ]]; then
+  if [[ -n "$CLI" ]]; then
+    CLI=$(from_caller "$CLI")
+  else
     echo "==> the pinned $PROVIDER CLI (scripts/install-clis.sh $PROVIDER)"
     bash scripts/install-clis.sh "$PROVIDER"
     CLI="${NANOCLAW_CLI_DIR:-$PWD/.cli}/node_modules/.bin/$PROVIDER"
@@ -145,7 +181,7 @@ send() {
 if [[ "$PROVIDER" == mock ]]; then
   echo "==> starting agent-runner (mock provider, log in $DEMO_DIR/runner.log)"
   TZ=${TZ:-Europe/Berlin} NANOCLAW_MOCK_DELAY_MS=${NANOCLAW_MOCK_DELAY_MS:-200} \
-    "$BIN/agent-runner" --workspace "$DEMO_DIR" --provider mock 2>"$DEMO_DIR/runner.log" &
+    "$BIN/agent-runner" --workspace "$DEMO_DIR" --provider mock 2>"$DEMO_DIR/runner.log" 9<&- &
   RUNNER=$!
 
   ask() {
@@ -185,7 +221,7 @@ if [[ -z "$BASE_URL" ]]; then
 EOF
   echo "==> starting the fake model server on 127.0.0.1 (log in $DEMO_DIR/fake-model.log)"
   "$BIN/fake-model" --script "$DEMO_DIR/fake-model-script.json" --default-text "ok" \
-    >"$DEMO_DIR/fake-model.log" 2>&1 &
+    >"$DEMO_DIR/fake-model.log" 2>&1 9<&- &
   FAKE=$!
   url=
   for _ in $(seq 1 100); do
@@ -226,7 +262,7 @@ export MCP_TOOLS_PATH="$BIN/mcp-tools"
 
 echo "==> starting agent-runner ($PROVIDER: $CLI; log in $DEMO_DIR/runner.log)"
 TZ=${TZ:-Europe/Berlin} "$BIN/agent-runner" --workspace "$DEMO_DIR" --provider "$PROVIDER" \
-  2>"$DEMO_DIR/runner.log" &
+  2>"$DEMO_DIR/runner.log" 9<&- &
 RUNNER=$!
 
 # The value of a top-level field of one `nanoclaw watch --json` line (or of its content).

@@ -99,11 +99,17 @@ fn configure_logging(config: &Config) {
 pub async fn main(cli: Args) -> Result<()> {
     if let Command::ArchiveHook(args) = &cli.command {
         // Never fails: a failing hook could hold up Claude's compaction.
-        let workspace = cli
-            .workspace
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("/workspace"));
         let config = load_config(&cli);
+        let workspace = match &config {
+            Ok(config) => config.workspace.clone(),
+            Err(_) => {
+                let given = cli
+                    .workspace
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from("/workspace"));
+                fsguard::absolute("--workspace", &given).unwrap_or(given)
+            }
+        };
         if let Ok(config) = &config {
             configure_logging(config);
         }

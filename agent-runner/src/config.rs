@@ -644,7 +644,7 @@ pub struct Inputs {
 /// The effective configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Workspace root.
+    /// Workspace root, absolute; so is every other path here but a bare program name.
     pub workspace: PathBuf,
     /// config.json used (if it existed).
     pub config_file: Option<PathBuf>,
@@ -661,22 +661,29 @@ impl Config {
     /// Resolves every field: flags > env > file > defaults, validating types and naming the
     /// field (and the file) on error.
     pub fn load(inputs: &Inputs) -> Result<Self> {
+        // Every path is made absolute here, once, against this process's working directory
+        // (docs/contract/config.md, "Paths"): the CLIs, scripts and mcp-tools start in the
+        // agent's folder and would read a relative one against it.
+        let workspace = fsguard::absolute("--workspace (WORKSPACE_DIR)", &inputs.workspace)?;
         let named = inputs.env.get(CONFIG_VAR).filter(|path| !path.is_empty());
         let (config_file, named_by) = match (&inputs.config_file, named) {
-            (Some(path), _) => (path.clone(), Some("--config")),
-            (None, Some(path)) => (PathBuf::from(path), Some(CONFIG_VAR)),
-            (None, None) => (inputs.workspace.join("config.json"), None),
+            (Some(path), _) => (fsguard::absolute("--config", path)?, Some("--config")),
+            (None, Some(path)) => (
+                fsguard::absolute(CONFIG_VAR, Path::new(path))?,
+                Some(CONFIG_VAR),
+            ),
+            (None, None) => (workspace.join("config.json"), None),
         };
         let file_values = read_file(&config_file, named_by)?;
         let mut values = BTreeMap::new();
         for field in FIELDS {
             let flag = inputs.flags.iter().rev().find(|(key, _)| key == field.key);
             let value = if let Some((_, text)) = flag {
-                Some((
-                    parse_text(field, text).with_context(|| format!("flag --set {}", field.key))?,
-                    Source::Flag,
-                ))
+                let setting = format!("flag --set {}", field.key);
+                let text = absolute_text(field, text, &setting)?;
+                Some((parse_text(field, &text).context(setting)?, Source::Flag))
             } else if let Some((text, source)) = env_text(field, &inputs.env)? {
+                let text = absolute_text(field, &text, field.env)?;
                 Some((
                     parse_text(field, &text)
                         .with_context(|| format!("environment variable {}", field.env))?,
@@ -695,7 +702,7 @@ impl Config {
             }
         }
         let config = Self {
-            workspace: inputs.workspace.clone(),
+            workspace,
             config_file: file_values.is_some().then(|| config_file.clone()),
             file_path: config_file,
             named_by,
@@ -850,16 +857,26 @@ impl Config {
         self.values.get(key).map(|(v, _)| v.clone())
     }
 
-    /// A path field. Relative paths from a flag or the environment are taken as given (relative
-    /// to the current directory, as a shell user expects); relative paths from config.json or a
-    /// default are relative to the workspace.
+    /// A path field, absolute: one from a flag or the environment was made absolute against
+    /// the current directory by [`Config::load`]; a relative one from config.json or a default
+    /// is relative to the workspace (itself absolute).
     fn path(&self, key: &str) -> Option<PathBuf> {
         let (value, source) = self.values.get(key)?;
         let text = value.as_str()?;
         Some(match source {
             Source::Flag | Source::Env | Source::EnvFile => PathBuf::from(text),
-            Source::File | Source::Default => self.workspace.join(text),
+            Source::File | Source::Default => in_workspace(&self.workspace, text),
         })
+    }
+
+    /// A program path (`claudePath`, `mcpToolsPath`, ...): a bare name (no `/`) is a command
+    /// looked up in `PATH` and stays as it is; any other is a [`Config::path`].
+    fn program(&self, key: &str) -> Option<PathBuf> {
+        let text = self.text(key)?;
+        if is_program(key) && is_command_name(&text) {
+            return Some(PathBuf::from(text));
+        }
+        self.path(key)
     }
 
     /// A duration field given in seconds.
@@ -1006,7 +1023,7 @@ impl Config {
 /// [`Config::settings`].
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Workspace root.
+    /// Workspace root, absolute; so is every other path here but a bare program name.
     pub workspace: PathBuf,
     /// The session DB (`sessionDb`).
     pub session_db: PathBuf,
@@ -1368,13 +1385,12 @@ impl Config {
             anthropic: model_api(Api::Anthropic, "anthropicBaseUrl", "anthropicApiKey"),
             openai: model_api(Api::OpenAi, "openaiBaseUrl", "openaiApiKey"),
             credential_proxy: self.flag("credentialProxy"),
-            // Taken as given, never relative to the workspace.
             cli_paths: CliPaths {
-                claude: self.text("claudePath").map(PathBuf::from),
-                codex: self.text("codexPath").map(PathBuf::from),
-                opencode: self.text("opencodePath").map(PathBuf::from),
+                claude: self.program("claudePath"),
+                codex: self.program("codexPath"),
+                opencode: self.program("opencodePath"),
             },
-            mcp_tools_path: self.text("mcpToolsPath").map(PathBuf::from),
+            mcp_tools_path: self.program("mcpToolsPath"),
             mcp_servers,
             env_policy: EnvPolicy {
                 passthrough: self.list("envPassthrough"),
@@ -1460,7 +1476,7 @@ impl Config {
                 .iter()
                 .find(|f| f.key == key)
                 .map_or("", |f| f.default);
-            self.workspace.join(default)
+            in_workspace(&self.workspace, default)
         })
     }
 }
@@ -1698,7 +1714,9 @@ fn env_text(field: &Field, env: &BTreeMap<String, String>) -> Result<Option<(Str
             field.env
         );
     }
-    let text = fsguard::read_to_string(Path::new(path)).with_context(|| {
+    let absolute = fsguard::absolute(&file_var, Path::new(path))?;
+    let path = absolute.display();
+    let text = fsguard::read_to_string(&absolute).with_context(|| {
         format!(
             "{file_var}: cannot read the secret file {path}; check that it is mounted there and \
              that the runner's user can read it (a runner started as root reads it before it \
@@ -1710,6 +1728,39 @@ fn env_text(field: &Field, env: &BTreeMap<String, String>) -> Result<Option<(Str
         bail!("{file_var}: the secret file {path} is empty");
     }
     Ok(Some((text.to_owned(), Source::EnvFile)))
+}
+
+/// A flag's or variable's `text`, made absolute against the current directory when `field` is a
+/// path (not a bare command name: `claudePath=claude` is looked up in `PATH`); `setting` names
+/// it in the error.
+fn absolute_text(field: &Field, text: &str, setting: &str) -> Result<String> {
+    if field.kind != Kind::Path || is_program(field.key) && is_command_name(text) {
+        return Ok(text.to_owned());
+    }
+    let path = fsguard::absolute(setting, Path::new(text))?;
+    path.into_os_string()
+        .into_string()
+        .map_err(|path| anyhow::anyhow!("{setting}: {path:?} is not valid UTF-8"))
+}
+
+/// The settings that name a program to run.
+fn is_program(key: &str) -> bool {
+    matches!(
+        key,
+        "claudePath" | "codexPath" | "opencodePath" | "mcpToolsPath"
+    )
+}
+
+/// A program setting's value without a `/`: a command name, looked up in `PATH`.
+fn is_command_name(text: &str) -> bool {
+    !text.is_empty() && !text.contains('/')
+}
+
+/// `text` (a config.json value or a default) relative to the absolute `workspace`, normalised
+/// lexically ([`fsguard::absolute_in`]); an empty value is the workspace itself.
+fn in_workspace(workspace: &Path, text: &str) -> PathBuf {
+    fsguard::absolute_in("workspace", workspace, Path::new(text))
+        .unwrap_or_else(|_| workspace.to_path_buf())
 }
 
 fn parse_text(field: &Field, text: &str) -> Result<Value> {
@@ -1888,6 +1939,10 @@ mod tests {
                             let url = format!("http://127.0.0.1:{}/v1", 9000 + n);
                             (url.clone(), Value::from(url))
                         }
+                        // Absolute: a relative one from a flag or variable is made absolute.
+                        _ if field.kind == Kind::Path => {
+                            (format!("/p/v{n}"), Value::from(format!("/p/v{n}")))
+                        }
                         _ => (format!("v{n}"), Value::from(format!("v{n}"))),
                     },
                     Kind::Number => {
@@ -1966,6 +2021,58 @@ mod tests {
         assert_eq!(
             defaults.values.get("provider").map(|v| v.1),
             Some(Source::Default)
+        );
+    }
+
+    #[test]
+    fn relative_paths_are_made_absolute_once_against_the_cwd_or_the_workspace() {
+        let dir = tempfile::tempdir().unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{"homeDir": "./h", "codexPath": "bin/codex", "claudePath": "claude"}"#,
+        )
+        .unwrap();
+        let mut relative = inputs(
+            Path::new("ws"),
+            &[
+                ("sessionDb", "db/s.db"),
+                ("mcpToolsPath", "./bin/mcp-tools"),
+            ],
+            &[("NANOCLAW_AGENT_DIR", "a"), ("OPENCODE_PATH", "opencode")],
+        );
+        relative.config_file = Some(dir.path().join("config.json"));
+        let config = Config::load(&relative).unwrap();
+        let settings = config.settings().unwrap();
+        let ws = cwd.join("ws");
+        assert_eq!(config.workspace, ws);
+        // Flags and variables: against the current directory.
+        assert_eq!(settings.session_db, cwd.join("db/s.db"));
+        assert_eq!(settings.dirs.agent, cwd.join("a"));
+        assert_eq!(settings.mcp_tools_path, Some(cwd.join("bin/mcp-tools")));
+        // config.json and defaults: against the workspace.
+        assert_eq!(settings.dirs.home, ws.join("h"));
+        assert_eq!(settings.cli_paths.codex, Some(ws.join("bin/codex")));
+        assert_eq!(settings.dirs.downloads, ws.join("downloads"));
+        // A bare program name is looked up in PATH, from every source.
+        assert_eq!(settings.cli_paths.claude, Some(PathBuf::from("claude")));
+        assert_eq!(settings.cli_paths.opencode, Some(PathBuf::from("opencode")));
+        // A relative --config, and a secret file, against the current directory too.
+        let mut named = inputs(dir.path(), &[], &[]);
+        named.config_file = Some(PathBuf::from("no/such.json"));
+        let err = format!("{:#}", Config::load(&named).unwrap_err());
+        assert!(
+            err.contains(&cwd.join("no/such.json").display().to_string()),
+            "{err}"
+        );
+        let env = [("ANTHROPIC_API_KEY_FILE", "no/such.key")];
+        let err = format!(
+            "{:#}",
+            Config::load(&inputs(dir.path(), &[], &env)).unwrap_err()
+        );
+        assert!(
+            err.contains(&cwd.join("no/such.key").display().to_string()),
+            "{err}"
         );
     }
 

@@ -6,9 +6,11 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-/// `agent-runner --workspace <ws> <args>` with a clean environment, its output collected.
+/// `agent-runner --workspace <ws> <args>` in `<ws>` with a clean environment, its output
+/// collected.
 fn runner(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_agent-runner"))
+        .current_dir(workspace)
         .arg("--workspace")
         .arg(workspace)
         .args(args)
@@ -59,7 +61,7 @@ fn each_config_mistake_is_refused_naming_the_field_and_the_fix() {
             &["--config", "missing.json", "config"],
             &[],
             expect_test::expect![[
-                r#"the config file missing.json named by --config does not exist: fix the path (or mount the file), or drop --config to read the optional <workspace>/config.json"#
+                r#"the config file <ws>/missing.json named by --config does not exist: fix the path (or mount the file), or drop --config to read the optional <workspace>/config.json"#
             ]],
         ),
         (

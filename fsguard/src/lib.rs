@@ -30,6 +30,13 @@
 //! inode never changes under SQLite, and other databases are ordinary input.
 //!
 //! [`SessionDb`]: https://docs.rs/schema (the workspace's `schema` crate)
+//!
+//! It also owns the rule for a path that input names in a setting ([`absolute`]): made absolute
+//! once, where it is read.
+
+mod absolute;
+
+pub use absolute::{absolute, absolute_in, PathSettingError};
 
 use std::ffi::OsString;
 use std::fs::{File, Metadata};

@@ -1,7 +1,7 @@
 //! `nanoclaw`: the host CLI for one agent session DB. See `nanoclaw --help`.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -291,12 +291,25 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
+    // Every path is made absolute here, once, against this process's working directory: the
+    // paths `init` reports and the session named in JSON log lines are the ones used.
     let env_db = std::env::var_os("SESSION_DB")
         .filter(|value| !value.is_empty())
-        .map(PathBuf::from);
+        .map(|db| fsguard::absolute("SESSION_DB", Path::new(&db)))
+        .transpose()?;
+    let flag_db = cli
+        .db
+        .as_deref()
+        .map(|db| fsguard::absolute("--db", db))
+        .transpose()?;
+    let workspace = cli
+        .workspace
+        .as_deref()
+        .map(|ws| fsguard::absolute("--workspace", ws))
+        .transpose()?;
     let choice = host::location::choose_db(
-        cli.db.as_deref(),
-        cli.workspace.as_deref(),
+        flag_db.as_deref(),
+        workspace.as_deref(),
         env_db.as_deref(),
         matches!(cli.command, Command::Init(_)),
     )?;

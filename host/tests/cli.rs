@@ -1401,3 +1401,59 @@ fn every_json_output_is_camel_case_with_the_documented_keys() {
     let snake: Vec<&String> = found.iter().filter(|key| key.contains('_')).collect();
     assert!(snake.is_empty(), "snake_case keys: {snake:?}");
 }
+
+/// Relative paths (issue 46): started in one folder with a relative `--workspace`, `--db` and
+/// `SESSION_DB`, `nanoclaw` makes each absolute once, against that folder: `init` reports the
+/// absolute tree, `--db` and `--workspace` written differently name the same DB, and every
+/// command finds the same session.
+#[test]
+fn relative_paths_are_made_absolute_against_the_working_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().canonicalize().unwrap();
+    let ws = cwd.join("ws");
+    let run = |args: &[&str], session_db: Option<&str>| {
+        let mut command = Command::new(BIN);
+        command
+            .current_dir(&cwd)
+            .env_remove("SESSION_DB")
+            .env_remove("RUST_LOG")
+            .env("TZ", "UTC")
+            .args(args);
+        if let Some(db) = session_db {
+            command.env("SESSION_DB", db);
+        }
+        command.output().expect("running nanoclaw")
+    };
+    let init = ok(run(
+        &["init", "--workspace", "ws", "--routing", "slack:C1"],
+        None,
+    ));
+    assert!(
+        init.contains(&format!("workspace {}\n", ws.display()))
+            && init.contains(&format!(" {}\n", ws.join("session.db").display())),
+        "{init}"
+    );
+    let sent = ok(run(
+        &[
+            "--db",
+            "./ws/session.db",
+            "--workspace",
+            "ws",
+            "send",
+            "--sender",
+            "Ann",
+            "--text",
+            "hi",
+        ],
+        None,
+    ));
+    let db = SessionDb::open(ws.join("session.db")).unwrap();
+    assert_eq!(content(&sent_row(&db, &sent))["text"], "hi");
+    let status = ok(run(&["status", "--json"], Some("ws/./session.db")));
+    let status: Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(
+        status["db"],
+        ws.join("session.db").display().to_string().as_str()
+    );
+    assert_eq!(status["counts"]["pending"], 1, "{status}");
+}

@@ -11,6 +11,10 @@
 //! | `--max-question-timeout` | `NANOCLAW_MAX_QUESTION_TIMEOUT` | 300 (seconds) |
 //! | `--log-format` | `NANOCLAW_LOG_FORMAT` | `text` (`json`: one JSON object per stderr line) |
 //!
+//! Relative `--db` and `--workspace` values (flags or variables) are made absolute once, here,
+//! against this process's working directory (`fsguard::absolute`); a default DB is
+//! `<workspace>/session.db` of that absolute workspace.
+//!
 //! The agent's folder is `<workspace>/agent` (relative `send_file` paths start there), files
 //! are copied to `<workspace>/outbox/<row id>/`, and `send_file` may read from
 //! `<workspace>/agent`, `<workspace>/extra` and `<workspace>/downloads` only.
@@ -75,6 +79,9 @@ pub enum ConfigError {
     /// A limit that must be positive is not.
     #[error("{0} must be a positive number")]
     NotPositive(&'static str),
+    /// A path setting that cannot be made absolute (the current directory is gone).
+    #[error(transparent)]
+    Path(#[from] fsguard::PathSettingError),
 }
 
 /// The resolved configuration the server runs with.
@@ -97,11 +104,20 @@ pub struct Config {
 }
 
 impl Args {
-    /// The session DB: `--db`, else `<workspace>/session.db`.
-    pub fn db_path(&self) -> PathBuf {
-        self.db
-            .clone()
-            .unwrap_or_else(|| self.workspace.join("session.db"))
+    /// The session DB, absolute: `--db`, else `<workspace>/session.db`.
+    pub fn db_path(&self) -> Result<PathBuf, ConfigError> {
+        Ok(match &self.db {
+            Some(db) => fsguard::absolute("--db (SESSION_DB)", db)?,
+            None => self.workspace_path()?.join("session.db"),
+        })
+    }
+
+    /// The workspace root, absolute.
+    pub fn workspace_path(&self) -> Result<PathBuf, ConfigError> {
+        Ok(fsguard::absolute(
+            "--workspace (WORKSPACE_DIR)",
+            &self.workspace,
+        )?)
     }
 }
 
@@ -126,10 +142,10 @@ impl Config {
         if !(args.max_question_timeout.is_finite() && args.max_question_timeout > 0.0) {
             return Err(ConfigError::NotPositive("--max-question-timeout"));
         }
-        let db_path = args.db_path();
+        let db_path = args.db_path()?;
         Ok(Self {
             db_path,
-            workspace: args.workspace,
+            workspace: args.workspace_path()?,
             timezone,
             admin_user_id: args
                 .admin_user_id

@@ -22,7 +22,10 @@ fn main() -> std::process::ExitCode {
     )
     .try_init();
     // Even the lines of a configuration error name the session.
-    logging::set_session(args.db_path().display().to_string());
+    let session = args
+        .db_path()
+        .unwrap_or_else(|_| args.db.clone().unwrap_or_default());
+    logging::set_session(session.display().to_string());
     if let Err(err) = dumpable {
         logging::fatal(&format!(
             "cannot make the process non-dumpable (prctl PR_SET_DUMPABLE): {err}; refusing to \

@@ -270,9 +270,10 @@ impl Drop for CliProcess {
     }
 }
 
-/// Finds a CLI: the explicit setting (which must exist), else `PATH`, else the project-local
-/// folder `.cli/node_modules/.bin` found upward from the runner's executable or `local_dir`.
-/// The error names the setting to fix.
+/// Finds a CLI: the explicit setting (which must exist; a bare name without `/` is looked up in
+/// `PATH`, as the runner's config documents), else `PATH`, else the project-local folder
+/// `.cli/node_modules/.bin` found upward from the runner's executable or `local_dir`. The error
+/// names the setting to fix.
 pub(crate) fn resolve_cli(
     name: &str,
     explicit: Option<&Path>,
@@ -280,6 +281,17 @@ pub(crate) fn resolve_cli(
     local_dir: Option<&Path>,
 ) -> Result<PathBuf, ProviderError> {
     if let Some(path) = explicit {
+        let text = path.as_os_str().as_encoded_bytes();
+        let bare = !text.is_empty() && !text.contains(&b'/');
+        if bare {
+            return on_path(path).ok_or_else(|| {
+                ProviderError::Spawn(format!(
+                    "{setting}={} is not on PATH; fix {setting} (a path, or a command name on \
+                     PATH) or install the {name} CLI",
+                    path.display()
+                ))
+            });
+        }
         return if path.is_file() {
             Ok(path.to_path_buf())
         } else {
@@ -289,13 +301,8 @@ pub(crate) fn resolve_cli(
             )))
         };
     }
-    if let Some(paths) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&paths) {
-            let candidate = dir.join(name);
-            if candidate.is_file() {
-                return Ok(candidate);
-            }
-        }
+    if let Some(found) = on_path(Path::new(name)) {
+        return Ok(found);
     }
     let mut roots: Vec<PathBuf> = local_dir.map(Path::to_path_buf).into_iter().collect();
     if let Ok(exe) = std::env::current_exe() {
@@ -311,6 +318,14 @@ pub(crate) fn resolve_cli(
         "the {name} CLI was not found on PATH or in .cli/node_modules/.bin; set {setting} to its path \
          (or run scripts/install-clis.sh)"
     )))
+}
+
+/// The file `name` in the first folder of `PATH` that has one.
+fn on_path(name: &Path) -> Option<PathBuf> {
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
 }
 
 #[cfg(test)]
@@ -418,5 +433,16 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("CLAUDE_PATH"), "{err}");
+        // A bare name is a command on PATH (the runner makes every other path absolute).
+        let sh = resolve_cli("claude", Some(Path::new("sh")), "CLAUDE_PATH", None).unwrap();
+        assert!(sh.is_absolute() && sh.ends_with("sh"), "{}", sh.display());
+        let err = resolve_cli(
+            "claude",
+            Some(Path::new("no-such-cli-x")),
+            "CLAUDE_PATH",
+            None,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("is not on PATH"), "{err}");
     }
 }

@@ -1,7 +1,9 @@
 //! `scripts/demo.sh` as a user runs it: `--provider claude|codex|opencode` drives the real
 //! pinned CLI against the fake model server on 127.0.0.1 (a shell command, a question answered
 //! with `nanoclaw answer`, the reply), offline, inside a loopback-only network namespace when
-//! the machine allows one; and the demo deletes only a folder it created.
+//! the machine allows one, from the repository root with the default `DEMO_DIR` (`.demo`,
+//! relative: issue 46) and with a relative `DEMO_DIR` from another folder; and the demo deletes
+//! only a folder it created.
 //!
 //! The binaries come from the target dir (`cargo build --workspace --bins` first, as every
 //! end-to-end test); the script gets them through `NANOCLAW_BIN_DIR` and so does not build.
@@ -11,7 +13,9 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use e2e::fake_model::{FakeModel, Step};
-use e2e::harness::{bin, repo_root, start_cli_test, FAKE_KEY, FAKE_MODEL};
+use e2e::harness::{
+    bin, provider_cli, repo_root, run_in_loopback_netns, start_cli_test, FAKE_KEY, FAKE_MODEL,
+};
 use e2e::scenarios::{ok, some};
 use serde_json::json;
 
@@ -50,14 +54,35 @@ fn demo(demo_dir: &Path, args: &[&str]) -> Run {
 
 /// [`demo`] with `env` on top.
 fn demo_with_env(demo_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    demo_in(
+        &repo_root(),
+        Some(demo_dir),
+        &repo_root().join("scripts/demo.sh"),
+        args,
+        env,
+    )
+}
+
+/// Runs `bash script args` in the folder `cwd`, with `DEMO_DIR=demo_dir` (unset: `None`) and
+/// `env`, in its own process group, killed as a group after [`TIMEOUT`].
+fn demo_in(
+    cwd: &Path,
+    demo_dir: Option<&Path>,
+    script: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Run {
     use std::os::unix::process::CommandExt;
     let logs = ok(tempfile::tempdir(), "log dir");
     let (out_path, err_path) = (logs.path().join("stdout"), logs.path().join("stderr"));
+    let mut command = Command::new("bash");
+    command.current_dir(cwd).arg(script).args(args);
+    match demo_dir {
+        Some(dir) => command.env("DEMO_DIR", dir),
+        None => command.env_remove("DEMO_DIR"),
+    };
     let mut child = ok(
-        Command::new("bash")
-            .arg(repo_root().join("scripts/demo.sh"))
-            .args(args)
-            .env("DEMO_DIR", demo_dir)
+        command
             .env("NANOCLAW_BIN_DIR", bin_dir())
             .envs(env.iter().copied())
             .stdin(Stdio::null())
@@ -97,16 +122,11 @@ fn demo_with_env(demo_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     }
 }
 
-/// `scripts/demo.sh --provider <provider>`: the CLI runs the shell command, asks, gets the answer
-/// through `nanoclaw answer` and replies; the conversation is printed.
-fn demo_with_real_cli(provider: &str, test: &str) {
-    if !start_cli_test(provider, test) {
-        return;
-    }
-    let dir = ok(tempfile::tempdir(), "temp dir");
-    let demo_dir = dir.path().join("demo");
-    let run = demo(&demo_dir, &["--provider", provider]);
-    assert!(run.status.success(), "{}", run.dump());
+/// A run of `scripts/demo.sh --provider <provider>` in `demo_dir`: the CLI ran the shell
+/// command, asked, got the answer through `nanoclaw answer` and replied; the conversation is
+/// printed.
+fn check_real_cli_demo(provider: &str, run: &Run, demo_dir: &Path) {
+    assert!(run.status.success(), "{provider}: {}", run.dump());
     for expected in [
         "Post the kernel version to the ops room?",
         "==> answering: nanoclaw answer --question ",
@@ -136,19 +156,51 @@ fn demo_with_real_cli(provider: &str, test: &str) {
     );
 }
 
+/// The README's `scripts/demo.sh --provider X` for each CLI, as a user runs it: from the
+/// repository root, `DEMO_DIR` unset (the default `.demo`, which the demo passes on relative).
+/// The three runs are one test, one after the other, since they share `<repo>/.demo`; the demo
+/// itself also waits for another demo in the same parent folder (`flock`), and `scripts/test.sh`
+/// runs its mock demo before the tests, not beside them.
 #[test]
-fn demo_with_claude() {
-    demo_with_real_cli("claude", "demo_with_claude");
+fn demo_with_each_cli_from_the_repository_root() {
+    let providers = ["claude", "codex", "opencode"];
+    if !providers.iter().all(|p| provider_cli(p).is_some())
+        || !run_in_loopback_netns("demo_with_each_cli_from_the_repository_root")
+    {
+        return;
+    }
+    let root = repo_root();
+    for provider in providers {
+        let run = demo_in(
+            &root,
+            None,
+            Path::new("scripts/demo.sh"),
+            &["--provider", provider],
+            &[],
+        );
+        check_real_cli_demo(provider, &run, &root.join(".demo"));
+    }
 }
 
+/// A relative `DEMO_DIR` is the folder's the demo is started in, not the repository root's.
 #[test]
-fn demo_with_codex() {
-    demo_with_real_cli("codex", "demo_with_codex");
-}
-
-#[test]
-fn demo_with_opencode() {
-    demo_with_real_cli("opencode", "demo_with_opencode");
+fn demo_with_a_relative_dir_from_another_folder() {
+    if !start_cli_test("codex", "demo_with_a_relative_dir_from_another_folder") {
+        return;
+    }
+    let dir = ok(tempfile::tempdir(), "temp dir");
+    let run = demo_in(
+        dir.path(),
+        Some(Path::new("nested/demo")),
+        &repo_root().join("scripts/demo.sh"),
+        &["--provider", "codex"],
+        &[],
+    );
+    check_real_cli_demo("codex", &run, &dir.path().join("nested/demo"));
+    assert!(
+        !repo_root().join("nested").exists(),
+        "the demo used the repository root"
+    );
 }
 
 /// `--base-url`: the same demo against a gateway the script does not start (here the fake model,

@@ -10,6 +10,7 @@ mod files;
 mod inspector;
 mod logs;
 mod messages;
+mod paths;
 mod protocol;
 mod question;
 mod support;
