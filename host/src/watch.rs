@@ -486,6 +486,9 @@ mod tests {
                 "by": "policy"}}),
             json!({"action": "tool_decision", "payload": {
                 "tool": "Write", "summary": "src/lib.rs", "decision": "deny", "by": "stop"}}),
+            json!({"action": "tool_decision", "payload": {
+                "tool": "Bash", "summary": "X=rm; $X -rf target", "decision": "deny",
+                "by": "policy", "undecidable": "the program name $X is not a literal"}}),
             json!({"action": "tool_decision", "payload": {"tool": "Bash"}}),
             json!({"action": "register_agent_group", "payload": {
                 "name": "research", "folder": "research", "requestedBy": "U1"}}),
