@@ -32,7 +32,7 @@ use futures::future::BoxFuture;
 
 pub use kind::{ProviderKind, UnknownProvider};
 pub use mock::MockSettings;
-pub use policy::{Decision, ToolPolicy, ToolRule};
+pub use policy::{Decision, ToolPolicy, ToolRule, Verdict};
 pub use query::{AgentQuery, Approver};
 pub(crate) use query::{Control, QueryHandle};
 pub use settings::{ElicitationMode, McpServer, ProviderSettings, RemoteMcpServer};

@@ -18,6 +18,7 @@
 //! is the tool without a pattern.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -50,6 +51,26 @@ impl Decision {
 impl fmt::Display for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// What the policy says about one call, with why when the command could not be decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// What happens to the call.
+    pub decision: Decision,
+    /// Set when the line was not decidable: the reason, for the model and the `tool_decision`
+    /// row (e.g. "the program name is not a literal ($X): write the command literally").
+    pub undecidable: Option<String>,
+}
+
+impl Verdict {
+    /// A decided call.
+    pub fn decided(decision: Decision) -> Self {
+        Self {
+            decision,
+            undecidable: None,
+        }
     }
 }
 
@@ -167,6 +188,9 @@ pub struct ToolPolicy {
     pub default: Decision,
     /// How long an `ask` waits for the answer; then it is a deny.
     pub ask_timeout: Duration,
+    /// The directory relative paths of `Read`/`Write`/`Edit` calls are taken from and path
+    /// patterns are relative to; `None`: paths are matched as given, normalised lexically.
+    pub workspace: Option<PathBuf>,
 }
 
 impl Default for ToolPolicy {
@@ -177,6 +201,7 @@ impl Default for ToolPolicy {
             ask: Vec::new(),
             default: Decision::Allow,
             ask_timeout: DEFAULT_ASK_TIMEOUT,
+            workspace: None,
         }
     }
 }
@@ -197,7 +222,12 @@ pub(crate) struct Call {
 impl Call {
     /// What `policy` says about this call.
     pub(crate) fn decide(&self, policy: &ToolPolicy) -> Decision {
-        policy.decide(&self.tool, self.argument.as_deref())
+        self.judge(policy).decision
+    }
+
+    /// What `policy` says about this call, with why when it could not be decided.
+    pub(crate) fn judge(&self, policy: &ToolPolicy) -> Verdict {
+        policy.judge(&self.tool, self.argument.as_deref())
     }
 
     /// The question the runner asks about this call.
@@ -219,6 +249,12 @@ impl Call {
 }
 
 impl ToolPolicy {
+    /// The policy with `dir` as the directory paths are relative to ([`ToolPolicy::workspace`]).
+    pub fn with_workspace(mut self, dir: PathBuf) -> Self {
+        self.workspace = Some(dir);
+        self
+    }
+
     /// True when every call is allowed: no deny or ask rule and `default: allow`. A driver then
     /// keeps its CLI's unrestricted mode (no permission round trips).
     pub fn allows_everything(&self) -> bool {
@@ -230,6 +266,16 @@ impl ToolPolicy {
     /// `WebSearch`, the pattern for `Glob`/`Grep`, the compact JSON arguments for an MCP tool;
     /// `None` when the driver cannot tell.
     pub fn decide(&self, tool: &str, argument: Option<&str>) -> Decision {
+        self.judge(tool, argument).decision
+    }
+
+    /// What happens to a call of `tool` with `argument` ([`ToolPolicy::decide`]), with why when
+    /// the argument could not be decided.
+    pub fn judge(&self, tool: &str, argument: Option<&str>) -> Verdict {
+        Verdict::decided(self.decide_textually(tool, argument))
+    }
+
+    fn decide_textually(&self, tool: &str, argument: Option<&str>) -> Decision {
         let pieces = match (tool, argument) {
             ("Bash", Some(command)) => simple_commands(command),
             _ => Vec::new(),
@@ -376,6 +422,7 @@ mod tests {
             ask: rules(ask),
             default,
             ask_timeout: DEFAULT_ASK_TIMEOUT,
+            workspace: None,
         }
     }
 
