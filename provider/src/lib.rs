@@ -22,6 +22,7 @@ pub mod prompt_xml;
 mod query;
 pub mod reaper;
 pub mod redact;
+pub(crate) mod refusal;
 pub mod settings;
 mod text;
 mod usage;
@@ -236,6 +237,17 @@ pub enum ProviderEvent {
         tool: String,
         /// What the call would have done, short (as in `Activity`).
         summary: Option<String>,
+    },
+    /// As [`ProviderEvent::ToolDenied`], for a call refused because its command could not be
+    /// decided (a program name that is not a literal, such as `$X`): the runner's
+    /// `tool_decision` row also carries `undecidable` with the reason.
+    ToolUndecidable {
+        /// Canonical tool name.
+        tool: String,
+        /// What the call would have done, short (as in `Activity`).
+        summary: Option<String>,
+        /// Why the command could not be decided.
+        reason: String,
     },
 }
 

@@ -82,6 +82,9 @@ pub(super) enum Verdict {
         result: Value,
         /// The refused call (for `ToolDenied`).
         denied: Option<Call>,
+        /// Why the refused call's command could not be decided, when that is why (for
+        /// `ToolUndecidable` and the note that tells the model).
+        undecidable: Option<String>,
     },
     /// Ask the runner; answer with `reply` when it decided.
     Ask {
@@ -145,26 +148,28 @@ pub(super) fn judge(
         Decision::Ask => 1,
         Decision::Deny => 2,
     };
-    let (decision, call) = calls
+    let (verdict, call) = calls
         .into_iter()
-        .map(|call| (call.decide(policy), call))
-        .max_by_key(|(decision, _)| rank(*decision))
+        .map(|call| (call.judge(policy), call))
+        .max_by_key(|(verdict, _)| rank(verdict.decision))
         .unwrap_or((
-            Decision::Deny,
+            crate::policy::Verdict::decided(Decision::Deny),
             Call {
                 tool: "Edit".into(),
                 summary: None,
                 argument: None,
             },
         ));
-    match decision {
+    match verdict.decision {
         Decision::Allow => Verdict::Answer {
             result: reply.result(&ApprovalAnswer::Allow),
             denied: None,
+            undecidable: None,
         },
         Decision::Deny => Verdict::Answer {
             result: reply.refusal(),
             denied: Some(call),
+            undecidable: verdict.undecidable,
         },
         Decision::Ask => Verdict::Ask {
             kind: call.clone().ask(),
@@ -198,6 +203,7 @@ fn general_elicitation(params: &Value, mode: ElicitationMode) -> Verdict {
     let decline = Verdict::Answer {
         result: decline_elicitation(),
         denied: None,
+        undecidable: None,
     };
     if mode != ElicitationMode::Ask {
         return decline;
@@ -319,7 +325,7 @@ mod tests {
                     continue;
                 }
                 let line = match judge(method, &params, calls.clone(), &policy(), mode) {
-                    Verdict::Answer { result, denied } => {
+                    Verdict::Answer { result, denied, .. } => {
                         format!("answer {result} denied={denied:?}")
                     }
                     Verdict::Ask { kind, reply, .. } => format!(
