@@ -10,10 +10,13 @@ use crate::ProviderEvent;
 /// command could not be decided, when that is why.
 pub(crate) fn message(tool: &str, undecidable: Option<&str>) -> String {
     match undecidable {
+        // The policy's reason normally says what to do ("write the command literally").
+        Some(reason) if reason.contains("literally") => {
+            format!("denied by the tool policy: {reason}")
+        }
         Some(reason) => format!(
-            "denied by the tool policy: this {tool} command could not be decided ({reason}). \
-             Write the command literally, with every program name as a plain word (no variables, \
-             substitutions or eval), or do not run it"
+            "denied by the tool policy: this {tool} command could not be decided ({reason}); \
+             write the command literally, every program name a plain word"
         ),
         None => format!("denied by the tool policy: this {tool} call may not run; do not retry it"),
     }
@@ -48,8 +51,12 @@ mod tests {
     #[test]
     fn an_undecidable_refusal_carries_its_reason() {
         let reason = "the program name `$X` is not a literal";
-        expect![[r#"denied by the tool policy: this Bash command could not be decided (the program name `$X` is not a literal). Write the command literally, with every program name as a plain word (no variables, substitutions or eval), or do not run it"#]]
+        expect![[r#"denied by the tool policy: this Bash command could not be decided (the program name `$X` is not a literal); write the command literally, every program name a plain word"#]]
             .assert_eq(&message("Bash", Some(reason)));
+        // As the policy words it (provider/src/policy.rs).
+        let worded = "the command could not be decided: the program name is not a literal ($X): write the command literally";
+        expect![[r#"denied by the tool policy: the command could not be decided: the program name is not a literal ($X): write the command literally"#]]
+            .assert_eq(&message("Bash", Some(worded)));
         expect!["denied by the tool policy: this Bash call may not run; do not retry it"]
             .assert_eq(&message("Bash", None));
         expect![[r#"ToolUndecidable { tool: "Bash", summary: Some("X=rm; $X -rf target"), reason: "the program name `$X` is not a literal" }"#]]
