@@ -25,6 +25,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::{ApprovalKind, ProviderEvent};
 
+mod paths;
+mod shell;
+#[cfg(test)]
+mod shell_tests;
+mod wrappers;
+
 /// What happens to a tool call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -270,49 +276,71 @@ impl ToolPolicy {
     }
 
     /// What happens to a call of `tool` with `argument` ([`ToolPolicy::decide`]), with why when
-    /// the argument could not be decided.
+    /// the argument could not be decided (see the module doc).
     pub fn judge(&self, tool: &str, argument: Option<&str>) -> Verdict {
-        Verdict::decided(self.decide_textually(tool, argument))
-    }
-
-    fn decide_textually(&self, tool: &str, argument: Option<&str>) -> Decision {
-        let pieces = match (tool, argument) {
-            ("Bash", Some(command)) => simple_commands(command),
-            _ => Vec::new(),
-        };
         let names = |rule: &ToolRule| {
             rule.names(tool) || file_writer_aliases(tool).iter().any(|a| rule.names(a))
         };
-        // A deny or ask rule with a pattern and an unknown argument cannot be ruled out: it
-        // applies (the safe side). An allow rule then does not.
-        let hits = |rule: &ToolRule| {
-            names(rule)
-                && (rule.pattern.is_none()
-                    || argument.is_none()
-                    || rule.matches_argument(argument)
-                    || pieces.iter().any(|p| rule.matches_argument(Some(p))))
+        let subject = match argument {
+            None => Subject::Unknown,
+            Some(line) if tool == "Bash" => Subject::Bash(line.trim(), shell::analyse(line)),
+            Some(path) if is_path_tool(tool) && !path.contains('\n') => Subject::Path(
+                path.trim(),
+                paths::Target::new(path.trim(), self.workspace.as_deref()),
+            ),
+            Some(text) => Subject::Text(text.trim()),
         };
-        if self.deny.iter().any(hits) {
-            return Decision::Deny;
-        }
-        if self.ask.iter().any(hits) {
-            return Decision::Ask;
-        }
-        let allowed = |piece: Option<&str>| {
-            self.allow
+        let undecidable = match &subject {
+            Subject::Bash(_, analysis) => analysis.undecidable.as_deref(),
+            _ => None,
+        };
+        let hits = |rule: &ToolRule| names(rule) && subject.hit(rule);
+        let with_pattern = |rules: &[ToolRule]| {
+            rules
                 .iter()
-                .any(|rule| names(rule) && rule.matches_argument(piece))
+                .any(|rule| names(rule) && rule.pattern.is_some())
         };
-        let all_allowed = if pieces.len() > 1 {
-            pieces.iter().all(|p| allowed(Some(p)))
-        } else {
-            allowed(argument)
+        let reason = undecidable
+            .filter(|_| {
+                with_pattern(&self.deny) || with_pattern(&self.ask) || with_pattern(&self.allow)
+            })
+            .map(|why| format!("the command could not be decided: {why}"));
+        let verdict = |decision| Verdict {
+            decision,
+            undecidable: reason.clone(),
         };
-        if all_allowed {
+        if self.deny.iter().any(hits) || (undecidable.is_some() && with_pattern(&self.deny)) {
+            return verdict(Decision::Deny);
+        }
+        if self.ask.iter().any(hits) || (undecidable.is_some() && with_pattern(&self.ask)) {
+            return verdict(Decision::Ask);
+        }
+        let allowed = self
+            .allow
+            .iter()
+            .any(|rule| names(rule) && rule.pattern.is_none())
+            || (undecidable.is_none()
+                && subject.allowed(
+                    |text| {
+                        self.allow
+                            .iter()
+                            .any(|rule| names(rule) && rule.matches_argument(Some(text)))
+                    },
+                    |target| {
+                        self.allow.iter().any(|rule| {
+                            names(rule)
+                                && rule
+                                    .pattern
+                                    .as_deref()
+                                    .is_some_and(|p| glob_matches(p, target.for_pattern(p)))
+                        })
+                    },
+                ));
+        verdict(if allowed {
             Decision::Allow
         } else {
             self.default
-        }
+        })
     }
 
     /// The rules of `decision`'s list.
@@ -361,50 +389,61 @@ fn glob_matches(pattern: &str, text: &str) -> bool {
     remaining.len() >= last.len() && remaining.ends_with(last)
 }
 
-/// The simple commands of a shell line, textually (see the module doc).
-fn simple_commands(line: &str) -> Vec<String> {
-    let mut pieces = Vec::new();
-    let mut current = String::new();
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        let split = match c {
-            ';' | '|' | '&' | '\n' | '`' | '(' | ')' => true,
-            '$' if chars.peek() == Some(&'(') => {
-                chars.next();
-                true
-            }
-            _ => false,
-        };
-        if split {
-            pieces.push(std::mem::take(&mut current));
-        } else {
-            current.push(c);
-        }
-    }
-    pieces.push(current);
-    pieces
-        .into_iter()
-        .map(|piece| {
-            let words: Vec<&str> = piece.split_whitespace().collect();
-            let start = words
-                .iter()
-                .position(|w| !is_assignment(w))
-                .unwrap_or(words.len());
-            words[start..].join(" ")
-        })
-        .filter(|piece| !piece.is_empty())
-        .collect()
+/// What a rule's pattern is matched against.
+enum Subject<'a> {
+    /// The driver could not tell the argument.
+    Unknown,
+    /// A `Bash` line and the commands it runs.
+    Bash(&'a str, shell::Analysis),
+    /// The path of a file tool.
+    Path(&'a str, paths::Target),
+    /// Any other argument, as given.
+    Text(&'a str),
 }
 
-fn is_assignment(word: &str) -> bool {
-    match word.split_once('=') {
-        Some((name, _)) => {
-            !name.is_empty()
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && !name.starts_with(|c: char| c.is_ascii_digit())
+impl Subject<'_> {
+    /// Whether a deny or ask `rule` applies: a rule without a pattern always; an unknown
+    /// argument is on the safe side; a line when the rule matches it whole or any command it
+    /// runs; a path in its normalised form or as given.
+    fn hit(&self, rule: &ToolRule) -> bool {
+        let Some(pattern) = rule.pattern.as_deref() else {
+            return true;
+        };
+        match self {
+            Self::Unknown => true,
+            Self::Bash(line, analysis) => {
+                glob_matches(pattern, line)
+                    || analysis
+                        .commands
+                        .iter()
+                        .any(|command| glob_matches(pattern, command))
+            }
+            Self::Path(given, target) => {
+                glob_matches(pattern, given) || glob_matches(pattern, target.for_pattern(pattern))
+            }
+            Self::Text(text) => glob_matches(pattern, text),
         }
-        None => false,
     }
+
+    /// Whether allow rules with patterns cover the call: every command of a line (or the line
+    /// when it runs none), a path in its normalised form only, other arguments as given.
+    fn allowed(&self, text: impl Fn(&str) -> bool, path: impl Fn(&paths::Target) -> bool) -> bool {
+        match self {
+            Self::Unknown => false,
+            Self::Bash(line, analysis) if analysis.commands.is_empty() => text(line),
+            Self::Bash(_, analysis) => analysis.commands.iter().all(|c| text(c)),
+            Self::Path(_, target) => path(target),
+            Self::Text(argument) => text(argument),
+        }
+    }
+}
+
+/// Tools whose argument is a file path (with their aliases).
+fn is_path_tool(tool: &str) -> bool {
+    matches!(tool, "Read" | "Write" | "Edit")
+        || file_writer_aliases(tool)
+            .iter()
+            .any(|alias| matches!(*alias, "Write" | "Edit"))
 }
 
 #[cfg(test)]
