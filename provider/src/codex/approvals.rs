@@ -5,7 +5,7 @@
 //! included, measured on 0.169), every file change and every MCP tool call (as an elicitation
 //! with `_meta.codex_approval_kind: "mcp_tool_call"`) to the client before running it, and
 //! forwards MCP servers' own elicitations instead of declining them. Each request is judged here
-//! with [`ToolPolicy::decide`]: allowed calls are accepted at once, denied ones declined (the
+//! with [`ToolPolicy::judge`]: allowed calls are accepted at once, denied ones declined (the
 //! model reads "rejected by user"), `ask` ones become an [`ApprovalKind::ToolCall`] the runner
 //! answers later.
 
