@@ -1,21 +1,37 @@
 //! The tool policy (config `toolPolicy`, docs/contract/config.md): which tool calls the agent may
 //! make, in canonical tool names (`Bash`, `Read`, `mcp__<server>__<tool>`, ...). This module is
 //! the one owner of what a rule means; each driver translates the policy into its CLI's own
-//! mechanism and asks [`ToolPolicy::decide`] when its CLI hands a call to the runner.
+//! mechanism and asks [`ToolPolicy::judge`] (or [`ToolPolicy::decide`]) when its CLI hands a call
+//! to the runner.
 //!
 //! Rules: `Name` or `Name(pattern)`. A name ending in `*` matches every name with that prefix
 //! (`mcp__github__*`). A pattern is a glob over the call's argument ([`ToolPolicy::decide`]):
-//! `*` matches any run of characters, everything else is literal; `prefix:*` (Claude's form) is
-//! `prefix` alone or followed by a space and anything.
+//! `*` matches any run of characters (`/` included, so `**` is `*`), everything else is
+//! literal; `prefix:*` (Claude's form) is `prefix` alone or followed by a space and anything.
+//! Deny wins over ask, ask over allow; a call no rule matches gets `default`.
 //!
-//! Deny wins over ask, ask over allow; a call no rule matches gets `default`. For `Bash`, the
-//! command line is also split into its simple commands (at `;`, `&&`, `||`, `|`, `&`, newlines,
-//! `$(`, backticks and parentheses, leading `VAR=value` words dropped): a deny or ask rule
-//! matches when it matches the whole line or any one of them, an allow rule with a pattern only
-//! when every one of them is allowed. So `Bash(git push*)` in `allow` does not allow
-//! `git push && rm -rf /`, and `Bash(rm *)` in `deny` catches `cd x; rm -rf y`. A textual match
-//! cannot see through every shell trick (`eval`, variables, scripts): the strong form of a rule
-//! is the tool without a pattern.
+//! A `Bash` line is parsed as the shell would (`policy/shell.rs`, tree-sitter-bash) into every
+//! command it can run, each written as its program's name and its arguments after quote and
+//! escape removal (`/bin/rm -rf 'x'` is `rm -rf x`): the commands of lists, pipelines,
+//! subshells, groups, substitutions and function bodies, the shell code given to a shell (`-c`,
+//! here-documents, here-strings), `eval` and `trap`, and the commands wrappers run
+//! (`policy/wrappers.rs`: `sudo`, `env`, `xargs`, `find -exec`, ...), with the global options of
+//! `git` and a few others dropped (`git -C x push` is `git push`). A deny or ask rule matches
+//! when it matches the whole line or any of those commands; an allow rule with a pattern only
+//! when every one is allowed.
+//!
+//! A line the text cannot decide (a program named by an expansion, `source`, a script file,
+//! code from a pipe, a parse error, a line past a limit) gets the strictest decision a `Bash`
+//! rule with a pattern could give: deny if there is such a deny rule, else ask if there is such
+//! an ask rule; an allow rule with a pattern cannot allow it. [`Verdict::undecidable`] says why.
+//!
+//! `Read`/`Write`/`Edit` paths are matched normalised (`policy/paths.rs`): absolute from the
+//! policy's workspace, `.` and `..` removed, symlinks resolved for the part that exists, and
+//! relative to the workspace for a pattern that does not start with `/`.
+//!
+//! What a rule cannot do: a `Bash` rule limits commands, not their effects (`python -c` can
+//! delete a file without `rm`). The boundary is the container and fsguard; the strong form of a
+//! rule is the tool without a pattern.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -281,8 +297,19 @@ impl ToolPolicy {
         let names = |rule: &ToolRule| {
             rule.names(tool) || file_writer_aliases(tool).iter().any(|a| rule.names(a))
         };
+        let with_pattern = |rules: &[ToolRule]| {
+            rules
+                .iter()
+                .any(|rule| names(rule) && rule.pattern.is_some())
+        };
+        // Only a rule with a pattern needs the line's commands (and can find it undecidable).
+        let patterns =
+            with_pattern(&self.deny) || with_pattern(&self.ask) || with_pattern(&self.allow);
         let subject = match argument {
             None => Subject::Unknown,
+            Some(line) if tool == "Bash" && !patterns => {
+                Subject::Bash(line.trim(), shell::Analysis::default())
+            }
             Some(line) if tool == "Bash" => Subject::Bash(line.trim(), shell::analyse(line)),
             Some(path) if is_path_tool(tool) && !path.contains('\n') => Subject::Path(
                 path.trim(),
@@ -295,16 +322,7 @@ impl ToolPolicy {
             _ => None,
         };
         let hits = |rule: &ToolRule| names(rule) && subject.hit(rule);
-        let with_pattern = |rules: &[ToolRule]| {
-            rules
-                .iter()
-                .any(|rule| names(rule) && rule.pattern.is_some())
-        };
-        let reason = undecidable
-            .filter(|_| {
-                with_pattern(&self.deny) || with_pattern(&self.ask) || with_pattern(&self.allow)
-            })
-            .map(|why| format!("the command could not be decided: {why}"));
+        let reason = undecidable.map(|why| format!("the command could not be decided: {why}"));
         let verdict = |decision| Verdict {
             decision,
             undecidable: reason.clone(),

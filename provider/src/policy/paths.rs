@@ -89,3 +89,90 @@ fn lexical(path: &Path) -> PathBuf {
     }
     parts.iter().collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::os::unix::fs::symlink;
+
+    use crate::policy::{Decision, ToolPolicy, ToolRule};
+
+    fn rules(list: &[&str]) -> Vec<ToolRule> {
+        list.iter().map(|r| ToolRule::parse(r).unwrap()).collect()
+    }
+
+    /// A workspace with `secrets/key`, `a/`, `src/a.rs`, `link` → `secrets` and
+    /// `src/evil.rs` → `secrets/key`.
+    fn workspace() -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        for sub in ["secrets", "a", "src"] {
+            fs::create_dir_all(ws.join(sub)).unwrap();
+        }
+        fs::write(ws.join("secrets/key"), "k").unwrap();
+        fs::write(ws.join("src/a.rs"), "").unwrap();
+        symlink(ws.join("secrets"), ws.join("link")).unwrap();
+        symlink(ws.join("secrets/key"), ws.join("src/evil.rs")).unwrap();
+        (dir, ws)
+    }
+
+    #[test]
+    fn deny_rules_meet_the_normalised_path() {
+        let (_dir, ws) = workspace();
+        let policy = ToolPolicy {
+            deny: rules(&["Write(secrets/**)", "Edit(secrets/*)", "Read(/etc/*)"]),
+            ..ToolPolicy::default()
+        }
+        .with_workspace(ws.clone());
+        let absolute = ws.join("secrets/x").display().to_string();
+        let outside_in = format!("a/../../{}/secrets/x", ws.file_name().unwrap().display());
+        for (tool, path, expected) in [
+            ("Write", "secrets/x", Decision::Deny),
+            ("Write", "./a/../secrets/x", Decision::Deny),
+            ("Write", outside_in.as_str(), Decision::Deny),
+            ("Write", absolute.as_str(), Decision::Deny),
+            ("Write", "a/./../secrets/new/deeper", Decision::Deny),
+            ("Write", "link/x", Decision::Deny),
+            ("Write", "link/../link/key", Decision::Deny),
+            ("Edit", "src/evil.rs", Decision::Deny),
+            ("NotebookEdit", "link/n.ipynb", Decision::Deny),
+            ("Read", "/etc/../etc/passwd", Decision::Deny),
+            ("Write", "a/x", Decision::Allow),
+            ("Write", "secretsx", Decision::Allow),
+            ("Edit", "src/a.rs", Decision::Allow),
+            ("Read", "secrets/key", Decision::Allow),
+        ] {
+            assert_eq!(policy.decide(tool, Some(path)), expected, "{tool}({path})");
+        }
+    }
+
+    #[test]
+    fn allow_rules_cover_only_the_normalised_path() {
+        let (_dir, ws) = workspace();
+        let policy = ToolPolicy {
+            allow: rules(&["Read(src/*)"]),
+            default: Decision::Deny,
+            ..ToolPolicy::default()
+        }
+        .with_workspace(ws.clone());
+        let inside = ws.join("src/a.rs").display().to_string();
+        for (path, expected) in [
+            ("src/a.rs", Decision::Allow),
+            ("./src/./a.rs", Decision::Allow),
+            (inside.as_str(), Decision::Allow),
+            ("src/../secrets/key", Decision::Deny),
+            ("src/evil.rs", Decision::Deny),
+            ("/etc/passwd", Decision::Deny),
+        ] {
+            assert_eq!(policy.decide("Read", Some(path)), expected, "{path}");
+        }
+    }
+
+    #[test]
+    fn without_a_workspace_paths_are_normalised_lexically() {
+        let target = super::Target::new("a/./b/../c", None);
+        assert_eq!(target.absolute, "a/c");
+        assert_eq!(target.relative, None);
+        assert_eq!(super::Target::new("/x/../../etc", None).absolute, "/etc");
+    }
+}

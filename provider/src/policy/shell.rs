@@ -288,6 +288,15 @@ impl Walker {
                     continue;
                 }
                 "command" => {}
+                "variable_assignment" => {
+                    let name = node.child_by_field_name("name").map(|n| text(n, src));
+                    if let Some(name) = name.filter(|n| wrappers::LOADER_VARIABLES.contains(n)) {
+                        self.undecidable(format!(
+                            "the line sets {name}, which decides which program runs: write the \
+                             command literally"
+                        ));
+                    }
+                }
                 "word" if has_bare_newline(text(node, src)) => {
                     // The shell ends a word at a newline; a word holding one means the grammar
                     // read the line otherwise (seen after a here-document's first line).

@@ -14,7 +14,15 @@
 //!   `-execdir`, `-ok`, `-okdir`;
 //! - util-linux: `setsid`, `flock` (command or `-c`), `taskset`, `ionice`, `chrt`, `prlimit`,
 //!   `setpriv`, `unshare`, `nsenter`, `runuser`, `su` (`-c`), `script` (`-c`);
-//! - others: `sudo`, `doas`, `pkexec`, `sg`, `watch`, `parallel` (GNU), `busybox`, `strace`.
+//! - others: `sudo`, `doas`, `pkexec`, `sg`, `watch`, `parallel` (GNU), `busybox`, `strace`,
+//!   `ltrace`, `coproc`, `fakeroot`, `unbuffer`, `eatmydata`, `catchsegv`, `valgrind`,
+//!   `dbus-run-session`; `git -c` settings that git runs as shell code (`core.pager`,
+//!   `core.sshCommand`, `alias.x=!…`, …).
+//!
+//! Where a wrapper puts its input (`xargs -I{}`, `find -exec … {}`, `parallel`'s `{}`), the
+//! word is data, not a literal: a program or shell code made of it is not decidable. A line
+//! that sets a variable deciding which file runs ([`LOADER_VARIABLES`]: `PATH`, `LD_PRELOAD`, …)
+//! is not decidable either.
 //!
 //! [`normalise`] drops the global options of `git`, `docker` and `cargo` before their
 //! subcommand (`git -C repo push` is `git push` to a rule).
@@ -121,9 +129,10 @@ pub(super) fn normalise(name: &str, args: &[Word]) -> Result<Vec<String>, String
         };
         if name == "git"
             && matches!(option, "-c" | "--config-env")
-            && setting
-                .as_deref()
-                .is_some_and(|s| s.to_ascii_lowercase().starts_with("alias."))
+            && setting.as_deref().is_some_and(|s| {
+                s.to_ascii_lowercase().starts_with("alias.")
+                    && !s.split_once('=').is_some_and(|(_, v)| v.starts_with('!'))
+            })
         {
             return Err(
                 "the line defines a git alias (-c alias.…): write the git command \
@@ -279,6 +288,15 @@ pub(super) fn inner(name: &str, args: &[Word]) -> Vec<Inner> {
         "xargs" => xargs(args),
         "find" => find(args),
         "strace" | "ltrace" => command(options(args, "abeEIoOpPsSuUX", &[])),
+        "coproc" | "catchsegv" | "eatmydata" | "unbuffer" | "dbus-run-session" | "valgrind" => {
+            command(options(args, "", &[]))
+        }
+        "fakeroot" => command(options(args, "lsi", &["--lib", "--faked"])),
+        "hash" if has_flag(args, 'p', "") => vec![Inner::Unknown(
+            "hash -p makes a name run a file the rules cannot read: write the command literally"
+                .to_owned(),
+        )],
+        "git" => git_code(args),
         _ => Vec::new(),
     }
 }
@@ -411,8 +429,33 @@ fn shell(name: &str, args: &[Word]) -> Vec<Inner> {
     }
 }
 
+/// Variables that decide which file runs or is read as code (`PATH=. ls`,
+/// `BASH_ENV=x bash -c …`, `LD_PRELOAD=x.so ls`): a line that sets one is not decidable.
+pub(super) const LOADER_VARIABLES: &[&str] = &[
+    "PATH",
+    "BASH_ENV",
+    "ENV",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+    "GIT_EXEC_PATH",
+];
+
 /// `env [options] [NAME=value…] command`, `-S` splitting a string into the command.
 fn env(args: &[Word]) -> Vec<Inner> {
+    let sets_loader = args.iter().any(|w| {
+        w.value
+            .split_once('=')
+            .is_some_and(|(name, _)| LOADER_VARIABLES.contains(&name))
+    });
+    let mut found = Vec::new();
+    if sets_loader {
+        found.push(Inner::Unknown(
+            "env sets a variable that decides which program runs (PATH, LD_PRELOAD, …): write \
+             the command literally"
+                .to_owned(),
+        ));
+    }
     let mut at = 0;
     while let Some(arg) = args.get(at) {
         let value = arg.value.as_str();
@@ -434,7 +477,8 @@ fn env(args: &[Word]) -> Vec<Inner> {
         if let Some(split) = split {
             let mut code = vec![split];
             code.extend(args.iter().skip(at + 1).cloned());
-            return vec![Inner::Code(Word::join(&code))];
+            found.push(Inner::Code(Word::join(&code)));
+            return found;
         }
         if value == "--" {
             at += 1;
@@ -455,10 +499,10 @@ fn env(args: &[Word]) -> Vec<Inner> {
     {
         at += 1;
     }
-    match args.get(at..) {
-        Some(rest) if !rest.is_empty() => vec![Inner::Command(rest.to_vec())],
-        _ => Vec::new(),
+    if let Some(rest) = args.get(at..).filter(|rest| !rest.is_empty()) {
+        found.push(Inner::Command(rest.to_vec()));
     }
+    found
 }
 
 fn is_assignment(word: &str) -> bool {
@@ -573,6 +617,72 @@ fn sudo(args: &[Word]) -> Vec<Inner> {
     }
 }
 
+/// Shell code git runs from a `-c name=value` setting before the subcommand (`core.pager`,
+/// `core.sshCommand`, `alias.x=!…`, …); a setting that names files of code is not decidable.
+fn git_code(args: &[Word]) -> Vec<Inner> {
+    const RUNS: &[&str] = &[
+        "pager",
+        "editor",
+        "sshcommand",
+        "askpass",
+        "fsmonitor",
+        "helper",
+        "external",
+        "textconv",
+        "command",
+        "driver",
+        "clean",
+        "smudge",
+        "process",
+        "program",
+        "gitproxy",
+        "cmd",
+    ];
+    let mut found = Vec::new();
+    let mut at = 0;
+    while let Some(arg) = args.get(at) {
+        at += 1;
+        if !arg.literal || !arg.value.starts_with('-') {
+            break;
+        }
+        let setting = match arg.value.as_str() {
+            "-c" => args.get(at).cloned(),
+            "--config-env" => {
+                return vec![Inner::Unknown(
+                    "git takes a setting from the environment (--config-env): write the git \
+                     command literally"
+                        .to_owned(),
+                )];
+            }
+            "-C" | "--git-dir" | "--work-tree" | "--namespace" | "--attr-source" => {
+                at += 1;
+                None
+            }
+            _ => None,
+        };
+        let Some(setting) = setting else { continue };
+        at += 1;
+        let Some((key, value)) = setting.value.split_once('=') else {
+            continue;
+        };
+        let key = key.to_ascii_lowercase();
+        if key == "core.hookspath" || key.starts_with("include") {
+            return vec![Inner::Unknown(format!(
+                "git -c {key} runs code from files the rules cannot read: write the git command \
+                 literally"
+            ))];
+        }
+        let alias = key.starts_with("alias.") && value.starts_with('!');
+        if alias || RUNS.iter().any(|suffix| key.ends_with(suffix)) {
+            found.push(Inner::Code(Word {
+                value: value.strip_prefix('!').unwrap_or(value).to_owned(),
+                ..setting.clone()
+            }));
+        }
+    }
+    found
+}
+
 /// GNU `parallel [options] command ::: arguments`; without a command it runs its input.
 fn parallel(args: &[Word]) -> Vec<Inner> {
     let end = args
@@ -608,9 +718,13 @@ fn parallel(args: &[Word]) -> Vec<Inner> {
     );
     match args.get(at..end) {
         Some(rest) if !rest.is_empty() => {
-            // The arguments after `:::` (or from the input) are appended to the command.
+            // The arguments after `:::` (or from the input) go where a replacement string
+            // (`{}`, `{.}`, `{1}`, …) stands, else at the end.
             let mut command = rest.to_vec();
-            command.push(Word::literal("{input}"));
+            let replaced = from_input(&mut command, |w| w.contains('{') && w.contains('}'));
+            if !replaced {
+                command.push(Word::literal("{input}"));
+            }
             vec![Inner::Code(Word::join(&command))]
         }
         _ => vec![Inner::Unknown(
@@ -634,16 +748,35 @@ fn xargs(args: &[Word]) -> Vec<Inner> {
             "--process-slot-var",
         ],
     );
-    let replaces = has_flag(&args[..at.min(args.len())], 'I', "--replace")
-        || has_flag(&args[..at.min(args.len())], 'i', "");
+    let given = &args[..at.min(args.len())];
+    let replaces = has_flag(given, 'I', "--replace") || has_flag(given, 'i', "");
     let mut argv: Vec<Word> = match args.get(at..) {
         Some(rest) if !rest.is_empty() => rest.to_vec(),
         _ => vec![Word::literal("echo")],
     };
-    if !replaces {
+    if replaces {
+        // The input's items replace the replacement string (`{}` unless given).
+        let mark = option_values(given, 'I', "--replace")
+            .into_iter()
+            .map(|w| w.value)
+            .find(|v| !v.is_empty())
+            .unwrap_or_else(|| "{}".to_owned());
+        from_input(&mut argv, |w| w.contains(mark.as_str()));
+    } else {
         argv.push(Word::literal("{input}"));
     }
     vec![Inner::Command(argv)]
+}
+
+/// Marks the words where a wrapper puts its input (`xargs -I{}`, `find -exec … {}`): they are
+/// data, not literals, so a program or shell code made of them is not decidable. Whether any.
+fn from_input(words: &mut [Word], holds: impl Fn(&str) -> bool) -> bool {
+    let mut any = false;
+    for word in words.iter_mut().filter(|w| holds(&w.value)) {
+        word.literal = false;
+        any = true;
+    }
+    any
 }
 
 /// `find … -exec command… ;` (also `+`, `-execdir`, `-ok`, `-okdir`), each one run.
@@ -665,7 +798,9 @@ fn find(args: &[Word]) -> Vec<Inner> {
             at += 1;
         }
         if let Some(command) = args.get(start..at).filter(|c| !c.is_empty()) {
-            found.push(Inner::Command(command.to_vec()));
+            let mut command = command.to_vec();
+            from_input(&mut command, |w| w.contains("{}"));
+            found.push(Inner::Command(command));
         }
         at += 1;
     }
