@@ -308,6 +308,8 @@ mod tests {
             .assert_eq(&decide("Bash", bash("cd x && rm -rf target")));
         expect![[r#"Ask(Pending { request: ApprovalRequest { id: "req-1", kind: ToolCall { tool: "Bash", summary: Some("git push origin"), argument: Some("git push origin\n--force") } }, field: None })"#]]
             .assert_eq(&decide("Bash", bash("git push origin\n--force")));
+        // A program name that is not a literal: refused with the reason (issue 41).
+        expect![[r#"Answer { response: Object {"hookSpecificOutput": Object {"hookEventName": String("PreToolUse"), "permissionDecision": String("deny"), "permissionDecisionReason": String("denied by the tool policy: the command could not be decided: the program name is not a literal ($X): write the command literally")}}, events: [ToolUndecidable { tool: "Bash", summary: Some("X=rm; $X -rf target"), reason: "the command could not be decided: the program name is not a literal ($X): write the command literally" }] }"#]].assert_eq(&decide("Bash", bash("X=rm; $X -rf target")));
         // Read-only tools are asked about too (the hook sees every call).
         expect![[r#"Ask(Pending { request: ApprovalRequest { id: "req-1", kind: ToolCall { tool: "Read", summary: Some("/etc/passwd"), argument: Some("/etc/passwd") } }, field: None })"#]]
             .assert_eq(&decide("Read", json!({"file_path": "/etc/passwd"})));

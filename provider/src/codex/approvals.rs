@@ -288,6 +288,7 @@ mod tests {
             command("/bin/bash -lc 'echo '\\''hi'\\''; rm -f z'"),
             command("/bin/bash -lc ls"),
             command("/bin/bash -lc 'git push origin main'"),
+            command("/bin/bash -lc 'X=rm; $X -rf target'"),
             (
                 "item/fileChange/requestApproval",
                 json!({ "itemId": "p1" }),
@@ -325,8 +326,16 @@ mod tests {
                     continue;
                 }
                 let line = match judge(method, &params, calls.clone(), &policy(), mode) {
-                    Verdict::Answer { result, denied, .. } => {
-                        format!("answer {result} denied={denied:?}")
+                    Verdict::Answer {
+                        result,
+                        denied,
+                        undecidable,
+                    } => {
+                        let why = undecidable.map(|u| format!(" undecidable={u:?}"));
+                        format!(
+                            "answer {result} denied={denied:?}{}",
+                            why.unwrap_or_default()
+                        )
                     }
                     Verdict::Ask { kind, reply, .. } => format!(
                         "ask {kind:?}\n    allow -> {}\n    deny -> {}\n    reply -> {}",
@@ -352,6 +361,8 @@ mod tests {
                 allow -> {"decision":"accept"}
                 deny -> {"decision":"decline"}
                 reply -> {"decision":"accept"}
+            item/commandExecution/requestApproval Decline
+              answer {"decision":"decline"} denied=Some(Call { tool: "Bash", summary: Some("X=rm; $X -rf target"), argument: Some("X=rm; $X -rf target") }) undecidable="the command could not be decided: the program name is not a literal ($X): write the command literally"
             item/fileChange/requestApproval Decline
               answer {"decision":"accept"} denied=None
             item/fileChange/requestApproval Decline
