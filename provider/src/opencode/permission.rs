@@ -496,6 +496,7 @@ mod tests {
             decide(&p, &bash, None, &s),
             decide(&p, &command("git push origin"), None, &s),
             decide(&p, &command("ls"), None, &s),
+            decide(&p, &command("X=rm; $X -rf target"), None, &s),
             decide(&p, &edit, Some(("write", &etc)), &s),
             decide(&p, &edit, Some(("edit", &etc)), &s),
             decide(&p, &mcp, Some(("nanoclaw_send_message", &mcp_input)), &s),
@@ -544,6 +545,20 @@ mod tests {
                     },
                 ),
                 Allow,
+                Deny(
+                    Call {
+                        tool: "Bash",
+                        summary: Some(
+                            "X=rm; $X -rf target",
+                        ),
+                        argument: Some(
+                            "X=rm; $X -rf target",
+                        ),
+                    },
+                    Some(
+                        "the command could not be decided: the program name is not a literal ($X): write the command literally",
+                    ),
+                ),
                 Deny(
                     Call {
                         tool: "Write",
