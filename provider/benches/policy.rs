@@ -1,6 +1,6 @@
 //! What one tool-policy decision costs (issue 41): the median and 99th percentile time of
 //! [`ToolPolicy::judge`] on typical `Bash` lines, on wrapped and nested ones, and on the worst
-//! inputs (a 1 MiB line, 10,000 nested parentheses, a line of 20,000 commands, arbitrary bytes).
+//! inputs (a 1 MiB line, 10,000 nested parentheses, lines at the 8 KiB limit, arbitrary bytes).
 //!
 //! `cargo bench -p provider --bench policy` (`POLICY_BENCH_ROUNDS`: calls per line, default
 //! 2000; the worst inputs get a tenth).
@@ -93,8 +93,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ),
         ("20,000 commands (120 KB)", "ls && ".repeat(20_000) + "rm x"),
         (
-            "250 KB of one command's arguments",
-            format!("echo {}", "word ".repeat(50_000)),
+            "1,300 commands (8 KB, under the limit)",
+            "ls && ".repeat(1_300) + "rm x",
+        ),
+        (
+            "8 KB of one command's arguments",
+            format!("echo {}", "word ".repeat(1_600)),
+        ),
+        (
+            "8 KB here-document given to bash",
+            format!(
+                "bash <<'EOF'\n{}EOF",
+                "cd /tmp && ls -la | grep x || true\n".repeat(220)
+            ),
         ),
         (
             "4 KiB of arbitrary bytes",

@@ -7,8 +7,9 @@
 //! line"). Bounds come first, so no input can hang the parser or overflow the stack: a line
 //! longer than [`MAX_LINE_BYTES`] or nested deeper than [`MAX_NESTING`] brackets is not parsed,
 //! a parse stops after [`TIME_BUDGET`], shell code inside shell code (`sh -c`, `eval`, here
-//! documents) goes at most [`MAX_LEVELS`] deep, and the syntax tree is walked with a stack of
-//! its own, not by recursion. Each limit makes the line undecidable.
+//! documents) goes at most [`MAX_LEVELS`] deep, the parser's work is counted ([`MAX_PARSE_STEPS`]),
+//! and the syntax tree is walked with a stack of its own, not by recursion. Each limit makes the
+//! line undecidable.
 
 use std::cell::RefCell;
 use std::ops::ControlFlow;
@@ -18,16 +19,20 @@ use tree_sitter::{Node, ParseOptions, ParseState, Parser, Tree};
 
 use super::wrappers::{self, Inner};
 
-/// The longest line (and the most shell code in all, counting code inside code) analysed.
-pub(super) const MAX_LINE_BYTES: usize = 256 * 1024;
+/// The longest line (and the most shell code in all, counting code inside code) analysed:
+/// tree-sitter-bash parses about 2 MB/s, so 8 KiB take about 4 ms (the bench, release build).
+pub(super) const MAX_LINE_BYTES: usize = 8 * 1024;
 /// The deepest nesting of brackets (`(`, `{`, `[`) a line may have.
 pub(super) const MAX_NESTING: usize = 128;
 /// How deep shell code may sit inside shell code or wrappers (`sh -c "nice sh -c '…'"`).
 pub(super) const MAX_LEVELS: usize = 16;
+/// The most parse work one line may take, in tree-sitter's progress calls (one per 100
+/// operations).
+const MAX_PARSE_STEPS: usize = 500;
 /// The most commands one line may run.
 const MAX_COMMANDS: usize = 10_000;
 /// The time one line may take to analyse, all parses together.
-pub(super) const TIME_BUDGET: Duration = Duration::from_millis(250);
+pub(super) const TIME_BUDGET: Duration = Duration::from_millis(25);
 
 /// The commands a line runs, and whether that is all it can run.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -56,8 +61,11 @@ pub(super) fn analyse(line: &str) -> Analysis {
         out: Analysis::default(),
         deadline: Instant::now() + TIME_BUDGET,
         code_bytes: 0,
+        parse_steps: 0,
     };
     walker.code(line, 0, &Stdin::Inherited);
+    #[cfg(test)]
+    STEPS.with(|steps| steps.set(walker.parse_steps));
     let Walker { parser, out, .. } = walker;
     PARSER.with(|cell| *cell.borrow_mut() = Some(parser));
     out
@@ -66,6 +74,12 @@ pub(super) fn analyse(line: &str) -> Analysis {
 thread_local! {
     /// One parser per thread, reused: making one allocates.
     static PARSER: RefCell<Option<Parser>> = const { RefCell::new(None) };
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The parse steps of the thread's last [`analyse`].
+    pub(super) static STEPS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 fn new_parser() -> Option<Parser> {
@@ -153,6 +167,8 @@ struct Walker {
     deadline: Instant,
     /// Shell code parsed so far, all levels.
     code_bytes: usize,
+    /// Progress calls of the parser so far (one per 100 operations), all parses.
+    parse_steps: usize,
 }
 
 impl Walker {
@@ -212,8 +228,12 @@ impl Walker {
 
     fn parse(&mut self, code: &str) -> Option<Tree> {
         let deadline = self.deadline;
+        let mut steps = self.parse_steps;
+        // tree-sitter calls back every 100 parse operations: counting the calls bounds the
+        // work whatever the machine's load, the clock bounds the time.
         let mut progress = |_: &ParseState| {
-            if Instant::now() > deadline {
+            steps += 1;
+            if steps > MAX_PARSE_STEPS || Instant::now() > deadline {
                 ControlFlow::Break(())
             } else {
                 ControlFlow::Continue(())
@@ -225,6 +245,7 @@ impl Walker {
             None,
             Some(ParseOptions::new().progress_callback(&mut progress)),
         );
+        self.parse_steps = steps;
         if tree.is_none() {
             // A stopped parse would otherwise resume on the next call.
             self.parser.reset();

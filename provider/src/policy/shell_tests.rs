@@ -539,6 +539,10 @@ fn the_worst_inputs_are_undecidable_in_bounded_time() {
         ("10,000 quotes then rm", "\"".repeat(10_000) + "; rm x"),
         ("10,000 backslashes then rm", "\\".repeat(10_000) + "; rm x"),
         ("20,000 commands", "ls && ".repeat(20_000) + "rm x"),
+        (
+            "1,300 commands, under the size limit",
+            "ls && ".repeat(1_300) + "rm x",
+        ),
         ("40 nested wrappers", "nice ".repeat(40) + "rm x"),
         ("40 nested evals", "eval ".repeat(40) + "rm x"),
         ("10 nested shells", {
