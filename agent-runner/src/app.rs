@@ -471,7 +471,11 @@ fn provider_settings(settings: &Settings) -> ProviderSettings {
         assistant_name: settings.assistant_name.clone(),
         auth_hint: settings.auth_hint(),
         max_turns_per_query: settings.max_turns_per_query,
-        tool_policy: settings.tool_policy.clone(),
+        // Relative paths of file tools are the CLI's, taken from its working directory.
+        tool_policy: settings
+            .tool_policy
+            .clone()
+            .with_workspace(settings.dirs.agent.clone()),
         approval_stop_tools: settings.approval_stop_tools.clone(),
         elicitation: settings.elicitation,
         ..ProviderSettings::for_workspace(&settings.workspace, settings.provider.name())

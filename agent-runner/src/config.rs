@@ -2629,6 +2629,7 @@ mod tests {
                 ask: vec![rule("Bash"), rule("mcp__github__*")],
                 default: Decision::Deny,
                 ask_timeout: Duration::from_secs(30),
+                workspace: None,
             }
         );
         assert_eq!(

@@ -43,7 +43,8 @@ impl LastEventCell {
                 provider::ApprovalKind::ToolCall { tool, .. } => tool.clone(),
                 provider::ApprovalKind::Elicitation { server, .. } => format!("{server} asks"),
             }),
-            ProviderEvent::ToolDenied { tool, .. } => What::Denied(tool.clone()),
+            ProviderEvent::ToolDenied { tool, .. }
+            | ProviderEvent::ToolUndecidable { tool, .. } => What::Denied(tool.clone()),
             ProviderEvent::Activity {
                 tool: Some(tool), ..
             } => What::Tool(tool.clone()),

@@ -1249,7 +1249,11 @@ impl Runner {
                             self.ask_approval(request, &in_flight, &mut progress).await?;
                         }
                         ProviderEvent::ToolDenied { tool, summary } => {
-                            self.record_denied(&tool, summary.as_deref(), &in_flight).await?;
+                            self.record_denied(&tool, summary.as_deref(), None, &in_flight).await?;
+                        }
+                        ProviderEvent::ToolUndecidable { tool, summary, reason } => {
+                            self.record_denied(&tool, summary.as_deref(), Some(&reason), &in_flight)
+                                .await?;
                         }
                         ProviderEvent::Text { text } => {
                             if !finished {

@@ -113,7 +113,8 @@ impl BudgetExceeded {
     }
 }
 
-/// A `tool_decision` row's payload: `{"tool","summary","decision","by"}` (issue 16).
+/// A `tool_decision` row's payload: `{"tool","summary","decision","by"}` (issue 16), and
+/// `undecidable` on a policy deny of a command the policy could not decide (issue 41).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct ToolDecision {
     /// The tool, canonical name.
@@ -126,6 +127,9 @@ pub struct ToolDecision {
     /// `user`, `timeout`, `policy` or `stop`.
     #[serde(default)]
     pub by: Option<String>,
+    /// Why the command could not be decided, when that is why the policy refused it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undecidable: Option<String>,
 }
 
 impl ToolDecision {
@@ -153,6 +157,10 @@ impl ToolDecision {
             Some(other) => format!(" (by {other})"),
             None => String::new(),
         };
-        format!("{out} — {verdict}{by}")
+        let why = match self.undecidable.as_deref() {
+            Some(reason) => format!(" (not decidable: {reason})"),
+            None => String::new(),
+        };
+        format!("{out} — {verdict}{by}{why}")
     }
 }

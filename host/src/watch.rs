@@ -486,6 +486,9 @@ mod tests {
                 "by": "policy"}}),
             json!({"action": "tool_decision", "payload": {
                 "tool": "Write", "summary": "src/lib.rs", "decision": "deny", "by": "stop"}}),
+            json!({"action": "tool_decision", "payload": {
+                "tool": "Bash", "summary": "X=rm; $X -rf target", "decision": "deny",
+                "by": "policy", "undecidable": "the program name $X is not a literal"}}),
             json!({"action": "tool_decision", "payload": {"tool": "Bash"}}),
             json!({"action": "register_agent_group", "payload": {
                 "name": "research", "folder": "research", "requestedBy": "U1"}}),
@@ -515,6 +518,7 @@ mod tests {
             (tool) Bash: make deploy — denied: no answer in time
             (tool) mcp__github__create_issue — denied by the tool policy
             (tool) Write: src/lib.rs — denied: the turn was stopped before the answer
+            (tool) Bash: X=rm; $X -rf target — denied by the tool policy (not decidable: the program name $X is not a literal)
             (tool decision) tool=Bash
             (system register_agent_group) folder=research name=research requestedBy=U1
             (query error: ?) ?"#]]

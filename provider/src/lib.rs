@@ -23,6 +23,7 @@ mod query;
 pub mod reaper;
 pub mod recording;
 pub mod redact;
+pub(crate) mod refusal;
 pub mod settings;
 mod text;
 mod usage;
@@ -33,7 +34,7 @@ use futures::future::BoxFuture;
 
 pub use kind::{ProviderKind, UnknownProvider};
 pub use mock::MockSettings;
-pub use policy::{Decision, ToolPolicy, ToolRule};
+pub use policy::{Decision, ToolPolicy, ToolRule, Verdict};
 pub use query::{AgentQuery, Approver};
 pub(crate) use query::{Control, QueryHandle};
 pub use settings::{ElicitationMode, McpServer, ProviderSettings, RemoteMcpServer};
@@ -237,6 +238,17 @@ pub enum ProviderEvent {
         tool: String,
         /// What the call would have done, short (as in `Activity`).
         summary: Option<String>,
+    },
+    /// As [`ProviderEvent::ToolDenied`], for a call refused because its command could not be
+    /// decided (a program name that is not a literal, such as `$X`): the runner's
+    /// `tool_decision` row also carries `undecidable` with the reason.
+    ToolUndecidable {
+        /// Canonical tool name.
+        tool: String,
+        /// What the call would have done, short (as in `Activity`).
+        summary: Option<String>,
+        /// Why the command could not be decided.
+        reason: String,
     },
 }
 

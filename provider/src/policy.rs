@@ -1,28 +1,51 @@
 //! The tool policy (config `toolPolicy`, docs/contract/config.md): which tool calls the agent may
 //! make, in canonical tool names (`Bash`, `Read`, `mcp__<server>__<tool>`, ...). This module is
 //! the one owner of what a rule means; each driver translates the policy into its CLI's own
-//! mechanism and asks [`ToolPolicy::decide`] when its CLI hands a call to the runner.
+//! mechanism and asks [`ToolPolicy::judge`] (or [`ToolPolicy::decide`]) when its CLI hands a call
+//! to the runner.
 //!
 //! Rules: `Name` or `Name(pattern)`. A name ending in `*` matches every name with that prefix
 //! (`mcp__github__*`). A pattern is a glob over the call's argument ([`ToolPolicy::decide`]):
-//! `*` matches any run of characters, everything else is literal; `prefix:*` (Claude's form) is
-//! `prefix` alone or followed by a space and anything.
+//! `*` matches any run of characters (`/` included, so `**` is `*`), everything else is
+//! literal; `prefix:*` (Claude's form) is `prefix` alone or followed by a space and anything.
+//! Deny wins over ask, ask over allow; a call no rule matches gets `default`.
 //!
-//! Deny wins over ask, ask over allow; a call no rule matches gets `default`. For `Bash`, the
-//! command line is also split into its simple commands (at `;`, `&&`, `||`, `|`, `&`, newlines,
-//! `$(`, backticks and parentheses, leading `VAR=value` words dropped): a deny or ask rule
-//! matches when it matches the whole line or any one of them, an allow rule with a pattern only
-//! when every one of them is allowed. So `Bash(git push*)` in `allow` does not allow
-//! `git push && rm -rf /`, and `Bash(rm *)` in `deny` catches `cd x; rm -rf y`. A textual match
-//! cannot see through every shell trick (`eval`, variables, scripts): the strong form of a rule
-//! is the tool without a pattern.
+//! A `Bash` line is parsed as the shell would (`policy/shell.rs`, tree-sitter-bash) into every
+//! command it can run, each written as its program's name and its arguments after quote and
+//! escape removal (`/bin/rm -rf 'x'` is `rm -rf x`): the commands of lists, pipelines,
+//! subshells, groups, substitutions and function bodies, the shell code given to a shell (`-c`,
+//! here-documents, here-strings), `eval` and `trap`, and the commands wrappers run
+//! (`policy/wrappers.rs`: `sudo`, `env`, `xargs`, `find -exec`, ...), with the global options of
+//! `git` and a few others dropped (`git -C x push` is `git push`). A deny or ask rule matches
+//! when it matches the whole line or any of those commands; an allow rule with a pattern only
+//! when every one is allowed.
+//!
+//! A line the text cannot decide (a program named by an expansion, `source`, a script file,
+//! code from a pipe, a parse error, a line past a limit) gets the strictest decision a `Bash`
+//! rule with a pattern could give: deny if there is such a deny rule, else ask if there is such
+//! an ask rule; an allow rule with a pattern cannot allow it. [`Verdict::undecidable`] says why.
+//!
+//! `Read`/`Write`/`Edit` paths are matched normalised (`policy/paths.rs`): absolute from the
+//! policy's workspace, `.` and `..` removed, symlinks resolved for the part that exists, and
+//! relative to the workspace for a pattern that does not start with `/`.
+//!
+//! What a rule cannot do: a `Bash` rule limits commands, not their effects (`python -c` can
+//! delete a file without `rm`). The boundary is the container and fsguard; the strong form of a
+//! rule is the tool without a pattern.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::{ApprovalKind, ProviderEvent};
+
+mod paths;
+mod shell;
+#[cfg(test)]
+mod shell_tests;
+mod wrappers;
 
 /// What happens to a tool call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -50,6 +73,26 @@ impl Decision {
 impl fmt::Display for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// What the policy says about one call, with why when the command could not be decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// What happens to the call.
+    pub decision: Decision,
+    /// Set when the line was not decidable: the reason, for the model and the `tool_decision`
+    /// row (e.g. "the program name is not a literal ($X): write the command literally").
+    pub undecidable: Option<String>,
+}
+
+impl Verdict {
+    /// A decided call.
+    pub fn decided(decision: Decision) -> Self {
+        Self {
+            decision,
+            undecidable: None,
+        }
     }
 }
 
@@ -167,6 +210,9 @@ pub struct ToolPolicy {
     pub default: Decision,
     /// How long an `ask` waits for the answer; then it is a deny.
     pub ask_timeout: Duration,
+    /// The directory relative paths of `Read`/`Write`/`Edit` calls are taken from and path
+    /// patterns are relative to; `None`: paths are matched as given, normalised lexically.
+    pub workspace: Option<PathBuf>,
 }
 
 impl Default for ToolPolicy {
@@ -177,6 +223,7 @@ impl Default for ToolPolicy {
             ask: Vec::new(),
             default: Decision::Allow,
             ask_timeout: DEFAULT_ASK_TIMEOUT,
+            workspace: None,
         }
     }
 }
@@ -197,7 +244,12 @@ pub(crate) struct Call {
 impl Call {
     /// What `policy` says about this call.
     pub(crate) fn decide(&self, policy: &ToolPolicy) -> Decision {
-        policy.decide(&self.tool, self.argument.as_deref())
+        self.judge(policy).decision
+    }
+
+    /// What `policy` says about this call, with why when it could not be decided.
+    pub(crate) fn judge(&self, policy: &ToolPolicy) -> Verdict {
+        policy.judge(&self.tool, self.argument.as_deref())
     }
 
     /// The question the runner asks about this call.
@@ -219,6 +271,12 @@ impl Call {
 }
 
 impl ToolPolicy {
+    /// The policy with `dir` as the directory paths are relative to ([`ToolPolicy::workspace`]).
+    pub fn with_workspace(mut self, dir: PathBuf) -> Self {
+        self.workspace = Some(dir);
+        self
+    }
+
     /// True when every call is allowed: no deny or ask rule and `default: allow`. A driver then
     /// keeps its CLI's unrestricted mode (no permission round trips).
     pub fn allows_everything(&self) -> bool {
@@ -230,43 +288,77 @@ impl ToolPolicy {
     /// `WebSearch`, the pattern for `Glob`/`Grep`, the compact JSON arguments for an MCP tool;
     /// `None` when the driver cannot tell.
     pub fn decide(&self, tool: &str, argument: Option<&str>) -> Decision {
-        let pieces = match (tool, argument) {
-            ("Bash", Some(command)) => simple_commands(command),
-            _ => Vec::new(),
-        };
+        self.judge(tool, argument).decision
+    }
+
+    /// What happens to a call of `tool` with `argument` ([`ToolPolicy::decide`]), with why when
+    /// the argument could not be decided (see the module doc).
+    pub fn judge(&self, tool: &str, argument: Option<&str>) -> Verdict {
         let names = |rule: &ToolRule| {
             rule.names(tool) || file_writer_aliases(tool).iter().any(|a| rule.names(a))
         };
-        // A deny or ask rule with a pattern and an unknown argument cannot be ruled out: it
-        // applies (the safe side). An allow rule then does not.
-        let hits = |rule: &ToolRule| {
-            names(rule)
-                && (rule.pattern.is_none()
-                    || argument.is_none()
-                    || rule.matches_argument(argument)
-                    || pieces.iter().any(|p| rule.matches_argument(Some(p))))
-        };
-        if self.deny.iter().any(hits) {
-            return Decision::Deny;
-        }
-        if self.ask.iter().any(hits) {
-            return Decision::Ask;
-        }
-        let allowed = |piece: Option<&str>| {
-            self.allow
+        let with_pattern = |rules: &[ToolRule]| {
+            rules
                 .iter()
-                .any(|rule| names(rule) && rule.matches_argument(piece))
+                .any(|rule| names(rule) && rule.pattern.is_some())
         };
-        let all_allowed = if pieces.len() > 1 {
-            pieces.iter().all(|p| allowed(Some(p)))
-        } else {
-            allowed(argument)
+        // Only a rule with a pattern needs the line's commands (and can find it undecidable).
+        let patterns =
+            with_pattern(&self.deny) || with_pattern(&self.ask) || with_pattern(&self.allow);
+        let subject = match argument {
+            None => Subject::Unknown,
+            Some(line) if tool == "Bash" && !patterns => {
+                Subject::Bash(line.trim(), shell::Analysis::default())
+            }
+            Some(line) if tool == "Bash" => Subject::Bash(line.trim(), shell::analyse(line)),
+            Some(path) if is_path_tool(tool) && !path.contains('\n') => Subject::Path(
+                path.trim(),
+                paths::Target::new(path.trim(), self.workspace.as_deref()),
+            ),
+            Some(text) => Subject::Text(text.trim()),
         };
-        if all_allowed {
+        let undecidable = match &subject {
+            Subject::Bash(_, analysis) => analysis.undecidable.as_deref(),
+            _ => None,
+        };
+        let hits = |rule: &ToolRule| names(rule) && subject.hit(rule);
+        let reason = undecidable.map(|why| format!("the command could not be decided: {why}"));
+        let verdict = |decision| Verdict {
+            decision,
+            undecidable: reason.clone(),
+        };
+        if self.deny.iter().any(hits) || (undecidable.is_some() && with_pattern(&self.deny)) {
+            return verdict(Decision::Deny);
+        }
+        if self.ask.iter().any(hits) || (undecidable.is_some() && with_pattern(&self.ask)) {
+            return verdict(Decision::Ask);
+        }
+        let allowed = self
+            .allow
+            .iter()
+            .any(|rule| names(rule) && rule.pattern.is_none())
+            || (undecidable.is_none()
+                && subject.allowed(
+                    |text| {
+                        self.allow
+                            .iter()
+                            .any(|rule| names(rule) && rule.matches_argument(Some(text)))
+                    },
+                    |target| {
+                        self.allow.iter().any(|rule| {
+                            names(rule)
+                                && rule
+                                    .pattern
+                                    .as_deref()
+                                    .is_some_and(|p| glob_matches(p, target.for_pattern(p)))
+                        })
+                    },
+                ));
+        verdict(if allowed {
             Decision::Allow
         } else {
             self.default
-        }
+        })
     }
 
     /// The rules of `decision`'s list.
@@ -315,50 +407,61 @@ fn glob_matches(pattern: &str, text: &str) -> bool {
     remaining.len() >= last.len() && remaining.ends_with(last)
 }
 
-/// The simple commands of a shell line, textually (see the module doc).
-fn simple_commands(line: &str) -> Vec<String> {
-    let mut pieces = Vec::new();
-    let mut current = String::new();
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        let split = match c {
-            ';' | '|' | '&' | '\n' | '`' | '(' | ')' => true,
-            '$' if chars.peek() == Some(&'(') => {
-                chars.next();
-                true
-            }
-            _ => false,
-        };
-        if split {
-            pieces.push(std::mem::take(&mut current));
-        } else {
-            current.push(c);
-        }
-    }
-    pieces.push(current);
-    pieces
-        .into_iter()
-        .map(|piece| {
-            let words: Vec<&str> = piece.split_whitespace().collect();
-            let start = words
-                .iter()
-                .position(|w| !is_assignment(w))
-                .unwrap_or(words.len());
-            words[start..].join(" ")
-        })
-        .filter(|piece| !piece.is_empty())
-        .collect()
+/// What a rule's pattern is matched against.
+enum Subject<'a> {
+    /// The driver could not tell the argument.
+    Unknown,
+    /// A `Bash` line and the commands it runs.
+    Bash(&'a str, shell::Analysis),
+    /// The path of a file tool.
+    Path(&'a str, paths::Target),
+    /// Any other argument, as given.
+    Text(&'a str),
 }
 
-fn is_assignment(word: &str) -> bool {
-    match word.split_once('=') {
-        Some((name, _)) => {
-            !name.is_empty()
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && !name.starts_with(|c: char| c.is_ascii_digit())
+impl Subject<'_> {
+    /// Whether a deny or ask `rule` applies: a rule without a pattern always; an unknown
+    /// argument is on the safe side; a line when the rule matches it whole or any command it
+    /// runs; a path in its normalised form or as given.
+    fn hit(&self, rule: &ToolRule) -> bool {
+        let Some(pattern) = rule.pattern.as_deref() else {
+            return true;
+        };
+        match self {
+            Self::Unknown => true,
+            Self::Bash(line, analysis) => {
+                glob_matches(pattern, line)
+                    || analysis
+                        .commands
+                        .iter()
+                        .any(|command| glob_matches(pattern, command))
+            }
+            Self::Path(given, target) => {
+                glob_matches(pattern, given) || glob_matches(pattern, target.for_pattern(pattern))
+            }
+            Self::Text(text) => glob_matches(pattern, text),
         }
-        None => false,
     }
+
+    /// Whether allow rules with patterns cover the call: every command of a line (or the line
+    /// when it runs none), a path in its normalised form only, other arguments as given.
+    fn allowed(&self, text: impl Fn(&str) -> bool, path: impl Fn(&paths::Target) -> bool) -> bool {
+        match self {
+            Self::Unknown => false,
+            Self::Bash(line, analysis) if analysis.commands.is_empty() => text(line),
+            Self::Bash(_, analysis) => analysis.commands.iter().all(|c| text(c)),
+            Self::Path(_, target) => path(target),
+            Self::Text(argument) => text(argument),
+        }
+    }
+}
+
+/// Tools whose argument is a file path (with their aliases).
+fn is_path_tool(tool: &str) -> bool {
+    matches!(tool, "Read" | "Write" | "Edit")
+        || file_writer_aliases(tool)
+            .iter()
+            .any(|alias| matches!(*alias, "Write" | "Edit"))
 }
 
 #[cfg(test)]
@@ -376,6 +479,7 @@ mod tests {
             ask: rules(ask),
             default,
             ask_timeout: DEFAULT_ASK_TIMEOUT,
+            workspace: None,
         }
     }
 

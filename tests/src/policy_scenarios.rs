@@ -1,7 +1,9 @@
 //! Scenarios of the tool policy (issue 16, points 1-3), shared by every CLI: a `deny` rule the
 //! CLI enforces (the command never runs, the model receives the refusal), an `ask` rule answered
 //! with `nanoclaw answer` (Deny, Approve), not at all (denied after `askTimeoutSeconds`) or cut
-//! short by `/stop`, and an approval-stop tool that ends the turn right after its result. The
+//! short by `/stop`, and an approval-stop tool that ends the turn right after its result; and
+//! issue 41's acceptance: the bypass forms of a `deny` and an `ask` rule, an undecidable command
+//! refused with its reason, all judged by the runner on every CLI. The
 //! runner's config.json carries `toolPolicy` and `approvalStopTools` (docs/contract/config.md).
 //! Re-exported by [`crate::scenarios`] so that `scenario_tests!` finds them.
 //!
@@ -48,6 +50,16 @@ macro_rules! policy_scenario_tests {
             /// `/stop` while an approval waits: `Stopped.`, the question withdrawn, a row says
             /// deny by stop, the command never runs, the next message is answered.
             policy_stop_while_an_approval_waits_denies_it();
+
+            /// Issue 41: `deny: ["Bash(rm *)", "Bash(cat *)"]` against the bypass forms in one
+            /// turn (`sh -c`, `/bin/rm`, `'rm'`, `xargs rm`, `find -exec rm`, a known-safe
+            /// `cat`): `target` stays, a deny row per call; `X=rm; $X -rf target` is refused
+            /// with the reason and an `undecidable` row; `touch still-runs` runs.
+            policy_deny_rules_hold_against_bypass_forms();
+
+            /// Issue 41: `ask: ["Bash(git push*)"]`: `git -C repo push` waits for `nanoclaw
+            /// answer` (nothing pushed before), runs once approved, a row says allow by user.
+            policy_ask_rule_holds_for_git_dash_c_push();
         }
     };
 }
@@ -441,5 +453,230 @@ pub fn policy_stop_while_an_approval_waits_denies_it(provider: &str) {
         chat_outs(&session).iter().map(text_of).collect::<Vec<_>>(),
         ["Stopped.", "Still here."]
     );
+    session.stop_runner();
+}
+
+/// The bypass forms of issue 41: each would remove `target` if it ran.
+const BYPASS_FORMS: [&str; 5] = [
+    "sh -c 'rm -rf target'",
+    "/bin/rm -rf target",
+    "'rm' -rf target",
+    "echo target | xargs rm -rf",
+    "find . -maxdepth 1 -name target -exec rm -rf {} +",
+];
+/// A command whose program name is not a literal: the policy cannot tell what it runs.
+const UNDECIDABLE: &str = "X=rm; $X -rf target";
+/// A command Codex counts as known-safe (it runs such commands unasked under `untrusted`
+/// unless told otherwise), denied here by `Bash(cat *)`.
+const KNOWN_SAFE_DENIED: &str = "cat secret.txt";
+/// What `secret.txt` holds: the model must never see it.
+const SECRET: &str = "s3cr3t-c0ntent";
+/// An allowed command in the same turn: it leaves `still-runs` behind.
+const ALLOWED: &str = "touch still-runs";
+/// What the model is told when a command could not be decided (crate `provider`'s refusal).
+const WRITE_LITERALLY: &str = "write the command literally";
+
+/// The `tool_decision` row whose summary is exactly `command`.
+fn decision_for(session: &Session, command: &str) -> Option<Value> {
+    decisions(session)
+        .into_iter()
+        .map(|(payload, _)| payload)
+        .find(|payload| payload["summary"].as_str() == Some(command))
+}
+
+/// Issue 41, `deny`: the model runs, in one turn, every bypass form of `rm -rf target`, a
+/// known-safe `cat` a rule denies, the undecidable `X=rm; $X -rf target` and the allowed
+/// `touch still-runs`. After the turn `target` and its content are in place, the secret never
+/// reached the model, each refused call has its `tool_decision` deny row by policy (the
+/// undecidable one with `undecidable`), the model learned the reason ("write the command
+/// literally") right after the undecidable call, and `still-runs` exists. No question asked.
+pub fn policy_deny_rules_hold_against_bypass_forms(provider: &str) {
+    let refused: Vec<&str> = BYPASS_FORMS
+        .iter()
+        .copied()
+        .chain([KNOWN_SAFE_DENIED, UNDECIDABLE])
+        .collect();
+    let mut steps: Vec<Step> = refused.iter().map(|c| shell_step(provider, c)).collect();
+    steps.push(shell_step(provider, ALLOWED));
+    steps.push(Step::text("The directory stays."));
+    let model = fake_model(steps);
+    let mut session = Session::new();
+    let dir = agent_dir(&session);
+    let target = dir.join("target");
+    ok(
+        std::fs::create_dir_all(target.join("debug")),
+        "creating target/",
+    );
+    ok(
+        std::fs::write(dir.join("secret.txt"), SECRET),
+        "writing secret.txt",
+    );
+    session.write_config(&json!({"toolPolicy": {"deny": ["Bash(rm *)", "Bash(cat *)"]}}));
+    session.start_runner(provider, &model, &[]);
+    let id = session.send_chat("clean the build").id;
+    let reply = session.wait_reply(&id, WAIT);
+    assert_eq!(text_of(&reply), "The directory stays.");
+
+    let requests = model.model_requests();
+    for (i, request) in requests.iter().enumerate() {
+        eprintln!(
+            "{provider}: request {i}: {} results {:?}",
+            request.summary(),
+            request.tool_results().last()
+        );
+    }
+    for (payload, _) in decisions(&session) {
+        eprintln!("{provider}: tool_decision {payload}");
+    }
+    assert!(
+        target.join("debug").is_dir(),
+        "{provider}: a bypass form removed target/"
+    );
+    assert!(
+        dir.join("still-runs").exists(),
+        "{provider}: the allowed command did not run"
+    );
+    assert!(
+        requests.iter().all(|r| !r.raw_body.contains(SECRET)),
+        "{provider}: the model saw the secret: cat ran despite Bash(cat *)"
+    );
+    assert_eq!(
+        requests.len(),
+        refused.len() + 2,
+        "{provider}: one request per tool call and one for the reply"
+    );
+    let mut missing = Vec::new();
+    for command in &refused {
+        match decision_for(&session, command) {
+            Some(payload) => {
+                assert_eq!(payload["tool"], "Bash", "{payload}");
+                assert_eq!(payload["decision"], "deny", "{payload}");
+                assert_eq!(payload["by"], "policy", "{payload}");
+            }
+            None => missing.push(*command),
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "{provider}: no tool_decision deny row for {missing:?}"
+    );
+    assert_eq!(
+        decisions(&session).len(),
+        refused.len(),
+        "{provider}: one row per refused call, none for the allowed one"
+    );
+    let undecidable = some(decision_for(&session, UNDECIDABLE), "the undecidable row");
+    let reason = undecidable["undecidable"].as_str().unwrap_or_default();
+    assert!(
+        !reason.is_empty(),
+        "{provider}: the row does not say the command was not decidable: {undecidable}"
+    );
+    // The request after the undecidable call (its index among the calls, plus one) tells the
+    // model why: in the tool result (Claude, OpenCode) or a developer note beside Codex's
+    // "rejected by user" result.
+    let at = refused.len();
+    let next = &requests[at];
+    let told = next.raw_body.to_lowercase().contains(WRITE_LITERALLY);
+    assert!(
+        told,
+        "{provider}: the model was not told to write the command literally: {:?} / {}",
+        next.tool_results().last(),
+        next.system_text()
+    );
+    if provider != "codex" {
+        let result = some(next.tool_results().pop(), "the undecidable call's result");
+        assert!(
+            result.to_lowercase().contains(WRITE_LITERALLY),
+            "{provider}: the reason is not in the tool result: {result:?}"
+        );
+    }
+    assert!(
+        session
+            .outs()
+            .iter()
+            .all(|o| content(o).get("questionId").is_none()),
+        "{provider}: a deny rule asked the user"
+    );
+    session.stop_runner();
+}
+
+/// Runs `git` with `args` in `dir` (a test-side setup step); panics when it fails.
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let out = ok(
+        std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .args(["-c", "init.defaultBranch=main"])
+            .args(args)
+            .current_dir(dir)
+            .output(),
+        "running git",
+    );
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The branches `remote.git` has (what a push adds).
+fn pushed_refs(remote: &std::path::Path) -> Vec<String> {
+    ok(std::fs::read_dir(remote.join("refs/heads")), "listing refs")
+        .filter_map(Result::ok)
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Issue 41, `ask`: `git -C repo push`, which a textual `git push*` misses, waits for the
+/// user: the question names the command, status `waiting_user`, nothing pushed and no second
+/// model request before the answer; approved, the push runs (the bare remote has the branch),
+/// one row says allow by user, and the turn ends with the model's reply.
+pub fn policy_ask_rule_holds_for_git_dash_c_push(provider: &str) {
+    const PUSH: &str = "git -C repo push";
+    let model = fake_model([shell_step(provider, PUSH), Step::text("Pushed.")]);
+    let mut session = Session::new();
+    let dir = agent_dir(&session);
+    ok(std::fs::create_dir_all(&dir), "creating the agent dir");
+    git(&dir, &["init", "--bare", "-q", "remote.git"]);
+    git(&dir, &["init", "-q", "repo"]);
+    let repo = dir.join("repo");
+    ok(std::fs::write(repo.join("a.txt"), "a"), "writing a.txt");
+    git(&repo, &["add", "a.txt"]);
+    git(&repo, &["commit", "-q", "-m", "a"]);
+    git(&repo, &["remote", "add", "origin", "../remote.git"]);
+    // An upstream, so that the bare `git push` of the issue pushes `main`.
+    git(&repo, &["config", "branch.main.remote", "origin"]);
+    git(&repo, &["config", "branch.main.merge", "refs/heads/main"]);
+    let remote = dir.join("remote.git");
+    session.write_config(&json!({
+        "toolPolicy": {"ask": ["Bash(git push*)"], "askTimeoutSeconds": LONG_ASK_TIMEOUT_SECS}
+    }));
+    session.start_runner(provider, &model, &[]);
+    let id = session.send_chat("push it").id;
+    let question = session.wait_question(WAIT);
+    assert_eq!(runner_status(&session), "waiting_user");
+    let text = question["question"].as_str().unwrap_or_default();
+    assert!(
+        text.contains(PUSH),
+        "the question names the command: {question:#}"
+    );
+    assert!(
+        pushed_refs(&remote).is_empty(),
+        "{provider}: the push ran before the answer"
+    );
+    assert_eq!(
+        model.model_requests().len(),
+        1,
+        "the CLI waits for the answer"
+    );
+    let question_id = some(question["questionId"].as_str(), "a question id").to_owned();
+    session.answer_question(&question_id, "Approve");
+    let reply = session.wait_reply(&id, WAIT);
+    assert_eq!(text_of(&reply), "Pushed.");
+    assert_eq!(
+        pushed_refs(&remote),
+        ["main"],
+        "{provider}: the approved push did not run"
+    );
+    assert_one_decision(&session, PUSH, "allow", "user");
     session.stop_runner();
 }

@@ -248,23 +248,26 @@ fn answer_text(value: &Value) -> String {
     }
 }
 
-/// A `tool_decision` row routed like the batch's replies.
+/// A `tool_decision` row routed like the batch's replies; `undecidable`: why the call's command
+/// could not be decided, when the policy refused it for that (the payload's `undecidable`).
 fn decision_row(
     tool: &str,
     summary: Option<&str>,
     allowed: bool,
     by: By,
+    undecidable: Option<&str>,
     target: &Target,
 ) -> NewMessageOut {
-    let content = out::system_action(
-        "tool_decision",
-        json!({
-            "tool": tool,
-            "summary": summary,
-            "decision": if allowed { "allow" } else { "deny" },
-            "by": by.as_str(),
-        }),
-    );
+    let mut payload = json!({
+        "tool": tool,
+        "summary": summary,
+        "decision": if allowed { "allow" } else { "deny" },
+        "by": by.as_str(),
+    });
+    if let Some(reason) = undecidable {
+        payload["undecidable"] = json!(reason);
+    }
+    let content = out::system_action("tool_decision", payload);
     NewMessageOut::new(OutKind::System, target.routing.clone(), &content)
         .replying_to(target.in_reply_to.clone())
 }
@@ -353,15 +356,24 @@ impl Runner {
         Ok(())
     }
 
-    /// Records a call the policy refused without asking (`tool_decision`, `by: "policy"`).
+    /// Records a call the policy refused without asking (`tool_decision`, `by: "policy"`), with
+    /// why its command could not be decided when that is why it was refused.
     pub(super) async fn record_denied(
         &self,
         tool: &str,
         summary: Option<&str>,
+        undecidable: Option<&str>,
         in_flight: &VecDeque<InFlight>,
     ) -> Result<()> {
-        tracing::info!(%tool, "tool call denied by the policy");
-        let row = decision_row(tool, summary, false, By::Policy, &target_of(in_flight));
+        tracing::info!(%tool, ?undecidable, "tool call denied by the policy");
+        let row = decision_row(
+            tool,
+            summary,
+            false,
+            By::Policy,
+            undecidable,
+            &target_of(in_flight),
+        );
         self.call_inline(move |db| db.insert_out(&row)).await?;
         Ok(())
     }
@@ -470,6 +482,7 @@ impl Runner {
                     summary.as_deref(),
                     allowed,
                     by,
+                    None,
                     &pending.target,
                 ));
             }
@@ -637,8 +650,25 @@ mod tests {
             in_reply_to: Some("m1".into()),
             sender_id: None,
         };
-        let row = decision_row("Bash", Some("rm -rf target"), false, By::Policy, &target);
+        let row = decision_row(
+            "Bash",
+            Some("rm -rf target"),
+            false,
+            By::Policy,
+            None,
+            &target,
+        );
         expect![[r#"{"action":"tool_decision","payload":{"by":"policy","decision":"deny","summary":"rm -rf target","tool":"Bash"}}"#]]
+            .assert_eq(&row.content);
+        let row = decision_row(
+            "Bash",
+            Some("X=rm; $X -rf target"),
+            false,
+            By::Policy,
+            Some("the program name is not a literal"),
+            &target,
+        );
+        expect![[r#"{"action":"tool_decision","payload":{"by":"policy","decision":"deny","summary":"X=rm; $X -rf target","tool":"Bash","undecidable":"the program name is not a literal"}}"#]]
             .assert_eq(&row.content);
         assert_eq!(row.kind, OutKind::System);
         assert_eq!(row.in_reply_to.as_deref(), Some("m1"));

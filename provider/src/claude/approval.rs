@@ -5,8 +5,9 @@
 //! driver registers hook callbacks in the `initialize` control request:
 //! * `PreToolUse` (the policy restricts something): the CLI asks before EVERY tool call, the
 //!   read-only ones and those of subagents included, with the tool's name and input. The driver
-//!   answers from [`crate::ToolPolicy::decide`]: nothing to say (the call runs), a `deny` with a
-//!   reason (the model gets it as the tool's error result), or, for `ask`, later, once the
+//!   answers from [`crate::ToolPolicy::judge`]: nothing to say (the call runs), a `deny` with a
+//!   reason (the model gets it as the tool's error result; for a command that could not be
+//!   decided, why, see [`crate::refusal`]), or, for `ask`, later, once the
 //!   runner answered. The CLI waits for the answer up to the hook's `timeout`, set above
 //!   `askTimeoutSeconds`; an answer that never comes, or an error, refuses the call
 //!   (`onFailure: block`).
@@ -25,6 +26,7 @@ use serde_json::{json, Map, Value};
 use super::translate::tool_argument;
 use crate::activity::one_line_summary;
 use crate::policy::Call;
+use crate::refusal;
 use crate::{
     ApprovalAnswer, ApprovalKind, ApprovalRequest, Decision, ElicitationMode, ProviderEvent,
     ProviderSettings,
@@ -145,16 +147,16 @@ fn on_hook(settings: &ProviderSettings, request_id: &str, request: &Value) -> Ac
                 summary: argument.as_deref().and_then(one_line_summary),
                 argument,
             };
-            match call.decide(&settings.tool_policy) {
+            let verdict = call.judge(&settings.tool_policy);
+            let undecidable = verdict.undecidable.as_deref();
+            match verdict.decision {
                 Decision::Allow => Action::Answer {
                     response: json!({}),
                     events: Vec::new(),
                 },
                 Decision::Deny => Action::Answer {
-                    response: deny(&format!(
-                        "denied by the tool policy: this {tool} call may not run; do not retry it"
-                    )),
-                    events: vec![call.denied()],
+                    response: deny(&refusal::message(tool, undecidable)),
+                    events: vec![refusal::event(call, undecidable)],
                 },
                 Decision::Ask => Action::Ask(Pending {
                     request: ApprovalRequest {
@@ -306,6 +308,8 @@ mod tests {
             .assert_eq(&decide("Bash", bash("cd x && rm -rf target")));
         expect![[r#"Ask(Pending { request: ApprovalRequest { id: "req-1", kind: ToolCall { tool: "Bash", summary: Some("git push origin"), argument: Some("git push origin\n--force") } }, field: None })"#]]
             .assert_eq(&decide("Bash", bash("git push origin\n--force")));
+        // A program name that is not a literal: refused with the reason (issue 41).
+        expect![[r#"Answer { response: Object {"hookSpecificOutput": Object {"hookEventName": String("PreToolUse"), "permissionDecision": String("deny"), "permissionDecisionReason": String("denied by the tool policy: the command could not be decided: the program name is not a literal ($X): write the command literally")}}, events: [ToolUndecidable { tool: "Bash", summary: Some("X=rm; $X -rf target"), reason: "the command could not be decided: the program name is not a literal ($X): write the command literally" }] }"#]].assert_eq(&decide("Bash", bash("X=rm; $X -rf target")));
         // Read-only tools are asked about too (the hook sees every call).
         expect![[r#"Ask(Pending { request: ApprovalRequest { id: "req-1", kind: ToolCall { tool: "Read", summary: Some("/etc/passwd"), argument: Some("/etc/passwd") } }, field: None })"#]]
             .assert_eq(&decide("Read", json!({"file_path": "/etc/passwd"})));

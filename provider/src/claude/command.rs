@@ -302,9 +302,10 @@ pub(crate) fn args(
     args
 }
 
-/// The policy's deny rules that Claude's own `--disallowedTools` says the same way or wider, so
-/// the CLI refuses those calls even before asking the driver's `PreToolUse` hook (which sees
-/// every call and decides by [`crate::ToolPolicy::decide`] in any case): a tool name (the tool
+/// The policy's deny rules that Claude's own `--disallowedTools` says the same way or wider, as
+/// a second layer: the driver's `PreToolUse` hook sees every call first and decides by
+/// [`crate::ToolPolicy::judge`]; Claude checks its list only on what the hook let through
+/// (measured on 2.1.330, docs/contract/providers.md "Who judges a call"): a tool name (the tool
 /// is then not offered to the model at all), `mcp__<server>__*`, and `Bash(<pattern>)` (Claude
 /// reads `*` as any run of characters and `prefix:*` as ours; it also splits compound commands).
 /// Path patterns of Read/Write/Edit (gitignore style in Claude) and the URL forms of WebFetch

@@ -25,8 +25,8 @@
 //!   with a `Progress` notice and a new `Init`.
 //! * **Tool policy** (issue 16, [`approval`]). With a restricting policy or approval-stop tools,
 //!   the process gets an `initialize` control request with `PreToolUse` / `PostToolUse` hook
-//!   callbacks: every tool call is decided by `ToolPolicy::decide` (deny →
-//!   `ToolDenied`, ask → `ApprovalRequest`, answered on `Control::Approval`), a stop tool's result
+//!   callbacks: every tool call is decided by `ToolPolicy::judge` (deny →
+//!   `ToolDenied`, or `ToolUndecidable` with the reason, ask → `ApprovalRequest`, answered on `Control::Approval`), a stop tool's result
 //!   ends the turn (`Interrupted { ApprovalStop }`); MCP elicitations are declined or asked.
 //!   Claude's own refusals (`--disallowedTools`) → `ToolDenied`.
 //! * **Archiving** (issue 5). With `settings.runner_exe` set, `--settings` carries a

@@ -138,6 +138,11 @@ fn render(event: &ProviderEvent) -> String {
         ProviderEvent::ToolEnded { running } => format!("ToolEnded running={running}"),
         ProviderEvent::ApprovalRequest(request) => format!("ApprovalRequest {request:?}"),
         ProviderEvent::ToolDenied { tool, summary } => format!("ToolDenied({tool}) {summary:?}"),
+        ProviderEvent::ToolUndecidable {
+            tool,
+            summary,
+            reason,
+        } => format!("ToolUndecidable({tool}) {summary:?} {reason:?}"),
     }
 }
 

@@ -5,7 +5,7 @@
 //! included, measured on 0.169), every file change and every MCP tool call (as an elicitation
 //! with `_meta.codex_approval_kind: "mcp_tool_call"`) to the client before running it, and
 //! forwards MCP servers' own elicitations instead of declining them. Each request is judged here
-//! with [`ToolPolicy::decide`]: allowed calls are accepted at once, denied ones declined (the
+//! with [`ToolPolicy::judge`]: allowed calls are accepted at once, denied ones declined (the
 //! model reads "rejected by user"), `ask` ones become an [`ApprovalKind::ToolCall`] the runner
 //! answers later.
 
@@ -82,6 +82,9 @@ pub(super) enum Verdict {
         result: Value,
         /// The refused call (for `ToolDenied`).
         denied: Option<Call>,
+        /// Why the refused call's command could not be decided, when that is why (for
+        /// `ToolUndecidable` and the note that tells the model).
+        undecidable: Option<String>,
     },
     /// Ask the runner; answer with `reply` when it decided.
     Ask {
@@ -145,26 +148,28 @@ pub(super) fn judge(
         Decision::Ask => 1,
         Decision::Deny => 2,
     };
-    let (decision, call) = calls
+    let (verdict, call) = calls
         .into_iter()
-        .map(|call| (call.decide(policy), call))
-        .max_by_key(|(decision, _)| rank(*decision))
+        .map(|call| (call.judge(policy), call))
+        .max_by_key(|(verdict, _)| rank(verdict.decision))
         .unwrap_or((
-            Decision::Deny,
+            crate::policy::Verdict::decided(Decision::Deny),
             Call {
                 tool: "Edit".into(),
                 summary: None,
                 argument: None,
             },
         ));
-    match decision {
+    match verdict.decision {
         Decision::Allow => Verdict::Answer {
             result: reply.result(&ApprovalAnswer::Allow),
             denied: None,
+            undecidable: None,
         },
         Decision::Deny => Verdict::Answer {
             result: reply.refusal(),
             denied: Some(call),
+            undecidable: verdict.undecidable,
         },
         Decision::Ask => Verdict::Ask {
             kind: call.clone().ask(),
@@ -198,6 +203,7 @@ fn general_elicitation(params: &Value, mode: ElicitationMode) -> Verdict {
     let decline = Verdict::Answer {
         result: decline_elicitation(),
         denied: None,
+        undecidable: None,
     };
     if mode != ElicitationMode::Ask {
         return decline;
@@ -282,6 +288,7 @@ mod tests {
             command("/bin/bash -lc 'echo '\\''hi'\\''; rm -f z'"),
             command("/bin/bash -lc ls"),
             command("/bin/bash -lc 'git push origin main'"),
+            command("/bin/bash -lc 'X=rm; $X -rf target'"),
             (
                 "item/fileChange/requestApproval",
                 json!({ "itemId": "p1" }),
@@ -319,8 +326,16 @@ mod tests {
                     continue;
                 }
                 let line = match judge(method, &params, calls.clone(), &policy(), mode) {
-                    Verdict::Answer { result, denied } => {
-                        format!("answer {result} denied={denied:?}")
+                    Verdict::Answer {
+                        result,
+                        denied,
+                        undecidable,
+                    } => {
+                        let why = undecidable.map(|u| format!(" undecidable={u:?}"));
+                        format!(
+                            "answer {result} denied={denied:?}{}",
+                            why.unwrap_or_default()
+                        )
                     }
                     Verdict::Ask { kind, reply, .. } => format!(
                         "ask {kind:?}\n    allow -> {}\n    deny -> {}\n    reply -> {}",
@@ -346,6 +361,8 @@ mod tests {
                 allow -> {"decision":"accept"}
                 deny -> {"decision":"decline"}
                 reply -> {"decision":"accept"}
+            item/commandExecution/requestApproval Decline
+              answer {"decision":"decline"} denied=Some(Call { tool: "Bash", summary: Some("X=rm; $X -rf target"), argument: Some("X=rm; $X -rf target") }) undecidable="the command could not be decided: the program name is not a literal ($X): write the command literally"
             item/fileChange/requestApproval Decline
               answer {"decision":"accept"} denied=None
             item/fileChange/requestApproval Decline

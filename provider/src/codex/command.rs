@@ -249,10 +249,54 @@ fn regex_literal(text: &str) -> String {
     out
 }
 
-/// Writes [`config_file`] into the private `CODEX_HOME` (owner-only).
+/// Writes [`config_file`] into the private `CODEX_HOME` (owner-only), and [`PROMPT_RULES`] as
+/// `rules/nanoclaw.rules` while the driver judges the calls (removed otherwise: under `never` a
+/// `prompt` rule would forbid the command).
 pub(super) fn write_config_file(settings: &ProviderSettings) -> std::io::Result<()> {
-    let path = codex_home(settings).join("config.toml");
-    fsguard::write_private(&path, config_file(settings).as_bytes())
+    let home = codex_home(settings);
+    fsguard::write_private(&home.join("config.toml"), config_file(settings).as_bytes())?;
+    let rules = home.join("rules").join(PROMPT_RULES_FILE);
+    if super::approvals::gated(&settings.tool_policy, settings.elicitation) {
+        std::fs::create_dir_all(home.join("rules"))?;
+        fsguard::write_private(&rules, prompt_rules().as_bytes())
+    } else {
+        match std::fs::remove_file(&rules) {
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The name of the exec-policy rules file in `CODEX_HOME/rules`.
+const PROMPT_RULES_FILE: &str = "nanoclaw.rules";
+
+/// The programs Codex 0.169 runs without asking under `untrusted` when every simple command of
+/// the line is one of them with harmless options (its `is_known_safe_command`: `cat`, `ls`,
+/// `grep`, `find` without `-exec`, `sed -n Np`, ...; `git` is not among them). A deny rule on
+/// such a command (`Bash(cat *.env)`) would not hold, so [`prompt_rules`] makes Codex ask for
+/// them too.
+pub(super) const PROMPT_RULES: [&str; 30] = [
+    "base64", "cat", "cd", "cut", "echo", "expr", "false", "find", "grep", "head", "id", "ls",
+    "nl", "numfmt", "paste", "pwd", "rev", "rg", "sed", "seq", "stat", "tac", "tail", "tr", "true",
+    "uname", "uniq", "wc", "which", "whoami",
+];
+
+/// An exec-policy rule (`CODEX_HOME/rules/*.rules`) that makes Codex ask (`prompt`) before any
+/// of [`PROMPT_RULES`], by name or at `/bin` or `/usr/bin`: a matching rule
+/// replaces Codex's known-safe shortcut, so under `untrusted` every command reaches the driver
+/// (measured: docs/contract/providers.md#codex).
+pub(super) fn prompt_rules() -> String {
+    let mut names = Vec::new();
+    for program in PROMPT_RULES {
+        for prefix in ["", "/bin/", "/usr/bin/"] {
+            names.push(toml_str(&format!("{prefix}{program}")));
+        }
+    }
+    format!(
+        "# Written by the NanoClaw agent-runner: every command goes to the tool policy.\n\
+         prefix_rule(pattern = [[{}]], decision = \"prompt\", justification = \"the tool policy decides\")\n",
+        names.join(", ")
+    )
 }
 
 /// The CLI's environment: the allow-listed part of the runner's environment, then our own
@@ -488,6 +532,34 @@ mod tests {
             hooks = [{ type = "command", command = "cat >/dev/null; sleep 60", timeout = 90, statusMessage = "NanoClaw approval stop" }]
         "#]]
         .assert_eq(&config_file(&s));
+    }
+
+    /// With a restricting policy `CODEX_HOME/rules/nanoclaw.rules` makes every known-safe
+    /// program ask; without one the file is gone again (under `never` it would forbid them).
+    #[test]
+    fn known_safe_programs_are_asked_about_while_the_policy_judges() {
+        let rules = prompt_rules();
+        assert!(
+            rules.contains(r#""cat", "/bin/cat", "/usr/bin/cat""#),
+            "{rules}"
+        );
+        assert!(
+            rules.contains(r#""whoami", "/bin/whoami", "/usr/bin/whoami"]]"#),
+            "{rules}"
+        );
+        assert!(rules
+            .ends_with("decision = \"prompt\", justification = \"the tool policy decides\")\n"));
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = ProviderSettings::for_workspace(dir.path(), "codex");
+        let file = codex_home(&s).join("rules").join(PROMPT_RULES_FILE);
+        std::fs::create_dir_all(codex_home(&s)).unwrap();
+        s.tool_policy.deny = vec![crate::ToolRule::parse("Bash(cat *)").unwrap()];
+        write_config_file(&s).unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), rules);
+        s.tool_policy = crate::ToolPolicy::default();
+        write_config_file(&s).unwrap();
+        assert!(!file.exists());
+        write_config_file(&s).unwrap();
     }
 
     #[test]

@@ -37,6 +37,7 @@ use super::protocol::{
 };
 use crate::classify::classify;
 use crate::policy::Call;
+use crate::refusal;
 use crate::{
     ApprovalAnswer, ApprovalRequest, Control, ElicitationMode, ErrorClass, InterruptReason, Prompt,
     PromptId, ProviderEvent, ToolPolicy, Usage,
@@ -606,10 +607,22 @@ impl QueryState {
             return actions;
         }
         match verdict {
-            Verdict::Answer { result, denied } => {
+            Verdict::Answer {
+                result,
+                denied,
+                undecidable,
+            } => {
                 if let Some(call) = denied {
-                    tracing::info!(tool = %call.tool, argument = ?call.argument, "tool call denied by the policy");
-                    actions.push(Action::Emit(call.denied()));
+                    tracing::info!(tool = %call.tool, argument = ?call.argument, ?undecidable, "tool call denied by the policy");
+                    // Codex's decline carries no reason (the model reads "rejected by user"):
+                    // why a command could not be decided reaches the model as a developer note
+                    // in the thread, before the decline lets the turn go on.
+                    if let Some(reason) = undecidable.as_deref() {
+                        actions.push(Action::Note {
+                            text: refusal::message(&call.tool, Some(reason)),
+                        });
+                    }
+                    actions.push(Action::Emit(refusal::event(call, undecidable.as_deref())));
                 }
                 actions.push(Action::Respond { id: rpc_id, result });
             }

@@ -565,7 +565,9 @@ mod tests {
         expect![[r#"
             {
               "*": "ask",
-              "bash": "allow",
+              "bash": {
+                "*": "ask"
+              },
               "docs_delete": "deny",
               "doom_loop": "allow",
               "edit": "allow",

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::refusal;
 use crate::{
     ApprovalAnswer, ApprovalRequest, Control, ErrorClass, InterruptReason, Prompt, PromptId,
     ProviderEvent, ProviderSettings, QueryHandle, QueryInput, Usage,
@@ -637,14 +638,16 @@ impl<'a> Driver<'a> {
         let part = part.as_ref().map(|(tool, input)| (tool.as_str(), input));
         match permission::decide(policy, &asked, part, self.turn.mcp_servers()) {
             Verdict::Allow => self.reply(&asked.id, PermissionReply::Once).await,
-            Verdict::Deny(call) => {
-                tracing::info!(tool = %call.tool, "tool call denied by the policy");
-                self.reply(
-                    &asked.id,
-                    PermissionReply::Reject(permission::POLICY_DENIAL),
-                )
-                .await;
-                self.send(call.denied()).await;
+            Verdict::Deny(call, undecidable) => {
+                tracing::info!(tool = %call.tool, ?undecidable, "tool call denied by the policy");
+                let message = match undecidable.as_deref() {
+                    Some(reason) => refusal::message(&call.tool, Some(reason)),
+                    None => permission::POLICY_DENIAL.to_owned(),
+                };
+                self.reply(&asked.id, PermissionReply::Reject(&message))
+                    .await;
+                self.send(refusal::event(call, undecidable.as_deref()))
+                    .await;
             }
             Verdict::Ask(call) => {
                 tracing::info!(tool = %call.tool, request = %asked.id, "tool call waits for the user's approval");

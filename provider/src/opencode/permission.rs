@@ -78,12 +78,15 @@ pub(super) fn config(
     }
     for (key, tools) in by_key {
         let verdicts: Vec<Whole> = tools.iter().map(|tool| whole(policy, tool)).collect();
-        let value = if verdicts.iter().all(|v| *v == Whole::Allow) {
-            json!("allow")
-        } else if verdicts.iter().all(|v| *v == Whole::Deny) {
+        let value = if verdicts.iter().all(|v| *v == Whole::Deny) {
             json!("deny")
         } else if key == "bash" {
+            // Every command not denied outright goes to the driver, even when the policy would
+            // allow each: the runner's judgement is the one that counts for every Bash call
+            // (issue 41), OpenCode's deny patterns are only an extra layer.
             bash_patterns(policy)
+        } else if verdicts.iter().all(|v| *v == Whole::Allow) {
+            json!("allow")
         } else {
             json!("ask")
         };
@@ -228,8 +231,9 @@ impl Asked {
 pub(super) enum Verdict {
     /// Reply `once` (a non-tool permission, or the policy allows the call).
     Allow,
-    /// Reply `reject` with [`POLICY_DENIAL`] and report `ToolDenied`.
-    Deny(Call),
+    /// Reply `reject` with [`POLICY_DENIAL`] and report `ToolDenied`; with why the command
+    /// could not be decided, when that is why (the reply and the report then say so).
+    Deny(Call, Option<String>),
     /// Ask the runner (`ApprovalRequest`), reply with its answer.
     Ask(Call),
 }
@@ -246,9 +250,10 @@ pub(super) fn decide(
         return Verdict::Allow;
     }
     let call = call(asked, tool_part, mcp_servers);
-    match call.decide(policy) {
+    let verdict = call.judge(policy);
+    match verdict.decision {
         Decision::Allow => Verdict::Allow,
-        Decision::Deny => Verdict::Deny(call),
+        Decision::Deny => Verdict::Deny(call, verdict.undecidable),
         Decision::Ask => Verdict::Ask(call),
     }
 }
@@ -491,6 +496,7 @@ mod tests {
             decide(&p, &bash, None, &s),
             decide(&p, &command("git push origin"), None, &s),
             decide(&p, &command("ls"), None, &s),
+            decide(&p, &command("X=rm; $X -rf target"), None, &s),
             decide(&p, &edit, Some(("write", &etc)), &s),
             decide(&p, &edit, Some(("edit", &etc)), &s),
             decide(&p, &mcp, Some(("nanoclaw_send_message", &mcp_input)), &s),
@@ -513,6 +519,7 @@ mod tests {
                             "cd x && rm -rf target",
                         ),
                     },
+                    None,
                 ),
                 Deny(
                     Call {
@@ -524,6 +531,7 @@ mod tests {
                             "cd x && rm -rf target",
                         ),
                     },
+                    None,
                 ),
                 Ask(
                     Call {
@@ -539,6 +547,20 @@ mod tests {
                 Allow,
                 Deny(
                     Call {
+                        tool: "Bash",
+                        summary: Some(
+                            "X=rm; $X -rf target",
+                        ),
+                        argument: Some(
+                            "X=rm; $X -rf target",
+                        ),
+                    },
+                    Some(
+                        "the command could not be decided: the program name is not a literal ($X): write the command literally",
+                    ),
+                ),
+                Deny(
+                    Call {
                         tool: "Write",
                         summary: Some(
                             "/etc/passwd",
@@ -547,6 +569,7 @@ mod tests {
                             "/etc/passwd",
                         ),
                     },
+                    None,
                 ),
                 Allow,
                 Ask(
