@@ -532,6 +532,14 @@ fn the_worst_inputs_are_undecidable_in_bounded_time() {
         ("a 1 MiB line", format!("rm {}", "a".repeat(1 << 20))),
         ("10,000 nested parentheses", nested("(", ")", 10_000)),
         (
+            "3,000 nested parentheses, under the size limit",
+            nested("(", ")", 3_000),
+        ),
+        (
+            "2,000 nested substitutions, under the size limit",
+            nested("$(", ")", 2_000),
+        ),
+        (
             "10,000 nested substitutions",
             nested("echo $(", ")", 10_000),
         ),
