@@ -288,6 +288,17 @@ pub(super) fn inner(name: &str, args: &[Word]) -> Vec<Inner> {
         "xargs" => xargs(args),
         "find" => find(args),
         "strace" | "ltrace" => command(options(args, "abeEIoOpPsSuUX", &[])),
+        // `coproc NAME { …; }` reaches us as words when the grammar misses the group.
+        "coproc"
+            if args
+                .iter()
+                .any(|w| w.value == "{" || w.value.starts_with('(')) =>
+        {
+            vec![Inner::Unknown(
+                "coproc runs a compound command the parser did not read: write it plainly"
+                    .to_owned(),
+            )]
+        }
         "coproc" | "catchsegv" | "eatmydata" | "unbuffer" | "dbus-run-session" | "valgrind" => {
             command(options(args, "", &[]))
         }
