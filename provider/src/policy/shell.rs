@@ -41,6 +41,9 @@ pub(super) struct Analysis {
     /// spaces (`rm -rf x` for `/bin/rm -rf 'x'`); a wrapper and the command it runs are both
     /// here (`nice rm x`, `rm x`).
     pub(super) commands: Vec<String>,
+    /// The commands above whose program was named by a path, as written (`/usr/bin/rm -rf x`):
+    /// a deny or ask pattern written with the path meets them too.
+    pub(super) written: Vec<String>,
     /// Why the commands above may not be all the line runs (the first reason found).
     pub(super) undecidable: Option<String>,
 }
@@ -52,8 +55,8 @@ pub(super) fn analyse(line: &str) -> Analysis {
         .or_else(new_parser);
     let Some(parser) = parser else {
         return Analysis {
-            commands: Vec::new(),
             undecidable: Some("the shell parser could not start".to_owned()),
+            ..Analysis::default()
         };
     };
     let mut walker = Walker {
@@ -385,6 +388,9 @@ impl Walker {
         let name = basename(&program.value);
         if name.is_empty() {
             return;
+        }
+        if program.value != name {
+            self.out.written.push(command_text(&program.value, args));
         }
         match wrappers::normalise(name, args) {
             Ok(words) => self.out.commands.push(words.join(" ")),

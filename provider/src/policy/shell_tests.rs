@@ -411,6 +411,19 @@ fn undecidable_lines_take_the_strictest_rule_and_say_why() {
 }
 
 #[test]
+fn a_deny_pattern_with_a_path_meets_the_program_by_that_path() {
+    let p = ToolPolicy {
+        deny: rules(&["Bash(/usr/bin/rm *)"]),
+        ..ToolPolicy::default()
+    };
+    assert_eq!(
+        p.decide("Bash", Some("sudo /usr/bin/rm -rf y")),
+        Decision::Deny
+    );
+    assert_eq!(p.decide("Bash", Some("sudo rm -rf y")), Decision::Allow);
+}
+
+#[test]
 fn an_allow_pattern_covers_every_command_the_line_runs() {
     let p = ToolPolicy {
         allow: rules(&["Bash(git *)", "Bash(ls*)", "Bash(cargo *)"]),
