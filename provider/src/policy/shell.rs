@@ -150,6 +150,27 @@ impl Word {
         self.literal && self.value == value
     }
 
+    /// `words` each quoted for the shell, then joined by spaces: what `sudo -s` hands its shell.
+    pub(super) fn join_quoted(words: &[Word]) -> Self {
+        let quoted: Vec<Word> = words
+            .iter()
+            .map(|w| Word {
+                value: if w
+                    .value
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c))
+                    && !w.value.is_empty()
+                {
+                    w.value.clone()
+                } else {
+                    format!("'{}'", w.value.replace('\'', "'\\''"))
+                },
+                ..w.clone()
+            })
+            .collect();
+        Self::join(&quoted)
+    }
+
     /// `words` joined by spaces, as a shell given them as code (`eval a b`) reads them.
     pub(super) fn join(words: &[Word]) -> Self {
         Self {

@@ -622,7 +622,8 @@ fn sudo(args: &[Word]) -> Vec<Inner> {
     let given = &args[..at.min(args.len())];
     let through_shell = has_flag(given, 's', "--shell") || has_flag(given, 'i', "--login");
     if through_shell {
-        vec![Inner::Code(Word::join(rest))]
+        // sudo escapes each word for the shell it runs.
+        vec![Inner::Code(Word::join_quoted(rest))]
     } else {
         vec![Inner::Command(rest.to_vec())]
     }
