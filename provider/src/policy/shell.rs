@@ -32,7 +32,7 @@ const MAX_PARSE_STEPS: usize = 500;
 /// The most commands one line may run.
 const MAX_COMMANDS: usize = 10_000;
 /// The time one line may take to analyse, all parses together.
-pub(super) const TIME_BUDGET: Duration = Duration::from_millis(25);
+pub(super) const TIME_BUDGET: Duration = Duration::from_millis(50);
 
 /// The commands a line runs, and whether that is all it can run.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
