@@ -91,6 +91,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "10,000 nested parentheses",
             format!("{}rm x{}", "(".repeat(10_000), ")".repeat(10_000)),
         ),
+        (
+            "3,000 nested parentheses (6 KB)",
+            format!("{}rm x{}", "(".repeat(3_000), ")".repeat(3_000)),
+        ),
         ("20,000 commands (120 KB)", "ls && ".repeat(20_000) + "rm x"),
         (
             "1,300 commands (8 KB, under the limit)",

@@ -422,7 +422,8 @@ enum Subject<'a> {
 impl Subject<'_> {
     /// Whether a deny or ask `rule` applies: a rule without a pattern always; an unknown
     /// argument is on the safe side; a line when the rule matches it whole or any command it
-    /// runs; a path in its normalised form or as given.
+    /// runs (its program by name, or by the path written); a path in its normalised form or as
+    /// given.
     fn hit(&self, rule: &ToolRule) -> bool {
         let Some(pattern) = rule.pattern.as_deref() else {
             return true;
@@ -434,6 +435,7 @@ impl Subject<'_> {
                     || analysis
                         .commands
                         .iter()
+                        .chain(&analysis.written)
                         .any(|command| glob_matches(pattern, command))
             }
             Self::Path(given, target) => {

@@ -32,7 +32,7 @@ const MAX_PARSE_STEPS: usize = 500;
 /// The most commands one line may run.
 const MAX_COMMANDS: usize = 10_000;
 /// The time one line may take to analyse, all parses together.
-pub(super) const TIME_BUDGET: Duration = Duration::from_millis(25);
+pub(super) const TIME_BUDGET: Duration = Duration::from_millis(50);
 
 /// The commands a line runs, and whether that is all it can run.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -41,6 +41,9 @@ pub(super) struct Analysis {
     /// spaces (`rm -rf x` for `/bin/rm -rf 'x'`); a wrapper and the command it runs are both
     /// here (`nice rm x`, `rm x`).
     pub(super) commands: Vec<String>,
+    /// The commands above whose program was named by a path, as written (`/usr/bin/rm -rf x`):
+    /// a deny or ask pattern written with the path meets them too.
+    pub(super) written: Vec<String>,
     /// Why the commands above may not be all the line runs (the first reason found).
     pub(super) undecidable: Option<String>,
 }
@@ -52,8 +55,8 @@ pub(super) fn analyse(line: &str) -> Analysis {
         .or_else(new_parser);
     let Some(parser) = parser else {
         return Analysis {
-            commands: Vec::new(),
             undecidable: Some("the shell parser could not start".to_owned()),
+            ..Analysis::default()
         };
     };
     let mut walker = Walker {
@@ -145,6 +148,27 @@ impl Word {
     /// Exactly this literal value, nothing the shell would change.
     pub(super) fn is(&self, value: &str) -> bool {
         self.literal && self.value == value
+    }
+
+    /// `words` each quoted for the shell, then joined by spaces: what `sudo -s` hands its shell.
+    pub(super) fn join_quoted(words: &[Word]) -> Self {
+        let quoted: Vec<Word> = words
+            .iter()
+            .map(|w| Word {
+                value: if w
+                    .value
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c))
+                    && !w.value.is_empty()
+                {
+                    w.value.clone()
+                } else {
+                    format!("'{}'", w.value.replace('\'', "'\\''"))
+                },
+                ..w.clone()
+            })
+            .collect();
+        Self::join(&quoted)
     }
 
     /// `words` joined by spaces, as a shell given them as code (`eval a b`) reads them.
@@ -385,6 +409,9 @@ impl Walker {
         let name = basename(&program.value);
         if name.is_empty() {
             return;
+        }
+        if program.value != name {
+            self.out.written.push(command_text(&program.value, args));
         }
         match wrappers::normalise(name, args) {
             Ok(words) => self.out.commands.push(words.join(" ")),

@@ -255,6 +255,19 @@ const TABLE: &[(&str, &str)] = &[
     ("find . -exec sh -c 'echo {}' \\;", "deny?"),
     ("hash -p ./x ls; ls", "deny?"),
     ("coproc rm -rf y", "deny"),
+    ("coproc NAME { rm -rf y; }", "deny?"),
+    ("select x in a; do rm -rf y; done", "deny"),
+    ("until false; do rm -rf y; done", "deny"),
+    ("for ((i=0;i<1;i++)); do rm -rf y; done", "deny"),
+    ("if [[ $(rm -rf y) ]]; then :; fi", "deny"),
+    ("echo ${x:=$(rm -rf y)}", "deny"),
+    ("echo ok > >(sh -c 'rm -rf y')", "deny"),
+    ("while read l; do rm -rf \"$l\"; done < list", "deny"),
+    ("bash -c 'rm -rf \"$1\"' _ y", "deny"),
+    ("time -p nice rm -rf y", "deny"),
+    ("xargs -0 -I % rm % < l", "deny"),
+    ("rm\t-rf\ty", "deny"),
+    ("\"$(which rm)\" -rf y", "deny?"),
     ("fakeroot rm -rf y", "deny"),
     ("unbuffer rm -rf y", "deny"),
     ("rm -rf $(", "deny?"),
@@ -398,6 +411,19 @@ fn undecidable_lines_take_the_strictest_rule_and_say_why() {
 }
 
 #[test]
+fn a_deny_pattern_with_a_path_meets_the_program_by_that_path() {
+    let p = ToolPolicy {
+        deny: rules(&["Bash(/usr/bin/rm *)"]),
+        ..ToolPolicy::default()
+    };
+    assert_eq!(
+        p.decide("Bash", Some("sudo /usr/bin/rm -rf y")),
+        Decision::Deny
+    );
+    assert_eq!(p.decide("Bash", Some("sudo rm -rf y")), Decision::Allow);
+}
+
+#[test]
 fn an_allow_pattern_covers_every_command_the_line_runs() {
     let p = ToolPolicy {
         allow: rules(&["Bash(git *)", "Bash(ls*)", "Bash(cargo *)"]),
@@ -424,53 +450,76 @@ fn single_quoted(code: &str) -> String {
     format!("'{}'", code.replace('\'', "'\\''"))
 }
 
-/// One supported way to run `inner` (a command line): wrapped, quoted or nested.
-/// The first 16 ways take a simple command; `simple` says whether `inner` is one (else it goes
-/// to them through `sh -c`).
+/// Ways to run a simple command (`{}` stands for it): they keep it a simple command.
+const PREFIXES: &[&str] = &[
+    "nice {}",
+    "nohup {}",
+    "env -i A=1 {}",
+    "sudo -u root {}",
+    "timeout 5 {}",
+    "stdbuf -oL {}",
+    "setsid {}",
+    "exec {}",
+    "command {}",
+    "time {}",
+    "flock /tmp/l {}",
+    "taskset 1 {}",
+    "ionice -c3 {}",
+    "unshare -r {}",
+    "doas {}",
+    "busybox {}",
+    "xargs -a list {}",
+    "find . -exec {} \\;",
+    "chroot / {}",
+    "strace -f {}",
+    "setpriv --reuid=1 {}",
+    "prlimit --nofile=1 {}",
+    "nsenter -t 1 -m {}",
+    "runuser -u x -- {}",
+    "pkexec {}",
+    "chrt 1 {}",
+    "fakeroot {}",
+    "sudo -s {}",
+];
+
+/// Ways to run any command line (`{}` stands for it, `{q}` for it single-quoted).
+const NESTINGS: &[&str] = &[
+    "sh -c {q}",
+    "bash -lc {q}",
+    "eval {q}",
+    "su -c {q} nobody",
+    "script -qc {q} /dev/null",
+    "watch -n 1 {q}",
+    "flock l -c {q}",
+    "trap {q} EXIT",
+    "env -S {q}",
+    "sg wheel -c {q}",
+    "bash <<< {q}",
+    "parallel {q} ::: a",
+    "({})",
+    "{ {}; }",
+    "true && {}",
+    "false || {}",
+    "ls | {}",
+    "echo \"$({})\"",
+    "f(){ {}; }; f",
+    "if true; then {}; fi",
+    "bash <<'EOF'\n{}\nEOF",
+];
+
+/// One supported way to run `inner` (a command line): wrapped, quoted or nested. A prefix
+/// takes a simple command; `simple` says whether `inner` is one (else it goes to the prefix
+/// through `sh -c`).
 fn wrap(inner: &str, how: usize, simple: bool) -> String {
     let q = single_quoted(inner);
-    let inner = if simple {
-        inner.to_owned()
-    } else {
-        format!("sh -c {q}")
-    };
-    let forms: [String; 34] = [
-        format!("nice {inner}"),
-        format!("nohup {inner}"),
-        format!("env -i A=1 {inner}"),
-        format!("sudo -u root {inner}"),
-        format!("timeout 5 {inner}"),
-        format!("stdbuf -oL {inner}"),
-        format!("setsid {inner}"),
-        format!("exec {inner}"),
-        format!("command {inner}"),
-        format!("time {inner}"),
-        format!("flock /tmp/l {inner}"),
-        format!("taskset 1 {inner}"),
-        format!("ionice -c3 {inner}"),
-        format!("unshare -r {inner}"),
-        format!("doas {inner}"),
-        format!("busybox {inner}"),
-        format!("sh -c {q}"),
-        format!("bash -lc {q}"),
-        format!("eval {q}"),
-        format!("su -c {q} nobody"),
-        format!("script -qc {q} /dev/null"),
-        format!("watch -n 1 {q}"),
-        format!("flock l -c {q}"),
-        format!("trap {q} EXIT"),
-        format!("env -S {q}"),
-        format!("({inner})"),
-        format!("{{ {inner}; }}"),
-        format!("true && {inner}"),
-        format!("false || {inner}"),
-        format!("ls | {inner}"),
-        format!("echo \"$({inner})\""),
-        format!("f(){{ {inner}; }}; f"),
-        format!("if true; then {inner}; fi"),
-        format!("bash <<'EOF'\n{inner}\nEOF"),
-    ];
-    forms[how % forms.len()].clone()
+    let how = how % (PREFIXES.len() + NESTINGS.len());
+    match PREFIXES.get(how) {
+        Some(prefix) if simple => prefix.replace("{}", inner),
+        Some(prefix) => prefix.replace("{}", &format!("sh -c {q}")),
+        None => NESTINGS[how - PREFIXES.len()]
+            .replace("{q}", &q)
+            .replace("{}", inner),
+    }
 }
 
 /// The denied command with its program quoted or named by a path.
@@ -496,13 +545,13 @@ proptest! {
     fn a_denied_command_wrapped_quoted_or_nested_is_never_allowed(
         program in 0usize..9,
         args in prop::sample::select(vec!["-rf y", "x", "-f a b", "-rf /"]),
-        ways in prop::collection::vec(0usize..34, 0..4),
+        ways in prop::collection::vec(0usize..(PREFIXES.len() + NESTINGS.len()), 0..4),
     ) {
         let mut line = spelled(program, args);
         let mut simple = true;
         for how in ways {
             line = wrap(&line, how, simple);
-            simple &= how < 16;
+            simple &= how < PREFIXES.len();
         }
         let verdict = issue_policy().judge("Bash", Some(&line));
         prop_assert_ne!(verdict.decision, Decision::Allow, "{:?}", line);
@@ -531,6 +580,14 @@ fn the_worst_inputs_are_undecidable_in_bounded_time() {
     let cases = [
         ("a 1 MiB line", format!("rm {}", "a".repeat(1 << 20))),
         ("10,000 nested parentheses", nested("(", ")", 10_000)),
+        (
+            "3,000 nested parentheses, under the size limit",
+            nested("(", ")", 3_000),
+        ),
+        (
+            "2,000 nested substitutions, under the size limit",
+            nested("$(", ")", 2_000),
+        ),
         (
             "10,000 nested substitutions",
             nested("echo $(", ")", 10_000),

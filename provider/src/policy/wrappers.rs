@@ -288,6 +288,17 @@ pub(super) fn inner(name: &str, args: &[Word]) -> Vec<Inner> {
         "xargs" => xargs(args),
         "find" => find(args),
         "strace" | "ltrace" => command(options(args, "abeEIoOpPsSuUX", &[])),
+        // `coproc NAME { …; }` reaches us as words when the grammar misses the group.
+        "coproc"
+            if args
+                .iter()
+                .any(|w| w.value == "{" || w.value.starts_with('(')) =>
+        {
+            vec![Inner::Unknown(
+                "coproc runs a compound command the parser did not read: write it plainly"
+                    .to_owned(),
+            )]
+        }
         "coproc" | "catchsegv" | "eatmydata" | "unbuffer" | "dbus-run-session" | "valgrind" => {
             command(options(args, "", &[]))
         }
@@ -611,7 +622,8 @@ fn sudo(args: &[Word]) -> Vec<Inner> {
     let given = &args[..at.min(args.len())];
     let through_shell = has_flag(given, 's', "--shell") || has_flag(given, 'i', "--login");
     if through_shell {
-        vec![Inner::Code(Word::join(rest))]
+        // sudo escapes each word for the shell it runs.
+        vec![Inner::Code(Word::join_quoted(rest))]
     } else {
         vec![Inner::Command(rest.to_vec())]
     }
