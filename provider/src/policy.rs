@@ -242,11 +242,6 @@ pub(crate) struct Call {
 }
 
 impl Call {
-    /// What `policy` says about this call.
-    pub(crate) fn decide(&self, policy: &ToolPolicy) -> Decision {
-        self.judge(policy).decision
-    }
-
     /// What `policy` says about this call, with why when it could not be decided.
     pub(crate) fn judge(&self, policy: &ToolPolicy) -> Verdict {
         policy.judge(&self.tool, self.argument.as_deref())
