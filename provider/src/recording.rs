@@ -99,8 +99,8 @@ mod tests {
             ["/work/main/target/debug/"]
         );
         assert_eq!(
-            checkout_paths("PATH=/home/me/src/nc/.cli/node_modules/x:/usr/bin"),
-            ["/home/me/src/nc/.cli/"]
+            checkout_paths("PATH=/srv/ci/nc/.cli/node_modules/x:/usr/bin"),
+            ["/srv/ci/nc/.cli/"]
         );
         assert!(checkout_paths("<checkout>/target/debug/mcp-tools").is_empty());
         assert!(checkout_paths("cargo build; ls target/debug/").is_empty());
