@@ -60,9 +60,9 @@ mod tests {
 
     #[test]
     fn the_checkout_becomes_a_placeholder_in_every_place() {
-        let recording = Recording::new("/tmp/x.jsonl").hiding_checkout(Path::new("/work/main/"));
+        let recording = Recording::new("/tmp/x.jsonl").hiding_checkout(Path::new("/srv/ci/nc/"));
         let line =
-            r#"{"in":"cmd=/work/main/target/debug/mcp-tools\nPATH=/work/main/.cli/bin:/usr/bin"}"#;
+            r#"{"in":"cmd=/srv/ci/nc/target/debug/mcp-tools\nPATH=/srv/ci/nc/.cli/bin:/usr/bin"}"#;
         assert_eq!(
             recording.scrub(line.to_owned()),
             r#"{"in":"cmd=<checkout>/target/debug/mcp-tools\nPATH=<checkout>/.cli/bin:/usr/bin"}"#
@@ -95,8 +95,8 @@ mod tests {
     #[test]
     fn the_path_check_sees_checkout_folders_and_passes_placeholders() {
         assert_eq!(
-            checkout_paths(r#""cmd":"/work/main/target/debug/mcp-tools","#),
-            ["/work/main/target/debug/"]
+            checkout_paths(r#""cmd":"/srv/ci/nc/target/debug/mcp-tools","#),
+            ["/srv/ci/nc/target/debug/"]
         );
         assert_eq!(
             checkout_paths("PATH=/srv/ci/nc/.cli/node_modules/x:/usr/bin"),
