@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -93,6 +93,18 @@ fn assert_environ_closed(child: &mut Child, what: &str, log: &Path) {
     );
 }
 
+/// `program` placed in `dir` (owned by the agent's user) for the agent's user to run: a hard
+/// link, else a copy. The checkout may sit in a folder that user cannot search (a `mktemp -d`
+/// clone is mode 0700), and exec needs every folder on the path searchable; the test must not
+/// depend on where the checkout is.
+fn runnable_by_agent(program: &Path, dir: &Path) -> PathBuf {
+    let placed = dir.join(program.file_name().unwrap());
+    if std::fs::hard_link(program, &placed).is_err() {
+        std::fs::copy(program, &placed).unwrap();
+    }
+    placed
+}
+
 fn stop(mut child: Child) {
     let _ = child.kill();
     let _ = child.wait();
@@ -104,8 +116,9 @@ fn the_runners_environment_is_closed_to_a_process_of_its_own_user() {
     let (uid, gid) = ids();
     std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
     let log = dir.path().join("runner.log");
+    let program = runnable_by_agent(Path::new(env!("CARGO_BIN_EXE_agent-runner")), dir.path());
     let mut runner = as_agent(
-        binary::mock_runner(dir.path(), &log)
+        binary::runner_at(&program, dir.path(), &log)
             .env("NANOCLAW_CREATE_DB", "true")
             .env("MY_SECRET", MARKER),
     )
@@ -148,6 +161,7 @@ fn mcp_tools_environment_is_closed_to_a_process_of_its_own_user() {
     let (uid, gid) = ids();
     std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
     let log = dir.path().join("mcp.log");
+    let mcp_tools = runnable_by_agent(&mcp_tools, dir.path());
     let mut server = as_agent(
         Command::new(&mcp_tools)
             .arg("--db")

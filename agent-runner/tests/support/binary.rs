@@ -13,12 +13,21 @@ use nix::unistd::Pid;
 /// closed, stderr appended to `log` (a pipe nobody drains would block it). Callers add
 /// arguments and environment, then spawn.
 pub(crate) fn mock_runner(workspace: &Path, log: &Path) -> Command {
+    runner_at(
+        Path::new(env!("CARGO_BIN_EXE_agent-runner")),
+        workspace,
+        log,
+    )
+}
+
+/// [`mock_runner`] with the `agent-runner` binary at `program`.
+pub(crate) fn runner_at(program: &Path, workspace: &Path, log: &Path) -> Command {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agent-runner"));
+    let mut cmd = Command::new(program);
     cmd.arg("--workspace")
         .arg(workspace)
         .arg("--provider")
