@@ -67,7 +67,7 @@ mod tests {
             recording.scrub(line.to_owned()),
             r#"{"in":"cmd=<checkout>/target/debug/mcp-tools\nPATH=<checkout>/.cli/bin:/usr/bin"}"#
         );
-        assert_eq!(recording.scrub("/tmp/work/x".to_owned()), "/tmp/work/x");
+        assert_eq!(recording.scrub("/tmp/job/x".to_owned()), "/tmp/job/x");
     }
 
     /// Where `text` names an absolute path under a checkout's build or CLI folder
