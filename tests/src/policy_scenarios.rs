@@ -724,7 +724,10 @@ pub fn policy_undecidable_command_under_an_ask_rule_is_asked_with_the_reason(pro
         text.contains("could not tell what this command runs"),
         "{provider}: the question does not say the command was not decidable: {question:#}"
     );
-    assert!(target.join("debug").is_dir(), "{provider}: ran before the answer");
+    assert!(
+        target.join("debug").is_dir(),
+        "{provider}: ran before the answer"
+    );
     assert_eq!(
         model.model_requests().len(),
         1,
@@ -757,7 +760,11 @@ pub fn policy_undecidable_command_under_an_ask_rule_is_asked_with_the_reason(pro
         "{provider}: one request per tool call and one for the reply"
     );
     let rows = decisions(&session);
-    assert_eq!(rows.len(), 1, "{provider}: one tool_decision row: {rows:#?}");
+    assert_eq!(
+        rows.len(),
+        1,
+        "{provider}: one tool_decision row: {rows:#?}"
+    );
     let payload = some(decision_for(&session, UNDECIDABLE), "the undecidable row");
     assert_eq!(payload["tool"], "Bash", "{payload}");
     assert_eq!(payload["decision"], "deny", "{payload}");
