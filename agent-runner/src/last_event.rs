@@ -125,6 +125,7 @@ mod tests {
                     tool: "Bash".into(),
                     summary: None,
                     argument: None,
+                    undecidable: None,
                 },
             }),
             at,

@@ -67,6 +67,7 @@ fn ask(tool: &str, argument: &str) -> MockStep {
         parallel: Vec::new(),
         notice: None,
         delay: Duration::ZERO,
+        undecidable: None,
     }
 }
 
@@ -133,6 +134,7 @@ async fn a_retry_notice_while_an_approval_waits_leaves_the_approval_shown() {
         notice: Some("API error (overloaded); retrying in 2 s".into()),
         // Long enough to see the state between the answer and the result.
         delay: Duration::from_secs(2),
+        undecidable: None,
     }]);
     f.start_with(|options| options.ask_timeout = Duration::from_secs(60));
     let id = f.chat("deploy");
@@ -174,6 +176,7 @@ async fn two_approvals_at_once_wait_until_both_are_answered() {
         notice: None,
         // Long enough to see the state between the last answer and the result.
         delay: Duration::from_secs(2),
+        undecidable: None,
     }]);
     f.start_with(|options| options.ask_timeout = Duration::from_secs(60));
     let id = f.chat("deploy and note it");
@@ -312,6 +315,44 @@ async fn deny_refuses_the_call_and_says_so() {
     assert_eq!(
         decisions(&f),
         [json!({"tool": "Bash", "summary": "rm -rf target", "decision": "deny", "by": "user"})]
+    );
+    f.stop().await;
+}
+
+/// Issue 41: a call asked about because its command could not be decided: the question says
+/// the runner could not tell what it runs, and the row after the answer carries why.
+#[tokio::test]
+async fn an_undecidable_call_asked_says_so_in_the_question_and_the_row() {
+    const WHY: &str = "the command could not be decided: the program name is not a literal ($X): write the command literally";
+    let mut f = Fixture::new();
+    f.mock.script([MockStep::Ask {
+        tool: "Bash".into(),
+        argument: Some("X=rm; $X -rf target".into()),
+        parallel: Vec::new(),
+        notice: None,
+        delay: Duration::ZERO,
+        undecidable: Some(WHY.into()),
+    }]);
+    f.start_with(|options| options.ask_timeout = Duration::from_secs(60));
+    let id = f.chat("clean up");
+    f.wait_for("the approval question", |f| !questions(f).is_empty())
+        .await;
+    let question = questions(&f).remove(0);
+    let text = question["question"].as_str().unwrap();
+    assert!(
+        text.contains(
+            "could not tell what this command runs: the program name is not a literal ($X)."
+        ),
+        "{text}"
+    );
+    answer(&f, question["questionId"].as_str().unwrap(), "Deny");
+    f.wait_completed(&id).await;
+    assert_eq!(
+        decisions(&f),
+        [
+            json!({"tool": "Bash", "summary": "X=rm; $X -rf target", "decision": "deny",
+                "by": "user", "undecidable": WHY})
+        ]
     );
     f.stop().await;
 }

@@ -114,7 +114,8 @@ impl BudgetExceeded {
 }
 
 /// A `tool_decision` row's payload: `{"tool","summary","decision","by"}` (issue 16), and
-/// `undecidable` on a policy deny of a command the policy could not decide (issue 41).
+/// `undecidable` on a decision about a command the policy could not decide (issue 41): a
+/// policy deny, or the answer to the question an `ask` rule asked about it.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct ToolDecision {
     /// The tool, canonical name.
@@ -127,7 +128,8 @@ pub struct ToolDecision {
     /// `user`, `timeout`, `policy` or `stop`.
     #[serde(default)]
     pub by: Option<String>,
-    /// Why the command could not be decided, when that is why the policy refused it.
+    /// Why the command could not be decided, when that is why the policy refused it or asked
+    /// about it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undecidable: Option<String>,
 }
@@ -158,7 +160,13 @@ impl ToolDecision {
             None => String::new(),
         };
         let why = match self.undecidable.as_deref() {
-            Some(reason) => format!(" (not decidable: {reason})"),
+            // The runner's reason starts with what the label says already.
+            Some(reason) => format!(
+                " (not decidable: {})",
+                reason
+                    .strip_prefix("the command could not be decided: ")
+                    .unwrap_or(reason)
+            ),
             None => String::new(),
         };
         format!("{out} — {verdict}{by}{why}")

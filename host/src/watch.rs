@@ -489,6 +489,10 @@ mod tests {
             json!({"action": "tool_decision", "payload": {
                 "tool": "Bash", "summary": "X=rm; $X -rf target", "decision": "deny",
                 "by": "policy", "undecidable": "the program name $X is not a literal"}}),
+            json!({"action": "tool_decision", "payload": {
+                "tool": "Bash", "summary": "X=rm; $X -rf target", "decision": "deny",
+                "by": "user", "undecidable": "the command could not be decided: the program \
+                name is not a literal ($X): write the command literally"}}),
             json!({"action": "tool_decision", "payload": {"tool": "Bash"}}),
             json!({"action": "register_agent_group", "payload": {
                 "name": "research", "folder": "research", "requestedBy": "U1"}}),
@@ -519,6 +523,7 @@ mod tests {
             (tool) mcp__github__create_issue — denied by the tool policy
             (tool) Write: src/lib.rs — denied: the turn was stopped before the answer
             (tool) Bash: X=rm; $X -rf target — denied by the tool policy (not decidable: the program name $X is not a literal)
+            (tool) Bash: X=rm; $X -rf target — denied by the user (not decidable: the program name is not a literal ($X): write the command literally)
             (tool decision) tool=Bash
             (system register_agent_group) folder=research name=research requestedBy=U1
             (query error: ?) ?"#]]

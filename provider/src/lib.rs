@@ -274,6 +274,11 @@ pub enum ApprovalKind {
         /// The whole argument the policy matched (the full command line, the path), so the user
         /// approves what actually runs; `None` when unknown.
         argument: Option<String>,
+        /// Set when the policy asks because the command could not be decided (issue 41: a
+        /// program name that is not a literal, under an `ask` rule with a pattern): why. The
+        /// question says so, the `tool_decision` row carries it, and a refusal tells the model
+        /// to write the command literally.
+        undecidable: Option<String>,
     },
     /// An MCP server asks the user something (Codex elicitation). Answered with
     /// [`ApprovalAnswer::Reply`] (the chosen option or the text) or [`ApprovalAnswer::Deny`]

@@ -84,6 +84,10 @@ pub enum MockStep {
         /// Time to "think" after the answers, before the result.
         #[serde(rename = "delayMs", default, deserialize_with = "millis")]
         delay: Duration,
+        /// Why the policy could not decide the (first) call's command, when that is why it is
+        /// asked ([`ApprovalKind::ToolCall`]'s `undecidable`).
+        #[serde(default)]
+        undecidable: Option<String>,
     },
     /// An MCP elicitation ([`ApprovalKind::Elicitation`]); the result is `answered <text>` or
     /// `declined: <reason>`.
@@ -383,16 +387,20 @@ async fn run_query(
                 parallel,
                 notice,
                 delay,
+                undecidable,
             } => {
-                let calls = std::iter::once(MockCall { tool, argument })
-                    .chain(parallel)
-                    .map(|MockCall { tool, argument }| ApprovalKind::ToolCall {
-                        summary: argument
-                            .as_deref()
-                            .and_then(crate::activity::one_line_summary),
-                        tool,
-                        argument,
-                    })
+                let calls = std::iter::once((MockCall { tool, argument }, undecidable))
+                    .chain(parallel.into_iter().map(|call| (call, None)))
+                    .map(
+                        |(MockCall { tool, argument }, undecidable)| ApprovalKind::ToolCall {
+                            summary: argument
+                                .as_deref()
+                                .and_then(crate::activity::one_line_summary),
+                            tool,
+                            argument,
+                            undecidable,
+                        },
+                    )
                     .collect();
                 let asking = Asking {
                     id,
@@ -905,6 +913,7 @@ mod tests {
                 tool: "Bash".into(),
                 summary: Some("rm -rf target".into()),
                 argument: Some("rm -rf target\nls".into()),
+                undecidable: None,
             }
         );
         assert!(query.approver().answer(&request.id, ApprovalAnswer::Allow));

@@ -247,12 +247,14 @@ impl Call {
         policy.judge(&self.tool, self.argument.as_deref())
     }
 
-    /// The question the runner asks about this call.
-    pub(crate) fn ask(self) -> ApprovalKind {
+    /// The question the runner asks about this call; `undecidable`: the verdict's reason when
+    /// the call is asked because its command could not be decided ([`Verdict::undecidable`]).
+    pub(crate) fn ask(self, undecidable: Option<String>) -> ApprovalKind {
         ApprovalKind::ToolCall {
             tool: self.tool,
             summary: self.summary,
             argument: self.argument,
+            undecidable,
         }
     }
 

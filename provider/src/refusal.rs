@@ -22,6 +22,21 @@ pub(crate) fn message(tool: &str, undecidable: Option<&str>) -> String {
     }
 }
 
+/// The refusal the model reads for an asked call that was not approved: `reason` (the runner's:
+/// "denied by the user", "no answer within N s", ...), and, when the call was asked because its
+/// command could not be decided, that reason too, so that the model writes the command
+/// literally instead of retrying it as it was.
+pub(crate) fn not_approved(reason: &str, undecidable: Option<&str>) -> String {
+    match undecidable {
+        Some(why) if why.contains("literally") => format!("{reason}; {why}"),
+        Some(why) => format!(
+            "{reason}; this command could not be decided ({why}): write the command literally, \
+             every program name a plain word"
+        ),
+        None => reason.to_owned(),
+    }
+}
+
 /// The event that reports `call` refused by the policy: [`ProviderEvent::ToolUndecidable`] with
 /// the reason when its command could not be decided, else [`ProviderEvent::ToolDenied`].
 pub(crate) fn event(call: Call, undecidable: Option<&str>) -> ProviderEvent {
@@ -63,5 +78,15 @@ mod tests {
             .assert_eq(&format!("{:?}", event(call(), Some(reason))));
         expect![[r#"ToolDenied { tool: "Bash", summary: Some("X=rm; $X -rf target") }"#]]
             .assert_eq(&format!("{:?}", event(call(), None)));
+    }
+
+    #[test]
+    fn an_asked_undecidable_call_not_approved_tells_the_model_why() {
+        let worded = "the command could not be decided: the program name is not a literal ($X): write the command literally";
+        expect![[r#"denied by the user; the command could not be decided: the program name is not a literal ($X): write the command literally"#]]
+            .assert_eq(&not_approved("denied by the user", Some(worded)));
+        expect![[r#"no answer within 300 s; this command could not be decided (a parse error): write the command literally, every program name a plain word"#]]
+            .assert_eq(&not_approved("no answer within 300 s", Some("a parse error")));
+        expect!["denied by the user"].assert_eq(&not_approved("denied by the user", None));
     }
 }

@@ -60,6 +60,12 @@ macro_rules! policy_scenario_tests {
             /// Issue 41: `ask: ["Bash(git push*)"]`: `git -C repo push` waits for `nanoclaw
             /// answer` (nothing pushed before), runs once approved, a row says allow by user.
             policy_ask_rule_holds_for_git_dash_c_push();
+
+            /// Issue 41: `ask: ["Bash(rm *)"]` only: `X=rm; $X -rf target` is asked, the
+            /// question says the runner could not tell what it runs; answered Deny, `target`
+            /// stays, the row says deny by user and `undecidable`, the model is told to write
+            /// the command literally; `touch still-runs` in the same turn runs.
+            policy_undecidable_command_under_an_ask_rule_is_asked_with_the_reason();
         }
     };
 }
@@ -678,5 +684,112 @@ pub fn policy_ask_rule_holds_for_git_dash_c_push(provider: &str) {
         "{provider}: the approved push did not run"
     );
     assert_one_decision(&session, PUSH, "allow", "user");
+    session.stop_runner();
+}
+
+/// Issue 41, an undecidable command under an `ask` rule only (`ask: ["Bash(rm *)"]`, no deny
+/// rule): the model runs `X=rm; $X -rf target`, then `touch still-runs`. The first waits for the
+/// user: the question names the command and says that the runner could not tell what it runs
+/// (status `waiting_user`, one model request, `target` in place). Answered Deny: `target` and
+/// its content stay, the one `tool_decision` row says deny by the user with `undecidable`, the
+/// model's next request tells it to write the command literally, and the allowed command of the
+/// same turn runs (no row: allowed without asking).
+pub fn policy_undecidable_command_under_an_ask_rule_is_asked_with_the_reason(provider: &str) {
+    let model = fake_model([
+        shell_step(provider, UNDECIDABLE),
+        shell_step(provider, ALLOWED),
+        Step::text("The directory stays."),
+    ]);
+    let mut session = Session::new();
+    let dir = agent_dir(&session);
+    let target = dir.join("target");
+    ok(
+        std::fs::create_dir_all(target.join("debug")),
+        "creating target/",
+    );
+    session.write_config(&json!({
+        "toolPolicy": {"ask": ["Bash(rm *)"], "askTimeoutSeconds": LONG_ASK_TIMEOUT_SECS}
+    }));
+    session.start_runner(provider, &model, &[]);
+    let id = session.send_chat("clean the build").id;
+    let question = session.wait_question(WAIT);
+    assert_eq!(runner_status(&session), "waiting_user");
+    let text = question["question"].as_str().unwrap_or_default();
+    eprintln!("{provider}: the question {text:?}");
+    assert!(
+        text.contains(UNDECIDABLE),
+        "{provider}: the question names the command: {question:#}"
+    );
+    assert!(
+        text.contains("could not tell what this command runs"),
+        "{provider}: the question does not say the command was not decidable: {question:#}"
+    );
+    assert!(
+        target.join("debug").is_dir(),
+        "{provider}: ran before the answer"
+    );
+    assert_eq!(
+        model.model_requests().len(),
+        1,
+        "{provider}: the CLI waits for the answer"
+    );
+    let question_id = some(question["questionId"].as_str(), "a question id").to_owned();
+    session.answer_question(&question_id, "Deny");
+    let reply = session.wait_reply(&id, WAIT);
+    assert_eq!(text_of(&reply), "The directory stays.");
+
+    let requests = model.model_requests();
+    for (i, request) in requests.iter().enumerate() {
+        eprintln!(
+            "{provider}: request {i}: {} results {:?}",
+            request.summary(),
+            request.tool_results().last()
+        );
+    }
+    assert!(
+        target.join("debug").is_dir(),
+        "{provider}: the denied command removed target/"
+    );
+    assert!(
+        dir.join("still-runs").exists(),
+        "{provider}: the allowed command did not run"
+    );
+    assert_eq!(
+        requests.len(),
+        3,
+        "{provider}: one request per tool call and one for the reply"
+    );
+    let rows = decisions(&session);
+    assert_eq!(
+        rows.len(),
+        1,
+        "{provider}: one tool_decision row: {rows:#?}"
+    );
+    let payload = some(decision_for(&session, UNDECIDABLE), "the undecidable row");
+    assert_eq!(payload["tool"], "Bash", "{payload}");
+    assert_eq!(payload["decision"], "deny", "{payload}");
+    assert_eq!(payload["by"], "user", "{payload}");
+    let reason = payload["undecidable"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("not a literal"),
+        "{provider}: the row does not say the command was not decidable: {payload}"
+    );
+    // The request after the denied call tells the model why: in the tool result (Claude,
+    // OpenCode) or a developer note beside Codex's "rejected by user" result.
+    let next = &requests[1];
+    assert!(
+        next.raw_body.to_lowercase().contains(WRITE_LITERALLY),
+        "{provider}: the model was not told to write the command literally: {:?} / {}",
+        next.tool_results().last(),
+        next.system_text()
+    );
+    if provider != "codex" {
+        let result = some(next.tool_results().pop(), "the denied call's result");
+        let lower = result.to_lowercase();
+        assert!(
+            lower.contains("denied by the user") && lower.contains(WRITE_LITERALLY),
+            "{provider}: the user's refusal and the reason are not in the tool result: {result:?}"
+        );
+    }
     session.stop_runner();
 }

@@ -422,6 +422,7 @@ pub fn asked_call(events: &[ProviderEvent]) -> AskedCall {
                         tool,
                         summary,
                         argument,
+                        ..
                     },
             }) => Some(AskedCall {
                 id: id.clone(),

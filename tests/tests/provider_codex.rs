@@ -780,6 +780,7 @@ async fn asked_command_waits_for_the_answer() {
                 tool: "Bash".into(),
                 summary: Some(format!("touch {file}")),
                 argument: Some(format!("touch {file}")),
+                undecidable: None,
             }
         );
         // Longer than the watchdog: the CLI waits for the user, it is not hung. (The running

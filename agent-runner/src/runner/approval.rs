@@ -137,17 +137,28 @@ fn question(request: &ApprovalKind, timeout: Duration) -> (String, String, Vec<V
             tool,
             summary,
             argument,
+            undecidable,
         } => {
             let shown = argument.as_deref().or(summary.as_deref());
+            // Asked because the policy could not tell what the command runs (issue 41): the
+            // user decides knowing that no rule could judge it.
+            let why = match undecidable {
+                Some(reason) => format!(
+                    "The runner could not tell what this command runs: {}. A rule asks about \
+                     such commands; approve only if you can tell what it does.\n\n",
+                    user_reason(reason)
+                ),
+                None => String::new(),
+            };
             let text = match shown.map(str::trim).filter(|a| !a.is_empty()) {
                 Some(argument) => format!(
-                    "The agent wants to use {tool}:\n\n{}\n\nApprove or Deny (no answer within \
-                     {secs} s: denied).",
+                    "The agent wants to use {tool}:\n\n{}\n\n{why}Approve or Deny (no answer \
+                     within {secs} s: denied).",
                     capped(argument)
                 ),
                 None => format!(
-                    "The agent wants to use {tool} (its arguments are unknown).\n\nApprove or \
-                     Deny (no answer within {secs} s: denied)."
+                    "The agent wants to use {tool} (its arguments are unknown).\n\n{why}Approve \
+                     or Deny (no answer within {secs} s: denied)."
                 ),
             };
             let options = [APPROVE, DENY]
@@ -173,6 +184,17 @@ fn question(request: &ApprovalKind, timeout: Duration) -> (String, String, Vec<V
                 .collect(),
         ),
     }
+}
+
+/// The policy's reason for an undecidable command (crate `provider`, worded for the model:
+/// "the command could not be decided: <why>: write the command literally") as the user reads
+/// it: the why alone.
+fn user_reason(reason: &str) -> &str {
+    let why = reason
+        .strip_prefix("the command could not be decided: ")
+        .unwrap_or(reason);
+    why.strip_suffix(": write the command literally")
+        .unwrap_or(why)
 }
 
 /// `text` whole, or its first [`MAX_ARGUMENT_CHARS`] characters and a mark saying how much was
@@ -249,7 +271,8 @@ fn answer_text(value: &Value) -> String {
 }
 
 /// A `tool_decision` row routed like the batch's replies; `undecidable`: why the call's command
-/// could not be decided, when the policy refused it for that (the payload's `undecidable`).
+/// could not be decided, when the policy refused or asked about it for that (the payload's
+/// `undecidable`).
 fn decision_row(
     tool: &str,
     summary: Option<&str>,
@@ -467,14 +490,22 @@ impl Runner {
         for (pending, outcome) in &settled {
             let (answer, decision) = decide(&pending.kind, outcome, timeout);
             questions.push(pending.question_id.clone());
-            if let (ApprovalKind::ToolCall { tool, summary, .. }, Some((allowed, by))) =
-                (&pending.kind, decision)
+            if let (
+                ApprovalKind::ToolCall {
+                    tool,
+                    summary,
+                    undecidable,
+                    ..
+                },
+                Some((allowed, by)),
+            ) = (&pending.kind, decision)
             {
                 tracing::info!(
                     %tool,
                     decision = if allowed { "allow" } else { "deny" },
                     by = by.as_str(),
                     question = %pending.question_id,
+                    ?undecidable,
                     "tool call decided"
                 );
                 rows.push(decision_row(
@@ -482,7 +513,7 @@ impl Runner {
                     summary.as_deref(),
                     allowed,
                     by,
-                    None,
+                    undecidable.as_deref(),
                     &pending.target,
                 ));
             }
@@ -530,6 +561,7 @@ mod tests {
             tool: "Bash".into(),
             summary: Some(argument.lines().next().unwrap_or_default().into()),
             argument: Some(argument.into()),
+            undecidable: None,
         }
     }
 
@@ -554,6 +586,7 @@ mod tests {
             tool: "mcp__github__create_issue".into(),
             summary: None,
             argument: None,
+            undecidable: None,
         };
         expect![[r#"
             Approve mcp__github__create_issue?
@@ -562,6 +595,32 @@ mod tests {
             Approve or Deny (no answer within 300 s: denied).
             [{"label":"Approve","selectedLabel":"Approve","value":"Approve"},{"label":"Deny","selectedLabel":"Deny","value":"Deny"}]"#]]
         .assert_eq(&shown(&unknown));
+    }
+
+    /// Issue 41: a command asked about because it could not be decided says so.
+    #[test]
+    fn an_undecidable_command_question_says_the_runner_could_not_tell() {
+        let kind = ApprovalKind::ToolCall {
+            tool: "Bash".into(),
+            summary: Some("X=rm; $X -rf target".into()),
+            argument: Some("X=rm; $X -rf target".into()),
+            undecidable: Some(
+                "the command could not be decided: the program name is not a literal ($X): \
+                 write the command literally"
+                    .into(),
+            ),
+        };
+        expect![[r#"
+            Approve Bash?
+            The agent wants to use Bash:
+
+            X=rm; $X -rf target
+
+            The runner could not tell what this command runs: the program name is not a literal ($X). A rule asks about such commands; approve only if you can tell what it does.
+
+            Approve or Deny (no answer within 300 s: denied).
+            [{"label":"Approve","selectedLabel":"Approve","value":"Approve"},{"label":"Deny","selectedLabel":"Deny","value":"Deny"}]"#]]
+        .assert_eq(&shown(&kind));
     }
 
     #[test]

@@ -96,11 +96,15 @@ impl Pending {
     /// The control response's body for `answer`.
     pub(crate) fn response(&self, answer: &ApprovalAnswer) -> Value {
         match (&self.request.kind, answer) {
-            (ApprovalKind::ToolCall { .. }, ApprovalAnswer::Deny { reason }) => deny(reason),
-            // `Reply` to a tool call is no approval: refused, on the safe side.
-            (ApprovalKind::ToolCall { .. }, ApprovalAnswer::Reply(text)) => {
-                deny(&format!("not approved ({text})"))
+            // A command asked about because it could not be decided: the refusal says why, so
+            // that the model writes it literally (issue 41).
+            (ApprovalKind::ToolCall { undecidable, .. }, ApprovalAnswer::Deny { reason }) => {
+                deny(&refusal::not_approved(reason, undecidable.as_deref()))
             }
+            // `Reply` to a tool call is no approval: refused, on the safe side.
+            (ApprovalKind::ToolCall { undecidable, .. }, ApprovalAnswer::Reply(text)) => deny(
+                &refusal::not_approved(&format!("not approved ({text})"), undecidable.as_deref()),
+            ),
             (ApprovalKind::ToolCall { .. }, ApprovalAnswer::Allow) => json!({}),
             (ApprovalKind::Elicitation { .. }, ApprovalAnswer::Reply(text)) => match &self.field {
                 Some(field) => json!({"action": "accept", "content": {field: text}}),
@@ -161,7 +165,7 @@ fn on_hook(settings: &ProviderSettings, request_id: &str, request: &Value) -> Ac
                 Decision::Ask => Action::Ask(Pending {
                     request: ApprovalRequest {
                         id: request_id.to_owned(),
-                        kind: call.ask(),
+                        kind: call.ask(verdict.undecidable),
                     },
                     field: None,
                 }),
@@ -306,12 +310,12 @@ mod tests {
             .assert_eq(&decide("Bash", bash("ls -la")));
         expect![[r#"Answer { response: Object {"hookSpecificOutput": Object {"hookEventName": String("PreToolUse"), "permissionDecision": String("deny"), "permissionDecisionReason": String("denied by the tool policy: this Bash call may not run; do not retry it")}}, events: [ToolDenied { tool: "Bash", summary: Some("cd x && rm -rf target") }] }"#]]
             .assert_eq(&decide("Bash", bash("cd x && rm -rf target")));
-        expect![[r#"Ask(Pending { request: ApprovalRequest { id: "req-1", kind: ToolCall { tool: "Bash", summary: Some("git push origin"), argument: Some("git push origin\n--force") } }, field: None })"#]]
+        expect![[r#"Ask(Pending { request: ApprovalRequest { id: "req-1", kind: ToolCall { tool: "Bash", summary: Some("git push origin"), argument: Some("git push origin\n--force"), undecidable: None } }, field: None })"#]]
             .assert_eq(&decide("Bash", bash("git push origin\n--force")));
         // A program name that is not a literal: refused with the reason (issue 41).
         expect![[r#"Answer { response: Object {"hookSpecificOutput": Object {"hookEventName": String("PreToolUse"), "permissionDecision": String("deny"), "permissionDecisionReason": String("denied by the tool policy: the command could not be decided: the program name is not a literal ($X): write the command literally")}}, events: [ToolUndecidable { tool: "Bash", summary: Some("X=rm; $X -rf target"), reason: "the command could not be decided: the program name is not a literal ($X): write the command literally" }] }"#]].assert_eq(&decide("Bash", bash("X=rm; $X -rf target")));
         // Read-only tools are asked about too (the hook sees every call).
-        expect![[r#"Ask(Pending { request: ApprovalRequest { id: "req-1", kind: ToolCall { tool: "Read", summary: Some("/etc/passwd"), argument: Some("/etc/passwd") } }, field: None })"#]]
+        expect![[r#"Ask(Pending { request: ApprovalRequest { id: "req-1", kind: ToolCall { tool: "Read", summary: Some("/etc/passwd"), argument: Some("/etc/passwd"), undecidable: None } }, field: None })"#]]
             .assert_eq(&decide("Read", json!({"file_path": "/etc/passwd"})));
     }
 
@@ -324,7 +328,7 @@ mod tests {
             "mcp__nanoclaw__send_message",
             json!({"text": "hi"}),
         );
-        expect![[r#"Ask(Pending { request: ApprovalRequest { id: "r", kind: ToolCall { tool: "mcp__nanoclaw__send_message", summary: Some("{\"text\":\"hi\"}"), argument: Some("{\"text\":\"hi\"}") } }, field: None })"#]]
+        expect![[r#"Ask(Pending { request: ApprovalRequest { id: "r", kind: ToolCall { tool: "mcp__nanoclaw__send_message", summary: Some("{\"text\":\"hi\"}"), argument: Some("{\"text\":\"hi\"}"), undecidable: None } }, field: None })"#]]
             .assert_eq(&format!("{:?}", on_request(&settings, "r", &request)));
         let request = hook(POLICY_HOOK, "PreToolUse", "mcp__github__x", json!({}));
         assert!(matches!(
@@ -351,6 +355,37 @@ mod tests {
             }));
         expect![[r#"{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"the turn ended before the user answered"}}"#]]
             .assert_eq(&pending.unanswered().to_string());
+    }
+
+    /// Issue 41: under an `ask` rule only, a command that cannot be decided is asked, the
+    /// question carries why, and a refusal (the user's, the timeout's, the turn's end) tells the
+    /// model to write the command literally.
+    #[test]
+    fn an_undecidable_command_under_an_ask_rule_is_asked_with_its_reason() {
+        let settings = settings(&[], &["Bash(rm *)"]);
+        let request = hook(
+            POLICY_HOOK,
+            "PreToolUse",
+            "Bash",
+            bash("X=rm; $X -rf target"),
+        );
+        let Action::Ask(pending) = on_request(&settings, "r", &request) else {
+            panic!("not asked");
+        };
+        expect![[r#"ApprovalRequest { id: "r", kind: ToolCall { tool: "Bash", summary: Some("X=rm; $X -rf target"), argument: Some("X=rm; $X -rf target"), undecidable: Some("the command could not be decided: the program name is not a literal ($X): write the command literally") } }"#]]
+            .assert_eq(&format!("{:?}", pending.request));
+        let show = |answer| pending.response(&answer).to_string();
+        expect![[r#"{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"denied by the user; the command could not be decided: the program name is not a literal ($X): write the command literally"}}"#]]
+            .assert_eq(&show(ApprovalAnswer::Deny {
+                reason: "denied by the user".into(),
+            }));
+        expect![[r#"{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"no answer within 300 s; the command could not be decided: the program name is not a literal ($X): write the command literally"}}"#]]
+            .assert_eq(&show(ApprovalAnswer::Deny {
+                reason: "no answer within 300 s".into(),
+            }));
+        expect![[r#"{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"the turn ended before the user answered; the command could not be decided: the program name is not a literal ($X): write the command literally"}}"#]]
+            .assert_eq(&pending.unanswered().to_string());
+        expect!["{}"].assert_eq(&show(ApprovalAnswer::Allow));
     }
 
     #[test]

@@ -172,7 +172,7 @@ pub(super) fn judge(
             undecidable: verdict.undecidable,
         },
         Decision::Ask => Verdict::Ask {
-            kind: call.clone().ask(),
+            kind: call.clone().ask(verdict.undecidable),
             reply,
             call: Some(call),
         },
@@ -357,7 +357,7 @@ mod tests {
             item/commandExecution/requestApproval Decline
               answer {"decision":"accept"} denied=None
             item/commandExecution/requestApproval Decline
-              ask ToolCall { tool: "Bash", summary: Some("git push origin main"), argument: Some("git push origin main") }
+              ask ToolCall { tool: "Bash", summary: Some("git push origin main"), argument: Some("git push origin main"), undecidable: None }
                 allow -> {"decision":"accept"}
                 deny -> {"decision":"decline"}
                 reply -> {"decision":"accept"}
@@ -366,7 +366,7 @@ mod tests {
             item/fileChange/requestApproval Decline
               answer {"decision":"accept"} denied=None
             item/fileChange/requestApproval Decline
-              ask ToolCall { tool: "Write", summary: Some("/w/new.txt"), argument: Some("/w/new.txt") }
+              ask ToolCall { tool: "Write", summary: Some("/w/new.txt"), argument: Some("/w/new.txt"), undecidable: None }
                 allow -> {"decision":"accept"}
                 deny -> {"decision":"decline"}
                 reply -> {"decision":"accept"}
@@ -377,7 +377,7 @@ mod tests {
             mcpServer/elicitation/request Decline
               answer {"_meta":null,"action":"decline","content":null} denied=Some(Call { tool: "mcp__nanoclaw__schedule_task", summary: Some("{\"a\":1}"), argument: Some("{\"a\":1}") })
             mcpServer/elicitation/request Decline
-              ask ToolCall { tool: "mcp__github__create_issue", summary: Some("{\"a\":1}"), argument: Some("{\"a\":1}") }
+              ask ToolCall { tool: "mcp__github__create_issue", summary: Some("{\"a\":1}"), argument: Some("{\"a\":1}"), undecidable: None }
                 allow -> {"_meta":null,"action":"accept","content":null}
                 deny -> {"_meta":null,"action":"decline","content":null}
                 reply -> {"_meta":null,"action":"accept","content":null}

@@ -39,8 +39,8 @@ use crate::classify::classify;
 use crate::policy::Call;
 use crate::refusal;
 use crate::{
-    ApprovalAnswer, ApprovalRequest, Control, ElicitationMode, ErrorClass, InterruptReason, Prompt,
-    PromptId, ProviderEvent, ToolPolicy, Usage,
+    ApprovalAnswer, ApprovalKind, ApprovalRequest, Control, ElicitationMode, ErrorClass,
+    InterruptReason, Prompt, PromptId, ProviderEvent, ToolPolicy, Usage,
 };
 
 /// How long a push waits for a running tool before interrupting anyway. Interrupting while a
@@ -98,6 +98,9 @@ pub(super) enum Action {
 struct OpenApproval {
     rpc_id: RequestId,
     reply: Reply,
+    /// Why the call's command could not be decided, when that is why it is asked: a refusal
+    /// then tells the model (a note, as for a policy deny).
+    undecidable: Option<String>,
 }
 
 /// Why we interrupted the active turn.
@@ -382,10 +385,21 @@ impl QueryState {
     /// The runner's answer to an approval request.
     fn on_approval(&mut self, id: &str, answer: &ApprovalAnswer, actions: &mut Vec<Action>) {
         match self.approvals.remove(id) {
-            Some(open) => actions.push(Action::Respond {
-                id: open.rpc_id,
-                result: open.reply.result(answer),
-            }),
+            Some(open) => {
+                // Codex's decline carries no reason: why a command asked about because it could
+                // not be decided was refused reaches the model as a developer note (issue 41).
+                if let (Some(why), ApprovalAnswer::Deny { reason }) =
+                    (open.undecidable.as_deref(), answer)
+                {
+                    actions.push(Action::Note {
+                        text: refusal::not_approved(reason, Some(why)),
+                    });
+                }
+                actions.push(Action::Respond {
+                    id: open.rpc_id,
+                    result: open.reply.result(answer),
+                });
+            }
             None => tracing::debug!(id, "answer to an approval request that is not open"),
         }
     }
@@ -631,8 +645,18 @@ impl QueryState {
                     "codex-{}",
                     serde_json::to_string(&rpc_id).unwrap_or_default()
                 );
-                self.approvals
-                    .insert(id.clone(), OpenApproval { rpc_id, reply });
+                let undecidable = match &kind {
+                    ApprovalKind::ToolCall { undecidable, .. } => undecidable.clone(),
+                    ApprovalKind::Elicitation { .. } => None,
+                };
+                self.approvals.insert(
+                    id.clone(),
+                    OpenApproval {
+                        rpc_id,
+                        reply,
+                        undecidable,
+                    },
+                );
                 actions.push(Action::Emit(ProviderEvent::ApprovalRequest(
                     ApprovalRequest { id, kind },
                 )));

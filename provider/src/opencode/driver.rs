@@ -3,7 +3,7 @@
 //! that feeds [`super::translate::Turn`] and performs what it asks (posts, aborts, settling,
 //! reconciliation), and the report of how the query ended.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -341,8 +341,9 @@ struct Driver<'a> {
     last_activity: Instant,
     /// When the last `Output` went to the runner.
     last_output_sent: Option<Instant>,
-    /// `permission.asked` requests waiting for the runner's answer, by id.
-    pending: BTreeSet<String>,
+    /// `permission.asked` requests waiting for the runner's answer, by id, each with why its
+    /// command could not be decided when that is why it is asked (for the refusal).
+    pending: BTreeMap<String, Option<String>>,
 }
 
 impl<'a> Driver<'a> {
@@ -434,7 +435,7 @@ impl<'a> Driver<'a> {
             kill_server: false,
             last_activity: Instant::now(),
             last_output_sent: None,
-            pending: BTreeSet::new(),
+            pending: BTreeMap::new(),
         };
         driver.flush().await;
         let exit = driver.run(&mut stream).await;
@@ -649,12 +650,12 @@ impl<'a> Driver<'a> {
                 self.send(refusal::event(call, undecidable.as_deref()))
                     .await;
             }
-            Verdict::Ask(call) => {
-                tracing::info!(tool = %call.tool, request = %asked.id, "tool call waits for the user's approval");
-                self.pending.insert(asked.id.clone());
+            Verdict::Ask(call, undecidable) => {
+                tracing::info!(tool = %call.tool, request = %asked.id, ?undecidable, "tool call waits for the user's approval");
+                self.pending.insert(asked.id.clone(), undecidable.clone());
                 self.send(ProviderEvent::ApprovalRequest(ApprovalRequest {
                     id: asked.id,
-                    kind: call.ask(),
+                    kind: call.ask(undecidable),
                 }))
                 .await;
             }
@@ -663,30 +664,24 @@ impl<'a> Driver<'a> {
 
     /// The runner's answer to a request this query sent.
     async fn on_approval(&mut self, id: &str, answer: ApprovalAnswer) {
-        if !self.pending.remove(id) {
+        let Some(undecidable) = self.pending.remove(id) else {
             tracing::debug!(request = id, "an answer to no pending OpenCode request");
             return;
-        }
+        };
         // The wait is over: the watchdog counts from here.
         self.last_activity = Instant::now();
-        match &answer {
-            ApprovalAnswer::Allow => self.reply(id, PermissionReply::Once).await,
-            ApprovalAnswer::Deny { reason } => {
-                self.reply(id, PermissionReply::Reject(reason)).await
-            }
-            // Tool calls are approved or denied; anything else is no approval.
-            ApprovalAnswer::Reply(_) => {
-                self.reply(id, PermissionReply::Reject("not approved"))
-                    .await
-            }
+        match rejection(&answer, undecidable.as_deref()) {
+            None => self.reply(id, PermissionReply::Once).await,
+            Some(message) => self.reply(id, PermissionReply::Reject(&message)).await,
         }
     }
 
     /// Refuses every request still waiting for the runner (the query ends without its answer).
     async fn reject_pending(&mut self, reason: &str) {
-        for id in std::mem::take(&mut self.pending) {
+        for (id, undecidable) in std::mem::take(&mut self.pending) {
             tracing::info!(request = %id, "an approval still pending is denied: {reason}");
-            self.reply(&id, PermissionReply::Reject(reason)).await;
+            let message = refusal::not_approved(reason, undecidable.as_deref());
+            self.reply(&id, PermissionReply::Reject(&message)).await;
         }
     }
 
@@ -1080,6 +1075,18 @@ impl<'a> Driver<'a> {
     }
 }
 
+/// What the model is told when the runner's `answer` refuses an asked call (`None`: approved);
+/// `undecidable`: why the call's command could not be decided, when that is why it was asked.
+fn rejection(answer: &ApprovalAnswer, undecidable: Option<&str>) -> Option<String> {
+    let reason = match answer {
+        ApprovalAnswer::Allow => return None,
+        ApprovalAnswer::Deny { reason } => reason.as_str(),
+        // Tool calls are approved or denied; anything else is no approval.
+        ApprovalAnswer::Reply(_) => "not approved",
+    };
+    Some(refusal::not_approved(reason, undecidable))
+}
+
 /// How long a turn may go without a session event: `settings.watchdog`; while a tool runs, at
 /// least the MCP timeout (a blocking tool such as ask_user_question is silent for up to
 /// `settings.tool_timeout`); while a permission request waits for the runner, at least the ask
@@ -1174,6 +1181,37 @@ fn system_text(settings: &ProviderSettings, system_prompt: Option<&str>) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 41: an asked call whose command could not be decided is refused with why (write
+    /// the command literally); any other keeps the runner's reason as it is.
+    #[test]
+    fn a_refused_undecidable_call_tells_the_model_why() {
+        let why = "the command could not be decided: the program name is not a literal ($X): write the command literally";
+        let denied = ApprovalAnswer::Deny {
+            reason: "denied by the user".into(),
+        };
+        let cases = [
+            rejection(&denied, Some(why)),
+            rejection(&denied, None),
+            rejection(&ApprovalAnswer::Reply("maybe".into()), Some(why)),
+            rejection(&ApprovalAnswer::Allow, Some(why)),
+        ];
+        expect_test::expect![[r#"
+            [
+                Some(
+                    "denied by the user; the command could not be decided: the program name is not a literal ($X): write the command literally",
+                ),
+                Some(
+                    "denied by the user",
+                ),
+                Some(
+                    "not approved; the command could not be decided: the program name is not a literal ($X): write the command literally",
+                ),
+                None,
+            ]
+        "#]]
+        .assert_debug_eq(&cases);
+    }
 
     #[test]
     fn the_watchdog_waits_for_a_pending_approval() {

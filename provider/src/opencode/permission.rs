@@ -234,8 +234,9 @@ pub(super) enum Verdict {
     /// Reply `reject` with [`POLICY_DENIAL`] and report `ToolDenied`; with why the command
     /// could not be decided, when that is why (the reply and the report then say so).
     Deny(Call, Option<String>),
-    /// Ask the runner (`ApprovalRequest`), reply with its answer.
-    Ask(Call),
+    /// Ask the runner (`ApprovalRequest`), reply with its answer; with why the command could
+    /// not be decided, when that is why it is asked (the question and a refusal then say so).
+    Ask(Call, Option<String>),
 }
 
 /// Decides `asked`. `tool_part` is the tool call's part as the driver last saw it (`tool` and
@@ -254,7 +255,7 @@ pub(super) fn decide(
     match verdict.decision {
         Decision::Allow => Verdict::Allow,
         Decision::Deny => Verdict::Deny(call, verdict.undecidable),
-        Decision::Ask => Verdict::Ask(call),
+        Decision::Ask => Verdict::Ask(call, verdict.undecidable),
     }
 }
 
@@ -543,6 +544,7 @@ mod tests {
                             "git push origin",
                         ),
                     },
+                    None,
                 ),
                 Allow,
                 Deny(
@@ -582,11 +584,31 @@ mod tests {
                             "{\"text\":\"hi\"}",
                         ),
                     },
+                    None,
                 ),
                 Allow,
             ]
         "#]]
         .assert_debug_eq(&cases);
+        // Issue 41: under an `ask` rule only, a command that cannot be decided is asked, with why.
+        let ask_only = policy(&[], &[], &["Bash(rm *)"], Decision::Allow);
+        expect![[r#"
+            Ask(
+                Call {
+                    tool: "Bash",
+                    summary: Some(
+                        "X=rm; $X -rf target",
+                    ),
+                    argument: Some(
+                        "X=rm; $X -rf target",
+                    ),
+                },
+                Some(
+                    "the command could not be decided: the program name is not a literal ($X): write the command literally",
+                ),
+            )
+        "#]]
+            .assert_debug_eq(&decide(&ask_only, &command("X=rm; $X -rf target"), None, &s));
     }
 
     #[test]

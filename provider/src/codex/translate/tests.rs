@@ -1390,13 +1390,63 @@ fn approvals_are_judged_asked_and_answered() {
         turn/start "one"
         emit ToolDenied { tool: "Bash", summary: Some("rm -rf target") }
         respond Int(6) {"decision":"decline"}
-        emit ApprovalRequest(ApprovalRequest { id: "codex-7", kind: ToolCall { tool: "Bash", summary: Some("touch a"), argument: Some("touch a") } })
+        emit ApprovalRequest(ApprovalRequest { id: "codex-7", kind: ToolCall { tool: "Bash", summary: Some("touch a"), argument: Some("touch a"), undecidable: None } })
         respond Int(7) {"decision":"accept"}
         emit Activity { tool: Some("Write"), summary: Some("/w/new.txt") }
-        emit ApprovalRequest(ApprovalRequest { id: "codex-8", kind: ToolCall { tool: "Write", summary: Some("/w/new.txt"), argument: Some("/w/new.txt") } })
+        emit ApprovalRequest(ApprovalRequest { id: "codex-8", kind: ToolCall { tool: "Write", summary: Some("/w/new.txt"), argument: Some("/w/new.txt"), undecidable: None } })
         respond Int(8) {"decision":"decline"}
         emit ApprovalRequest(ApprovalRequest { id: "codex-\"e1\"", kind: Elicitation { server: "forms", message: "Color?", options: ["red", "blue"] } })
         respond Str("e1") {"_meta":null,"action":"accept","content":{"color":"blue"}}
+    "#]]
+    .assert_eq(&render(&log));
+}
+
+/// Issue 41: under an `ask` rule only, a command that cannot be decided is asked with why; a
+/// Deny (the user's or the timeout's) reaches the model as a developer note saying to write the
+/// command literally, then the decline (which carries no reason). An approved one runs as is.
+#[test]
+fn an_undecidable_command_asked_and_refused_tells_the_model_why() {
+    let now = Instant::now();
+    let method = "item/commandExecution/requestApproval";
+    let policy = ToolPolicy {
+        ask: vec![crate::ToolRule::parse("Bash(rm *)").unwrap()],
+        ..ToolPolicy::default()
+    };
+    let mut s = QueryState::new(Prompt::text("one"), false).with_approvals(
+        policy,
+        ElicitationMode::Decline,
+        Vec::new(),
+    );
+    let mut log = s.begin();
+    log.extend(s.on_turn_started("t1".into(), now));
+    let line = "/bin/bash -lc 'X=rm; $X -rf target'";
+    log.extend(s.on_server_request(method, command_approval(7, line), now));
+    log.extend(s.on_control(
+        Some(Control::Approval {
+            id: "codex-7".into(),
+            answer: ApprovalAnswer::Deny {
+                reason: "denied by the user".into(),
+            },
+        }),
+        now,
+    ));
+    log.extend(s.on_server_request(method, command_approval(8, line), now));
+    log.extend(s.on_control(
+        Some(Control::Approval {
+            id: "codex-8".into(),
+            answer: ApprovalAnswer::Allow,
+        }),
+        now,
+    ));
+    log.extend(s.on_server_request(method, command_approval(9, "/bin/bash -lc 'ls'"), now));
+    expect![[r#"
+        turn/start "one"
+        emit ApprovalRequest(ApprovalRequest { id: "codex-7", kind: ToolCall { tool: "Bash", summary: Some("X=rm; $X -rf target"), argument: Some("X=rm; $X -rf target"), undecidable: Some("the command could not be decided: the program name is not a literal ($X): write the command literally") } })
+        note "denied by the user; the command could not be decided: the program name is not a literal ($X): write the command literally"
+        respond Int(7) {"decision":"decline"}
+        emit ApprovalRequest(ApprovalRequest { id: "codex-8", kind: ToolCall { tool: "Bash", summary: Some("X=rm; $X -rf target"), argument: Some("X=rm; $X -rf target"), undecidable: Some("the command could not be decided: the program name is not a literal ($X): write the command literally") } })
+        respond Int(8) {"decision":"accept"}
+        respond Int(9) {"decision":"accept"}
     "#]]
     .assert_eq(&render(&log));
 }
@@ -1417,7 +1467,7 @@ fn open_approvals_are_declined_when_the_turn_stops_or_the_query_closes() {
     log.extend(s.on_notification("turn/completed", &completed("t1", "interrupted"), now));
     expect![[r#"
         turn/start "one"
-        emit ApprovalRequest(ApprovalRequest { id: "codex-7", kind: ToolCall { tool: "Bash", summary: Some("touch a"), argument: Some("touch a") } })
+        emit ApprovalRequest(ApprovalRequest { id: "codex-7", kind: ToolCall { tool: "Bash", summary: Some("touch a"), argument: Some("touch a"), undecidable: None } })
         respond Int(7) {"decision":"decline"}
         turn/interrupt t1
         respond Int(9) {"decision":"decline"}
@@ -1434,7 +1484,7 @@ fn open_approvals_are_declined_when_the_turn_stops_or_the_query_closes() {
     log.extend(s.on_notification("turn/completed", &completed("t1", "interrupted"), now));
     expect![[r#"
         turn/start "one"
-        emit ApprovalRequest(ApprovalRequest { id: "codex-7", kind: ToolCall { tool: "Bash", summary: Some("touch a"), argument: Some("touch a") } })
+        emit ApprovalRequest(ApprovalRequest { id: "codex-7", kind: ToolCall { tool: "Bash", summary: Some("touch a"), argument: Some("touch a"), undecidable: None } })
         respond Int(7) {"decision":"decline"}
         emit Error { message: "the turn was aborted", retryable: false, classification: Aborted, ends_turn: true, usage: None }
         turn/interrupt t1
