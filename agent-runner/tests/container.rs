@@ -264,7 +264,8 @@ fn the_image_runs_agent_runner_as_pid_1_dropping_to_a_non_root_user() {
     let runs = runs(&dockerfile);
     assert!(
         runs.iter()
-            .any(|r| r.contains("cargo build --release --locked -p agent-runner -p mcp-tools")),
+            .any(|r| r.contains("cargo build --release --locked -p agent-runner -p mcp-tools -p host")
+                && r.contains("target/release/nanoclaw")),
         "{runs:#?}"
     );
 
@@ -285,7 +286,8 @@ fn the_image_runs_agent_runner_as_pid_1_dropping_to_a_non_root_user() {
         assert!(!words.contains(&init), "{init} is installed: {apt}");
     }
 
-    // Both binaries, side by side in /usr/local/bin.
+    // The three binaries, side by side in /usr/local/bin: nanoclaw so the same image runs
+    // `nanoclaw serve` next to a session's DB (container/k8s/session-serve.yaml).
     let copy = all
         .iter()
         .find(|(k, a)| k == "COPY" && a.starts_with("--from=build"))
@@ -294,8 +296,20 @@ fn the_image_runs_agent_runner_as_pid_1_dropping_to_a_non_root_user() {
     assert!(
         copy.contains("/agent-runner")
             && copy.contains("/mcp-tools")
+            && copy.contains("/nanoclaw")
             && copy.ends_with(" /usr/local/bin/"),
         "{copy}"
+    );
+    // The token file's folder: the agent's uid (serve runs as it), closed to everyone else, so a
+    // named volume mounted there starts with that owner and mode.
+    assert!(
+        runs.iter()
+            .any(|r| r.contains("install -d -m 0700 -o agent -g agent /etc/nanoclaw")),
+        "{runs:#?}"
+    );
+    assert!(
+        all.iter().any(|(k, a)| k == "EXPOSE" && a == "7450"),
+        "the port of nanoclaw serve"
     );
 
     // Starts as root, reads the secrets, drops to the non-root uid 1000 owning /workspace.
