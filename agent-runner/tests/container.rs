@@ -263,9 +263,9 @@ fn the_image_runs_agent_runner_as_pid_1_dropping_to_a_non_root_user() {
     );
     let runs = runs(&dockerfile);
     assert!(
-        runs.iter()
-            .any(|r| r.contains("cargo build --release --locked -p agent-runner -p mcp-tools -p host")
-                && r.contains("target/release/nanoclaw")),
+        runs.iter().any(|r| r
+            .contains("cargo build --release --locked -p agent-runner -p mcp-tools -p host")
+            && r.contains("target/release/nanoclaw")),
         "{runs:#?}"
     );
 

@@ -132,7 +132,8 @@ fn every_manifest_validates_offline_and_a_broken_one_fails() {
     );
 
     // One fault at a time in a copy of the served session: each fails, naming where.
-    let good = std::fs::read_to_string(repo_root().join("container/k8s/session-serve.yaml")).unwrap();
+    let good =
+        std::fs::read_to_string(repo_root().join("container/k8s/session-serve.yaml")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let cases = [
         (
@@ -150,7 +151,11 @@ fn every_manifest_validates_offline_and_a_broken_one_fails() {
             good.replacen("kind: NetworkPolicy", "kind: NetworkPolcy", 1),
             "Couldn't find schema for kind NetworkPolcy",
         ),
-        ("no resource", "# nothing\n".to_owned(), "holds no Kubernetes resource"),
+        (
+            "no resource",
+            "# nothing\n".to_owned(),
+            "holds no Kubernetes resource",
+        ),
     ];
     for (what, manifest, said) in cases {
         assert_ne!(manifest, good, "{what}: the fault was not made");
@@ -198,26 +203,42 @@ fn the_served_session_holds_together() {
     // The runner's /workspace and serve's --workspace are the same volume.
     let agent = named(&spec["containers"], "agent");
     let serve = named(&spec["containers"], "serve");
-    assert_eq!(named(&agent["volumeMounts"], volume)["mountPath"], "/workspace");
+    assert_eq!(
+        named(&agent["volumeMounts"], volume)["mountPath"],
+        "/workspace"
+    );
     assert_eq!(strings(&serve["command"]), [nanoclaw.as_str()]);
     let args = strings(&serve["args"]);
     let flag = |name: &str| {
-        let at = args.iter().position(|a| *a == name).unwrap_or_else(|| panic!("{name}: {args:?}"));
+        let at = args
+            .iter()
+            .position(|a| *a == name)
+            .unwrap_or_else(|| panic!("{name}: {args:?}"));
         args[at + 1]
     };
     assert_eq!(args[0], "serve");
     let workspace = flag("--workspace");
-    assert_eq!(named(&serve["volumeMounts"], volume)["mountPath"], workspace);
+    assert_eq!(
+        named(&serve["volumeMounts"], volume)["mountPath"],
+        workspace
+    );
     // The folder's name is the session's name in the API.
     assert_eq!(
         Path::new(workspace).file_name().unwrap().to_str().unwrap(),
         session
     );
     assert!(args.contains(&"--plain-http"), "{args:?}");
-    let port: u16 = flag("--listen").strip_prefix("0.0.0.0:").unwrap().parse().unwrap();
+    let port: u16 = flag("--listen")
+        .strip_prefix("0.0.0.0:")
+        .unwrap()
+        .parse()
+        .unwrap();
     let served = contract_flags("nanoclaw serve (--workspace");
     for arg in args.iter().filter(|a| a.starts_with("--")) {
-        assert!(served.iter().any(|f| f == arg), "{arg} is not a flag of nanoclaw serve in api.md: {served:?}");
+        assert!(
+            served.iter().any(|f| f == arg),
+            "{arg} is not a flag of nanoclaw serve in api.md: {served:?}"
+        );
     }
 
     // The token file: one file of the serve-only Secret (subPath: a Secret's own files are
@@ -232,14 +253,22 @@ fn the_served_session_holds_together() {
     assert_eq!(mount["readOnly"], true);
     let key = mount["subPath"].as_str().expect("a subPath mount");
     let secret = &named(&spec["volumes"], mount["name"].as_str().unwrap())["secret"];
-    assert_eq!(secret["defaultMode"], 0o444, "serve (uid 1000) reads a root-owned file");
+    assert_eq!(
+        secret["defaultMode"], 0o444,
+        "serve (uid 1000) reads a root-owned file"
+    );
     let secrets = documents("container/k8s/tokens-secret.yaml");
     let defined = |name: &str, key: &str| {
-        secrets
-            .iter()
-            .any(|s| s["kind"] == "Secret" && s["metadata"]["name"] == name && s["stringData"].get(key).is_some())
+        secrets.iter().any(|s| {
+            s["kind"] == "Secret"
+                && s["metadata"]["name"] == name
+                && s["stringData"].get(key).is_some()
+        })
     };
-    assert!(defined(secret["secretName"].as_str().unwrap(), key), "{secrets:#?}");
+    assert!(
+        defined(secret["secretName"].as_str().unwrap(), key),
+        "{secrets:#?}"
+    );
     assert!(
         agent["volumeMounts"]
             .as_array()
@@ -270,10 +299,16 @@ fn the_served_session_holds_together() {
     // runner starts.
     let owner = named(&spec["initContainers"], "workspace-owner");
     assert_eq!(strings(&owner["command"])[1..], ["1000:1000", "/workspace"]);
-    assert_eq!(strings(&owner["securityContext"]["capabilities"]["add"]), ["CHOWN"]);
+    assert_eq!(
+        strings(&owner["securityContext"]["capabilities"]["add"]),
+        ["CHOWN"]
+    );
     let init = named(&spec["initContainers"], "session-db");
     assert_eq!(strings(&init["command"]), [nanoclaw.as_str()]);
-    assert_eq!(strings(&init["args"]), ["init", "--workspace", "/workspace"]);
+    assert_eq!(
+        strings(&init["args"]),
+        ["init", "--workspace", "/workspace"]
+    );
 
     // The Service and the NetworkPolicy select this Pod and its port.
     assert_eq!(service["spec"]["type"], "ClusterIP");
@@ -312,11 +347,17 @@ fn the_served_session_holds_together() {
     assert_eq!(token_file.parent().unwrap(), Path::new(mount));
     let secret = &template["spec"]["volumes"][0]["secret"];
     assert_eq!(secret["defaultMode"], 0o400);
-    assert_eq!(client["securityContext"]["runAsUser"], 0, "the owner of a Secret's files");
+    assert_eq!(
+        client["securityContext"]["runAsUser"], 0,
+        "the owner of a Secret's files"
+    );
     let key = token_file.file_name().unwrap().to_str().unwrap();
     assert!(defined(secret["secretName"].as_str().unwrap(), key));
     let cli = contract_flags("nanoclaw --url URL");
     for arg in args.iter().filter(|a| a.starts_with("--")) {
-        assert!(cli.iter().any(|f| f == arg), "{arg} is not in api.md's CLI: {cli:?}");
+        assert!(
+            cli.iter().any(|f| f == arg),
+            "{arg} is not in api.md's CLI: {cli:?}"
+        );
     }
 }
