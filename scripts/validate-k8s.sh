@@ -74,11 +74,14 @@ if [[ ${#FILES[@]} -eq 0 ]]; then
   [[ ${#FILES[@]} -gt 0 ]] || die "no manifests in container/k8s/"
 fi
 
+for file in "${FILES[@]}"; do
+  [[ -f "$file" ]] || die "$file: no such file"
+done
+
 failed=0
 resources=0
 for version in "${VERSIONS[@]}"; do
   for file in "${FILES[@]}"; do
-    [[ -f "$file" ]] || { log "error: $file: no such file"; failed=1; continue; }
     # kubernetes-validate exits 0 on a kind it has no schema for (a WARN line), so every line
     # that is not a pass counts as a failure here, and a file must hold at least one resource.
     set +e
