@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README, .ci/run): installs the pinned CLIs into .cli/ (reused when
-# present), checks formatting and lints, runs the README's demo, then every test (the test
-# runner's summary is the last line).
+# present) and the Kubernetes manifest validator into .tools/, validates container/k8s/, checks
+# formatting and lints, runs the README's demo, then every test (the test runner's summary is the
+# last line).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
@@ -30,6 +31,12 @@ if [ -f scripts/install-inspector.sh ]; then
   step "installing the pinned MCP Inspector CLI"
   bash scripts/install-inspector.sh
 fi
+
+# The Kubernetes manifests against the Kubernetes API schemas: installs the pinned validator into
+# .tools/ (PyPI, reused when present), then validates offline (about 2 s). The container test
+# agent-runner/tests/container.rs runs it again, offline, with a broken manifest too.
+step "validating container/k8s/ against the Kubernetes schemas (kubernetes-validate)"
+bash scripts/validate-k8s.sh
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

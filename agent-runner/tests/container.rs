@@ -3,8 +3,9 @@
 //! versions and base images), it installs the CLIs of its `CLIS` build argument through
 //! `scripts/install-clis.sh`, `container/build.sh` passes those pins and a selection, the image runs
 //! agent-runner itself as PID 1 (no tini), starting as root and dropping to its non-root user
-//! (`NANOCLAW_RUN_AS`), with both binaries and its base packages, the ignore file and
-//! the Kubernetes example hold what their READMEs promise; and the real `agent-runner` binary,
+//! (`NANOCLAW_RUN_AS`), with its three binaries (nanoclaw too) and its base packages, the ignore file and
+//! the Kubernetes example hold what their READMEs promise; the README's engine setup (serve in
+//! the VM) uses the API contract's flags consistently; and the real `agent-runner` binary,
 //! run against a temporary folder laid out exactly like the container's `/workspace`, answers a
 //! chat message with the system prompt built from the workspace's instruction files (the mock
 //! provider echoes it when `mockEchoSystemPrompt` is set).
@@ -263,8 +264,9 @@ fn the_image_runs_agent_runner_as_pid_1_dropping_to_a_non_root_user() {
     );
     let runs = runs(&dockerfile);
     assert!(
-        runs.iter()
-            .any(|r| r.contains("cargo build --release --locked -p agent-runner -p mcp-tools")),
+        runs.iter().any(|r| r
+            .contains("cargo build --release --locked -p agent-runner -p mcp-tools -p host")
+            && r.contains("target/release/nanoclaw")),
         "{runs:#?}"
     );
 
@@ -285,7 +287,8 @@ fn the_image_runs_agent_runner_as_pid_1_dropping_to_a_non_root_user() {
         assert!(!words.contains(&init), "{init} is installed: {apt}");
     }
 
-    // Both binaries, side by side in /usr/local/bin.
+    // The three binaries, side by side in /usr/local/bin: nanoclaw so the same image runs
+    // `nanoclaw serve` next to a session's DB (container/k8s/session-serve.yaml).
     let copy = all
         .iter()
         .find(|(k, a)| k == "COPY" && a.starts_with("--from=build"))
@@ -294,8 +297,20 @@ fn the_image_runs_agent_runner_as_pid_1_dropping_to_a_non_root_user() {
     assert!(
         copy.contains("/agent-runner")
             && copy.contains("/mcp-tools")
+            && copy.contains("/nanoclaw")
             && copy.ends_with(" /usr/local/bin/"),
         "{copy}"
+    );
+    // The token file's folder: the agent's uid (serve runs as it), closed to everyone else, so a
+    // named volume mounted there starts with that owner and mode.
+    assert!(
+        runs.iter()
+            .any(|r| r.contains("install -d -m 0700 -o agent -g agent /etc/nanoclaw")),
+        "{runs:#?}"
+    );
+    assert!(
+        all.iter().any(|(k, a)| k == "EXPOSE" && a == "7450"),
+        "the port of nanoclaw serve"
     );
 
     // Starts as root, reads the secrets, drops to the non-root uid 1000 owning /workspace.
@@ -761,6 +776,187 @@ fn agent_runner_config_reads_the_workspace_config() {
         assert!(
             text.lines().any(|l| l == line),
             "`{line}` missing from:\n{text}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// container/README.md's Docker Desktop / OrbStack / Podman machine setup.
+
+/// The `--flag`s of the synopsis in `docs/contract/api.md` that starts with `start` (up to the
+/// next blank line).
+fn contract_flags(start: &str) -> Vec<String> {
+    let api = read("docs/contract/api.md");
+    let at = api
+        .find(start)
+        .unwrap_or_else(|| panic!("api.md has no synopsis starting with {start}"));
+    api[at..]
+        .split("\n\n")
+        .next()
+        .unwrap()
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|word| word.starts_with("--"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The commands of the README's engine setup agree with each other and use only flags the API
+/// contract gives `nanoclaw serve`, `nanoclaw token` and the CLI over the API: one session
+/// volume for init, the runner and serve (at `--root/<session>`), the token file on serve's own
+/// volume, the published port on loopback equal to `--listen`'s and to the client's URL, the
+/// client's token file the one `token add` wrote.
+#[test]
+fn the_readme_engine_setup_uses_the_contracts_flags_consistently() {
+    let readme = read("container/README.md");
+    let start = readme
+        .find("```sh\nIMAGE=")
+        .expect("the engine setup's sh block");
+    let block = &readme[start + 6..];
+    let block = &block[..block.find("```").unwrap()];
+    let joined = block.replace("\\\n", " ");
+    let mut vars = BTreeMap::new();
+    let mut commands: Vec<Vec<String>> = Vec::new();
+    for line in joined.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some((name, value)) = line
+            .split_once('=')
+            .filter(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+        {
+            vars.insert(name.to_owned(), value.to_owned());
+            continue;
+        }
+        let mut line = line
+            .trim_start_matches("(umask 077 && ")
+            .trim_end_matches(')')
+            .to_owned();
+        for (name, value) in &vars {
+            line = line.replace(&format!("${name}"), value);
+        }
+        commands.push(line.split_whitespace().map(str::to_owned).collect());
+    }
+    let image = vars["IMAGE"].clone();
+    let session = vars["SESSION"].clone();
+    let version = read("Cargo.toml");
+    let version = version
+        .lines()
+        .find_map(|l| l.strip_prefix("version = "))
+        .unwrap()
+        .trim_matches('"');
+    assert_eq!(image, format!("nanoclaw-agent:{version}"), "build.sh's tag");
+
+    let value = |words: &[String], flag: &str| -> String {
+        let at = words
+            .iter()
+            .position(|w| w == flag)
+            .unwrap_or_else(|| panic!("{flag} missing: {words:?}"));
+        words[at + 1].clone()
+    };
+    let mounts = |words: &[String]| -> BTreeMap<String, String> {
+        words
+            .windows(2)
+            .filter(|w| w[0] == "-v")
+            .map(|w| {
+                let mut parts = w[1].split(':');
+                (
+                    parts.next().unwrap().to_owned(),
+                    parts.next().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    // `docker run ... IMAGE nanoclaw-args...` with `--entrypoint nanoclaw`: (docker words, args).
+    let nanoclaw_runs: Vec<(Vec<String>, Vec<String>)> = commands
+        .iter()
+        .filter(|c| c[..2] == ["docker", "run"] && c.contains(&"nanoclaw".to_owned()))
+        .map(|c| {
+            let at = c.iter().position(|w| *w == image).expect("the image");
+            (c[..at].to_vec(), c[at + 1..].to_vec())
+        })
+        .collect();
+    let find = |subcommand: &str| {
+        nanoclaw_runs
+            .iter()
+            .find(|(_, args)| args[0] == subcommand)
+            .unwrap_or_else(|| panic!("no `nanoclaw {subcommand}` run: {nanoclaw_runs:?}"))
+    };
+    let volume = format!("nanoclaw-session-{session}");
+
+    let (docker, init) = find("init");
+    assert_eq!(value(init, "--workspace"), mounts(docker)[&volume]);
+    assert_eq!(value(docker, "--user"), "1000:1000");
+
+    let (docker, serve) = find("serve");
+    let served = contract_flags("nanoclaw serve (--workspace");
+    for flag in serve.iter().filter(|a| a.starts_with("--")) {
+        assert!(
+            served.contains(flag),
+            "serve {flag} is not in api.md: {served:?}"
+        );
+    }
+    let root = value(serve, "--root");
+    assert_eq!(mounts(docker)[&volume], format!("{root}/{session}"));
+    let tokens = value(serve, "--tokens");
+    let token_volume = mounts(docker)["nanoclaw-serve"].clone();
+    assert_eq!(
+        Path::new(&tokens).parent().unwrap(),
+        Path::new(token_volume.trim_end_matches(":ro"))
+    );
+    assert!(serve.contains(&"--plain-http".to_owned()));
+    let port = value(serve, "--listen")
+        .strip_prefix("0.0.0.0:")
+        .unwrap()
+        .to_owned();
+    assert_eq!(value(docker, "-p"), format!("127.0.0.1:{port}:{port}"));
+    assert_eq!(value(docker, "--user"), "1000:1000");
+    for hardening in ["--read-only", "--no-healthcheck"] {
+        assert!(
+            docker.contains(&hardening.to_owned()),
+            "{hardening}: {docker:?}"
+        );
+    }
+    assert_eq!(value(docker, "--cap-drop"), "ALL");
+
+    let (docker, add) = find("token");
+    assert_eq!(add[1], "add");
+    let token_flags = contract_flags("nanoclaw token add");
+    for flag in add.iter().filter(|a| a.starts_with("--")) {
+        assert!(
+            token_flags.contains(flag),
+            "token {flag} is not in api.md: {token_flags:?}"
+        );
+    }
+    assert_eq!(value(add, "--tokens"), tokens);
+    assert_eq!(value(add, "--sessions"), session);
+    assert_eq!(
+        Path::new(&tokens).parent().unwrap(),
+        Path::new(&mounts(docker)["nanoclaw-serve"])
+    );
+    let token_file = value(add, ">");
+
+    let runner = commands
+        .iter()
+        .find(|c| c[..2] == ["docker", "run"] && c.last() == Some(&image))
+        .expect("the runner's docker run");
+    assert_eq!(mounts(runner)[&volume], "/workspace");
+
+    let cli = contract_flags("nanoclaw --url URL");
+    let clients: Vec<&Vec<String>> = commands.iter().filter(|c| c[0] == "nanoclaw").collect();
+    assert!(clients.len() >= 2, "{commands:?}");
+    for client in clients {
+        assert_eq!(value(client, "--url"), format!("http://127.0.0.1:{port}"));
+        assert_eq!(value(client, "--token-file"), token_file);
+        assert_eq!(value(client, "--session"), session);
+        let subcommand = client[7..]
+            .first()
+            .unwrap_or_else(|| panic!("no subcommand: {client:?}"));
+        for flag in client[..7].iter().filter(|a| a.starts_with("--")) {
+            assert!(cli.contains(flag), "{flag} is not in api.md's CLI: {cli:?}");
+        }
+        assert!(
+            ["status", "send", "watch"].contains(&subcommand.as_str()),
+            "{client:?}"
         );
     }
 }
