@@ -108,6 +108,30 @@ pub enum Error {
     /// An I/O error.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// The DB's folder is on a shared filesystem (9p, virtiofs, FUSE, NFS, SMB, ...): refused
+    /// before anything is opened or created (`fsguard::refuse_shared_filesystem`).
+    #[error(transparent)]
+    SharedFilesystem(#[from] fsguard::SharedFilesystem),
+}
+
+/// The shared-filesystem refusal `err` is or carries, if any: what the binaries look for in an
+/// error's chain to exit with [`fsguard::SHARED_FILESYSTEM_EXIT`]. It sees through this crate's
+/// [`Error`] and [`health::Unhealthy`], which show the refusal as their own message.
+pub fn shared_filesystem<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a fsguard::SharedFilesystem> {
+    if let Some(refused) = err.downcast_ref::<fsguard::SharedFilesystem>() {
+        return Some(refused);
+    }
+    match err.downcast_ref::<Error>() {
+        Some(Error::SharedFilesystem(refused)) => return Some(refused),
+        Some(_) => return None,
+        None => {}
+    }
+    match err.downcast_ref::<health::Unhealthy>() {
+        Some(health::Unhealthy::SharedFilesystem(refused)) => Some(refused),
+        _ => None,
+    }
 }
 
 impl Error {
