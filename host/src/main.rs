@@ -278,7 +278,10 @@ fn main() -> ExitCode {
             }
             logging::fatal(&format!("error: {err:#}"));
             // A DB on a shared filesystem has its own code: a retry does not fix it.
-            if err.chain().any(|cause| schema::shared_filesystem(cause).is_some()) {
+            if err
+                .chain()
+                .any(|cause| schema::shared_filesystem(cause).is_some())
+            {
                 return ExitCode::from(fsguard::SHARED_FILESYSTEM_EXIT);
             }
             ExitCode::FAILURE
