@@ -319,7 +319,7 @@ mod tests {
 22 1 0:5 / /dev rw,nosuid - tmpfs tmpfs rw,mode=755
 23 22 0:24 / /dev/shm rw,nosuid,nodev shared:2 - tmpfs shm rw
 24 1 254:1 /docker/volumes/v/_data /workspace rw,relatime - ext4 /dev/vda1 rw
-25 1 0:50 /Users/me/proj /Users/me/my\\040proj rw,nosuid master:7 shared:9 - fakeowner /run/host_mark/Users rw
+25 1 0:50 /Projects/proj /Projects/my\\040proj rw,nosuid master:7 shared:9 - fakeowner /run/host_mark/Projects rw
 26 1 0:51 / /mnt/nfs rw,relatime - nfs4 server:/export rw,vers=4.2
 27 26 0:52 / /mnt/nfs/local rw - ext4 /dev/sdb rw
 28 1 0:53 / /mnt/bind rw,nosuid,nodev,relatime - fuse.bindfs /src rw,user_id=0
@@ -363,7 +363,7 @@ this line is garbage
             0:5 "/dev" tmpfs
             0:24 "/dev/shm" tmpfs
             254:1 "/workspace" ext4
-            0:50 "/Users/me/my proj" fakeowner
+            0:50 "/Projects/my proj" fakeowner
             0:51 "/mnt/nfs" nfs4
             0:52 "/mnt/nfs/local" ext4
             0:53 "/mnt/bind" fuse.bindfs
@@ -431,10 +431,10 @@ this line is garbage
         );
         check(
             &t,
-            "/Users/me/my proj/s",
+            "/Projects/my proj/s",
             Some((0, 50)),
             None,
-            expect!["refused: fakeowner (a folder shared into a VM) at /Users/me/my proj"],
+            expect!["refused: fakeowner (a folder shared into a VM) at /Projects/my proj"],
         );
         check(
             &t,
@@ -554,16 +554,28 @@ this line is garbage
             SHARED_MAGICS
                 .iter()
                 .find(|(_, n, _)| *n == name)
-                .map(|(m, _, _)| i64::from(*m))
+                .map(|(m, _, _)| *m)
                 .unwrap()
         };
-        assert_eq!(magic("fuse"), libc::FUSE_SUPER_MAGIC as i64);
-        assert_eq!(magic("nfs"), libc::NFS_SUPER_MAGIC as i64);
-        assert_eq!(magic("smb"), libc::SMB_SUPER_MAGIC as i64);
-        assert_eq!(magic("afs"), libc::AFS_SUPER_MAGIC as i64);
-        assert_eq!(magic("coda"), libc::CODA_SUPER_MAGIC as i64);
-        assert_eq!(magic("ncpfs"), libc::NCP_SUPER_MAGIC as i64);
-        assert_eq!(magic("ocfs2"), libc::OCFS2_SUPER_MAGIC as i64);
+        assert_eq!(
+            magic("fuse"),
+            u32::try_from(libc::FUSE_SUPER_MAGIC).unwrap()
+        );
+        assert_eq!(magic("nfs"), u32::try_from(libc::NFS_SUPER_MAGIC).unwrap());
+        assert_eq!(magic("smb"), u32::try_from(libc::SMB_SUPER_MAGIC).unwrap());
+        assert_eq!(magic("afs"), u32::try_from(libc::AFS_SUPER_MAGIC).unwrap());
+        assert_eq!(
+            magic("coda"),
+            u32::try_from(libc::CODA_SUPER_MAGIC).unwrap()
+        );
+        assert_eq!(
+            magic("ncpfs"),
+            u32::try_from(libc::NCP_SUPER_MAGIC).unwrap()
+        );
+        assert_eq!(
+            magic("ocfs2"),
+            u32::try_from(libc::OCFS2_SUPER_MAGIC).unwrap()
+        );
         // And no local filesystem's magic is among them.
         for local in [
             libc::TMPFS_MAGIC,
@@ -574,7 +586,7 @@ this line is garbage
         ] {
             assert!(SHARED_MAGICS
                 .iter()
-                .all(|(m, _, _)| i64::from(*m) != local as i64));
+                .all(|(m, _, _)| Some(*m) != u32::try_from(local).ok()));
         }
     }
 
@@ -593,6 +605,7 @@ this line is garbage
 /// and the test prints that it skips the case (never silently).
 #[cfg(any(test, feature = "testing"))]
 pub(crate) mod testing {
+    #![allow(clippy::unwrap_used)]
     use std::path::{Path, PathBuf};
     use std::process::{Child, Command, Stdio};
     use std::time::{Duration, Instant};
