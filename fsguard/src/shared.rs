@@ -64,7 +64,7 @@ impl std::fmt::Display for SharedKind {
 /// A session DB refused because its folder is on a shared filesystem.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "refusing the session DB {}: its folder {} is on {fs_name} ({kind}, mounted at {}), and \
+    "refusing the session DB {}: its folder {} is on {fs_name} ({kind}{}), and \
      SQLite's WAL needs every process that opens the DB on one kernel (on such folders it \
      reports `database is locked` or I/O errors, or silently corrupts the DB). Fix: keep the \
      session folder on a local filesystem of the VM or pod that runs agent-runner (a named \
@@ -72,7 +72,7 @@ impl std::fmt::Display for SharedKind {
      HTTP with `nanoclaw --url` from outside. This check has no switch",
     db.display(),
     folder.display(),
-    mount_point.display()
+    mount_point.as_ref().map(|at| format!(", mounted at {}", at.display())).unwrap_or_default()
 )]
 pub struct SharedFilesystem {
     /// The session DB path as given.
@@ -85,8 +85,8 @@ pub struct SharedFilesystem {
     pub fs_name: String,
     /// What kind of shared filesystem it is.
     pub kind: SharedKind,
-    /// Where that filesystem is mounted (`?` when the mount table did not say).
-    pub mount_point: PathBuf,
+    /// Where that filesystem is mounted (`None` when the mount table did not say).
+    pub mount_point: Option<PathBuf>,
 }
 
 /// Refuses (with [`SharedFilesystem`]) a session DB at `db` whose folder is on a shared
@@ -117,7 +117,7 @@ pub fn refuse_shared_filesystem(db: &Path) -> Result<(), SharedFilesystem> {
             folder,
             fs_name,
             kind,
-            mount_point: mount.map_or_else(|| PathBuf::from("?"), |m| m.mount_point.clone()),
+            mount_point: mount.map(|m| m.mount_point.clone()),
         }),
     }
 }
@@ -591,6 +591,28 @@ this line is garbage
     }
 
     #[test]
+    fn the_message_names_the_filesystem_the_mount_and_the_fix() {
+        let refused = SharedFilesystem {
+            db: PathBuf::from("/mnt/share/s1/session.db"),
+            folder: PathBuf::from("/mnt/share/s1"),
+            fs_name: "nfs4".into(),
+            kind: SharedKind::Network,
+            mount_point: Some(PathBuf::from("/mnt/share")),
+        };
+        expect![[r#"refusing the session DB /mnt/share/s1/session.db: its folder /mnt/share/s1 is on nfs4 (a network filesystem, mounted at /mnt/share), and SQLite's WAL needs every process that opens the DB on one kernel (on such folders it reports `database is locked` or I/O errors, or silently corrupts the DB). Fix: keep the session folder on a local filesystem of the VM or pod that runs agent-runner (a named volume, an emptyDir), run `nanoclaw serve` there, next to the DB, and talk to it over HTTP with `nanoclaw --url` from outside. This check has no switch"#]]
+        .assert_eq(&refused.to_string());
+        let unmounted = SharedFilesystem {
+            fs_name: "9p".into(),
+            kind: SharedKind::VmShare,
+            mount_point: None,
+            ..refused
+        };
+        assert!(unmounted
+            .to_string()
+            .contains("is on 9p (a folder shared into a VM), and SQLite's WAL"));
+    }
+
+    #[test]
     fn this_machines_temp_folder_is_served() {
         // The test's own temp folder is on a local filesystem wherever CI runs it; the
         // classification runs the real statfs and mount table.
@@ -771,7 +793,10 @@ pub(crate) mod testing {
                         crate::refuse_shared_filesystem(&target.join("session.db")).unwrap_err();
                     assert_eq!(refused.fs_name, "fuse.bindfs");
                     assert_eq!(refused.kind, crate::SharedKind::Fuse);
-                    assert_eq!(refused.mount_point, std::fs::canonicalize(&target).unwrap());
+                    assert_eq!(
+                        refused.mount_point,
+                        Some(std::fs::canonicalize(&target).unwrap())
+                    );
                     // A folder not there yet is classified by its nearest ancestor; a link
                     // from a local folder into the mount by where it leads.
                     crate::refuse_shared_filesystem(&target.join("a/b/session.db")).unwrap_err();
