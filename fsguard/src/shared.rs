@@ -678,12 +678,20 @@ pub(crate) mod testing {
                 );
             }
             let tools = tools_dir();
-            let bindfs = tools.join("usr/bin/bindfs");
-            assert!(
-                bindfs.is_file(),
-                "{} is missing: run scripts/install-test-tools.sh (scripts/test.sh does)",
-                bindfs.display()
-            );
+            // The project's copy, else one installed on the machine.
+            let bindfs = [tools.join("usr/bin/bindfs")]
+                .into_iter()
+                .chain(
+                    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+                        .map(|dir| dir.join("bindfs")),
+                )
+                .find(|path| path.is_file());
+            let Some(bindfs) = bindfs else {
+                panic!(
+                    "no bindfs in {} or on PATH: run scripts/install-test-tools.sh (scripts/test.sh does)",
+                    tools.display()
+                );
+            };
             // libfuse2 is unpacked beside it, under the multiarch folders.
             let libs: Vec<String> = ["lib", "usr/lib"]
                 .iter()
