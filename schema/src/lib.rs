@@ -186,4 +186,32 @@ mod tests {
         assert!(Error::from(io).is_disk_full());
         assert!(!Error::NotFound("x".into()).is_disk_full());
     }
+
+    #[test]
+    fn the_shared_filesystem_refusal_is_found_through_each_wrapper() {
+        let refused = fsguard::SharedFilesystem {
+            db: "/mnt/s/session.db".into(),
+            folder: "/mnt/s".into(),
+            fs_name: "virtiofs".into(),
+            kind: fsguard::SharedKind::VmShare,
+            mount_point: Some("/mnt/s".into()),
+        };
+        let as_error = Error::from(refused.clone());
+        let as_unhealthy = crate::health::Unhealthy::from(refused.clone());
+        // Each shows the refusal's own words, once.
+        assert_eq!(as_error.to_string(), refused.to_string());
+        assert_eq!(as_unhealthy.to_string(), refused.to_string());
+        for err in [
+            &refused as &(dyn std::error::Error + 'static),
+            &as_error,
+            &as_unhealthy,
+        ] {
+            assert_eq!(super::shared_filesystem(err), Some(&refused));
+        }
+        assert_eq!(super::shared_filesystem(&Error::NotFound("x".into())), None);
+        let other = crate::health::Unhealthy::NoRunner {
+            path: "/mnt/s/session.db".into(),
+        };
+        assert_eq!(super::shared_filesystem(&other), None);
+    }
 }
