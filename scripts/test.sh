@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The project's test command (README, .ci/run): installs the pinned CLIs into .cli/ (reused when
-# present) and the Kubernetes manifest validator into .tools/, validates container/k8s/, checks
-# formatting and lints, runs the README's demo, then every test (the test runner's summary is the
-# last line).
+# The project's test command (README, .ci/run): installs the pinned CLIs into .cli/ and the test
+# tools into .tools/ (bindfs, the Kubernetes manifest validator; reused when present), validates
+# container/k8s/, checks formatting and lints, runs the README's demo, then every test (the test
+# runner's summary is the last line).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
@@ -31,6 +31,10 @@ if [ -f scripts/install-inspector.sh ]; then
   step "installing the pinned MCP Inspector CLI"
   bash scripts/install-inspector.sh
 fi
+# bindfs, for the tests that refuse a session DB on a FUSE mount (they mount it as root; as
+# another user they say that they skip the FUSE case).
+step "unpacking the test tools into .tools/ (bindfs, from Debian's packages)"
+bash scripts/install-test-tools.sh
 
 # The Kubernetes manifests against the Kubernetes API schemas: installs the pinned validator into
 # .tools/ (PyPI, reused when present), then validates offline (about 2 s). The container test

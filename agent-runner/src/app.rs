@@ -208,6 +208,9 @@ async fn run(config: Config) -> Result<()> {
         tracing::warn!("{warning}");
     }
     let db_path = settings.session_db.clone();
+    // Before the DB or its lock file is created: a DB on a shared filesystem is refused (exit
+    // `fsguard::SHARED_FILESYSTEM_EXIT`); `SessionDb::open_with` checks again.
+    fsguard::refuse_shared_filesystem(&db_path)?;
     ensure_db_exists(&db_path, settings.create_session_db)?;
     let lock = lock::RunnerLock::acquire(&db_path)?;
     let identity = DbIdentity::of(&db_path)?;

@@ -113,6 +113,13 @@ fn main() -> ExitCode {
         Err(err) => {
             // Once: the last words are the error line (text or JSON), not also a log line.
             logging::fatal(&format!("{err:#}"));
+            // A DB on a shared filesystem has its own code: a restart does not fix it.
+            if err
+                .chain()
+                .any(|cause| schema::shared_filesystem(cause).is_some())
+            {
+                return ExitCode::from(fsguard::SHARED_FILESYSTEM_EXIT);
+            }
             ExitCode::from(1)
         }
     }

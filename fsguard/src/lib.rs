@@ -32,11 +32,14 @@
 //! [`SessionDb`]: https://docs.rs/schema (the workspace's `schema` crate)
 //!
 //! It also owns the rule for a path that input names in a setting ([`absolute`]): made absolute
-//! once, where it is read.
+//! once, where it is read; and the rule for where a session DB may live
+//! ([`refuse_shared_filesystem`]): never on a filesystem shared between kernels.
 
 mod absolute;
+mod shared;
 
 pub use absolute::{absolute, absolute_in, PathSettingError};
+pub use shared::{refuse_shared_filesystem, SharedFilesystem, SharedKind, SHARED_FILESYSTEM_EXIT};
 
 use std::ffi::OsString;
 use std::fs::{File, Metadata};
@@ -448,6 +451,8 @@ pub mod testing {
             .output();
         out.is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "True")
     }
+
+    pub use super::shared::testing::{tmpfs_dir, FuseMount};
 }
 
 #[cfg(test)]

@@ -106,6 +106,13 @@ impl InitReport {
 
 /// Creates the workspace tree and the session DB, then stores routing and destinations.
 pub fn init(options: &InitOptions) -> Result<InitReport> {
+    let db_path = options
+        .db
+        .clone()
+        .unwrap_or_else(|| options.workspace.join(DB_FILE_NAME));
+    // Before any folder is made: a DB on a shared filesystem is refused (`SessionDb::open`
+    // checks again).
+    fsguard::refuse_shared_filesystem(&db_path)?;
     let workspace = PathReport {
         created: ensure_dir(&options.workspace)?,
         path: options.workspace.clone(),
@@ -118,10 +125,6 @@ pub fn init(options: &InitOptions) -> Result<InitReport> {
             path,
         });
     }
-    let db_path = options
-        .db
-        .clone()
-        .unwrap_or_else(|| options.workspace.join(DB_FILE_NAME));
     if let Some(parent) = db_path.parent().filter(|p| !p.as_os_str().is_empty()) {
         ensure_dir(parent)?;
     }

@@ -34,6 +34,8 @@ pub use watch::{render_row, row_json, watch, WatchEnd, WatchOptions, WatchSummar
 /// Opens an existing session DB (creating tables or columns an older DB lacks). A missing file
 /// is an error, so a mistyped path never silently creates an empty DB: use [`init`] for that.
 pub fn open_existing(path: &Path) -> Result<SessionDb> {
+    // First: on a shared filesystem, "no DB there" would send the user to the wrong fix.
+    fsguard::refuse_shared_filesystem(path)?;
     if !path.is_file() {
         bail!(
             "no session DB at {} (create it with `nanoclaw init`, or pass --db / SESSION_DB)",

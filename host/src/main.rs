@@ -277,6 +277,13 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             logging::fatal(&format!("error: {err:#}"));
+            // A DB on a shared filesystem has its own code: a retry does not fix it.
+            if err
+                .chain()
+                .any(|cause| schema::shared_filesystem(cause).is_some())
+            {
+                return ExitCode::from(fsguard::SHARED_FILESYSTEM_EXIT);
+            }
             ExitCode::FAILURE
         }
     }
@@ -560,7 +567,8 @@ fn cmd_interrupt(db_path: &std::path::Path, as_json: bool) -> Result<ExitCode> {
 }
 
 /// Exit 1 (the orchestrators' "unhealthy") with the reason on stderr, or 0 with the verdict on
-/// stdout; `--json` prints `{"healthy","reason"}` either way.
+/// stdout; `--json` prints `{"healthy","reason"}` either way. A DB on a shared filesystem exits
+/// `fsguard::SHARED_FILESYSTEM_EXIT`, as every command does.
 fn cmd_health(db_path: &std::path::Path, as_json: bool, args: &HealthArgs) -> Result<ExitCode> {
     let limits = host::status::host_limits(
         Duration::from_secs(args.stale_after),
@@ -578,9 +586,12 @@ fn cmd_health(db_path: &std::path::Path, as_json: bool, args: &HealthArgs) -> Re
     } else {
         logging::print_line(&format!("nanoclaw: unhealthy: {reason}"));
     }
-    Ok(if healthy {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
+    Ok(match &verdict {
+        Ok(_) => ExitCode::SUCCESS,
+        // Refused, not unhealthy: the same code as every other command on such a DB.
+        Err(schema::health::Unhealthy::SharedFilesystem(_)) => {
+            ExitCode::from(fsguard::SHARED_FILESYSTEM_EXIT)
+        }
+        Err(_) => ExitCode::FAILURE,
     })
 }

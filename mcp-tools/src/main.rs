@@ -42,6 +42,13 @@ fn main() -> std::process::ExitCode {
         Err(err) => {
             // Once: the last words are the error line (text or JSON), not also a log line.
             logging::fatal(&format!("{err:#}"));
+            // A DB on a shared filesystem has its own code: a restart does not fix it.
+            if err
+                .chain()
+                .any(|cause| schema::shared_filesystem(cause).is_some())
+            {
+                return std::process::ExitCode::from(fsguard::SHARED_FILESYSTEM_EXIT);
+            }
             std::process::ExitCode::FAILURE
         }
     }

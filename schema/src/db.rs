@@ -128,8 +128,14 @@ impl SessionDb {
     }
 
     /// Opens the DB at `path`: pragmas on every connection, schema and migrations once.
+    /// A DB whose folder is on a shared filesystem is refused first, before anything is opened
+    /// or created ([`Error::SharedFilesystem`]).
     pub fn open_with(path: impl AsRef<Path>, options: OpenOptions) -> Result<Self, Error> {
         let path = path.as_ref().to_path_buf();
+        // Every session DB this workspace opens comes through here (or `health::check`): WAL
+        // needs every process that opens it on one kernel (docs/contract/db.md, "Where the DB
+        // may live").
+        fsguard::refuse_shared_filesystem(&path)?;
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             if !parent.is_dir() {
                 return Err(Error::MissingDirectory(parent.to_path_buf()));

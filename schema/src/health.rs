@@ -110,6 +110,9 @@ pub enum Unhealthy {
         /// How long the check waited.
         waited: Duration,
     },
+    /// The DB's folder is on a shared filesystem: refused before it is opened.
+    #[error(transparent)]
+    SharedFilesystem(#[from] fsguard::SharedFilesystem),
     /// The DB has no runner_state: no runner ever started on it.
     #[error("no runner has started on {}: start agent-runner with this DB", path.display())]
     NoRunner {
@@ -257,6 +260,9 @@ fn read(path: &Path, lock_wait: Duration) -> Result<(Option<RunnerState>, i64), 
         path: path.to_path_buf(),
         cause,
     };
+    // Even a read-only connection maps `-shm` and takes its locks (docs/contract/db.md,
+    // "Where the DB may live").
+    fsguard::refuse_shared_filesystem(path)?;
     match std::fs::metadata(path) {
         Ok(meta) if meta.is_file() => {}
         Ok(_) => return Err(unusable("not a regular file".into())),

@@ -108,6 +108,30 @@ pub enum Error {
     /// An I/O error.
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// The DB's folder is on a shared filesystem (9p, virtiofs, FUSE, NFS, SMB, ...): refused
+    /// before anything is opened or created (`fsguard::refuse_shared_filesystem`).
+    #[error(transparent)]
+    SharedFilesystem(#[from] fsguard::SharedFilesystem),
+}
+
+/// The shared-filesystem refusal `err` is or carries, if any: what the binaries look for in an
+/// error's chain to exit with [`fsguard::SHARED_FILESYSTEM_EXIT`]. It sees through this crate's
+/// [`Error`] and [`health::Unhealthy`], which show the refusal as their own message.
+pub fn shared_filesystem<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a fsguard::SharedFilesystem> {
+    if let Some(refused) = err.downcast_ref::<fsguard::SharedFilesystem>() {
+        return Some(refused);
+    }
+    match err.downcast_ref::<Error>() {
+        Some(Error::SharedFilesystem(refused)) => return Some(refused),
+        Some(_) => return None,
+        None => {}
+    }
+    match err.downcast_ref::<health::Unhealthy>() {
+        Some(health::Unhealthy::SharedFilesystem(refused)) => Some(refused),
+        _ => None,
+    }
 }
 
 impl Error {
@@ -161,5 +185,33 @@ mod tests {
         let io = std::io::Error::from(std::io::ErrorKind::StorageFull);
         assert!(Error::from(io).is_disk_full());
         assert!(!Error::NotFound("x".into()).is_disk_full());
+    }
+
+    #[test]
+    fn the_shared_filesystem_refusal_is_found_through_each_wrapper() {
+        let refused = fsguard::SharedFilesystem {
+            db: "/mnt/s/session.db".into(),
+            folder: "/mnt/s".into(),
+            fs_name: "virtiofs".into(),
+            kind: fsguard::SharedKind::VmShare,
+            mount_point: Some("/mnt/s".into()),
+        };
+        let as_error = Error::from(refused.clone());
+        let as_unhealthy = crate::health::Unhealthy::from(refused.clone());
+        // Each shows the refusal's own words, once.
+        assert_eq!(as_error.to_string(), refused.to_string());
+        assert_eq!(as_unhealthy.to_string(), refused.to_string());
+        for err in [
+            &refused as &(dyn std::error::Error + 'static),
+            &as_error,
+            &as_unhealthy,
+        ] {
+            assert_eq!(super::shared_filesystem(err), Some(&refused));
+        }
+        assert_eq!(super::shared_filesystem(&Error::NotFound("x".into())), None);
+        let other = crate::health::Unhealthy::NoRunner {
+            path: "/mnt/s/session.db".into(),
+        };
+        assert_eq!(super::shared_filesystem(&other), None);
     }
 }

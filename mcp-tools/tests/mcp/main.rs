@@ -13,5 +13,6 @@ mod messages;
 mod paths;
 mod protocol;
 mod question;
+mod shared_fs;
 mod support;
 mod tasks;

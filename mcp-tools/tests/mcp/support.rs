@@ -32,7 +32,11 @@ impl Env {
     }
 
     pub(crate) fn with_tz(tz: &'static str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        Self::in_dir(tempfile::tempdir().unwrap(), tz)
+    }
+
+    /// The workspace in `dir` (e.g. a folder on tmpfs).
+    pub(crate) fn in_dir(dir: tempfile::TempDir, tz: &'static str) -> Self {
         let workspace = dir.path().join("workspace");
         std::fs::create_dir_all(workspace.join("agent")).unwrap();
         let db_path = workspace.join("session.db");
