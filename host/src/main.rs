@@ -9,7 +9,6 @@ use anyhow::{bail, Context, Result};
 use chrono::Utc;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use schema::{Routing, SweepPolicy};
-use serde_json::json;
 
 use host::{AnswerRequest, InitOptions, Quote, SendKind, SendRequest, WatchOptions};
 
@@ -476,12 +475,7 @@ fn cmd_answer(db_path: &std::path::Path, as_json: bool, args: AnswerArgs) -> Res
         },
     )?;
     if as_json {
-        print_json(&json!({
-            "id": answered.id,
-            "seq": answered.seq,
-            "selectedOption": answered.selected_option,
-            "questionFound": answered.question.is_some(),
-        }))?;
+        print_json(&answered.report())?;
     } else {
         if answered.question.is_none() {
             logging::print_line("note: no such question was asked; sent anyway (--force)");
@@ -566,13 +560,10 @@ fn cmd_health(db_path: &std::path::Path, as_json: bool, args: &HealthArgs) -> Re
         Duration::from_secs(args.stale_after),
         Duration::from_secs(args.max_turn_silence),
     );
-    let verdict = schema::health::check(db_path, &limits, Utc::now());
-    let (healthy, reason) = match &verdict {
-        Ok(healthy) => (true, healthy.to_string()),
-        Err(unhealthy) => (false, unhealthy.to_string()),
-    };
+    let report = host::status::HealthReport::check(db_path, &limits, Utc::now());
+    let (healthy, reason) = (report.healthy, &report.reason);
     if as_json {
-        print_json(&json!({ "healthy": healthy, "reason": reason }))?;
+        print_json(&report)?;
     } else if healthy {
         print(&format!("{reason}\n"))?;
     } else {
