@@ -26,7 +26,7 @@ use schema::{OpenOptions, SessionDb};
 pub use answer::{answer, find_question, AnswerReport, AnswerRequest, Answered, Question};
 pub use init::{init, parse_destination, parse_routing, InitOptions, InitReport};
 pub use interrupt::{interrupt, InterruptSent};
-pub use send::{send, Quote, SendKind, SendRequest, Sent};
+pub use send::{send, send_with_key, KeyedSend, Quote, SendKind, SendRequest, Sent};
 pub use status::{status, StatusReport};
 pub use sweep::{sweep, SweepOutcome};
 pub use usage::{usage, UsageReport, UsageRequest};

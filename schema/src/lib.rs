@@ -12,6 +12,7 @@ pub mod db;
 mod delivered;
 mod destinations;
 pub mod health;
+pub mod idempotency;
 mod messages;
 mod questions;
 mod queue;
@@ -36,6 +37,7 @@ pub use content::{
     TaskContent, WebhookContent,
 };
 pub use db::{OpenOptions, SessionDb};
+pub use idempotency::IdempotentInsert;
 pub use queue::{ClaimStarted, Eligible, QueueCounts};
 pub use reads::Reads;
 pub use routing::{find_destination, DestinationRoute};
