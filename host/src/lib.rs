@@ -11,6 +11,7 @@ pub mod init;
 pub mod interrupt;
 pub mod location;
 pub mod send;
+pub mod serve;
 pub mod status;
 pub mod sweep;
 pub mod system_rows;

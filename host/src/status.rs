@@ -122,7 +122,7 @@ pub struct LastError {
 }
 
 /// The health verdict, as `nanoclaw health` gives it with its default limits.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthReport {
     /// True when the runner is alive and making progress.

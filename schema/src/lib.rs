@@ -125,6 +125,17 @@ impl Error {
         }
     }
 
+    /// True when a write broke a constraint (a row id that exists already).
+    pub fn is_constraint(&self) -> bool {
+        match self {
+            Error::Sqlite(err) => matches!(
+                err.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::ConstraintViolation)
+            ),
+            _ => false,
+        }
+    }
+
     /// True when a write failed for lack of space: `SQLITE_FULL` (the file system returned
     /// ENOSPC, or `max_page_count` was reached), or an I/O error saying the storage is full.
     /// Writers wait for space on it instead of giving up (docs/decisions.md, "Full disk").
