@@ -147,7 +147,8 @@ pub(crate) fn redact(value: &Value) -> String {
                         || lower == "since"
                         || lower == "now"
                         || lower == "path"
-                        || lower == "db";
+                        || lower == "db"
+                        || lower == "nextdue";
                     if redacted && field.is_string() {
                         *field = Value::String(format!("<{key}>"));
                     } else {
