@@ -40,6 +40,10 @@ pub(crate) struct AppState {
     pub(crate) body_timeout: Duration,
     pub(crate) keep_alive_every: Duration,
     pub(crate) sse_buffer: usize,
+    /// How long an event stream's full buffer may stay full.
+    pub(crate) write_timeout: Duration,
+    /// Turns true at shutdown: event streams end, so connections can close cleanly.
+    pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The API's routes.

@@ -16,7 +16,7 @@ use chrono::Utc;
 use futures::StreamExt;
 use schema::{DbWatcher, SessionDb};
 use tokio::sync::mpsc;
-use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::mpsc::error::SendTimeoutError;
 
 use super::auth::Caller;
 use super::errors::ApiError;
@@ -62,6 +62,8 @@ pub(crate) async fn events(
         after,
         events,
         state.keep_alive_every,
+        state.write_timeout,
+        state.stopping.clone(),
         name,
     ));
     let stream = tokio_stream_from(receiver).map(Ok::<Event, Infallible>);
@@ -87,11 +89,15 @@ enum Stop {
     Full,
 }
 
-fn offer(events: &mpsc::Sender<Event>, event: Event) -> Result<(), Stop> {
-    events.try_send(event).map_err(|err| match err {
-        TrySendError::Full(_) => Stop::Full,
-        TrySendError::Closed(_) => Stop::Gone,
-    })
+/// Queues `event`; a client whose buffer stays full for `stall` stopped reading.
+async fn offer(events: &mpsc::Sender<Event>, event: Event, stall: Duration) -> Result<(), Stop> {
+    events
+        .send_timeout(event, stall)
+        .await
+        .map_err(|err| match err {
+            SendTimeoutError::Timeout(_) => Stop::Full,
+            SendTimeoutError::Closed(_) => Stop::Gone,
+        })
 }
 
 /// Reads rows after `after` and status changes, and offers them to the client until it goes
@@ -102,18 +108,24 @@ async fn produce(
     mut after: i64,
     events: mpsc::Sender<Event>,
     every: Duration,
+    stall: Duration,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
     session: String,
 ) {
     let mut last_status: Option<StatusEvent> = None;
     let stop = loop {
-        match step(&db, &mut after, &mut last_status, &events).await {
+        match step(&db, &mut after, &mut last_status, &events, stall).await {
             Ok(true) => continue,
             Ok(false) => {}
             Err(stop) => break stop,
         }
+        if *stopping.borrow() {
+            break Stop::Gone;
+        }
         tokio::select! {
             _ = watcher.wait(every) => {}
             () = events.closed() => break Stop::Gone,
+            _ = stopping.changed() => break Stop::Gone,
         }
     };
     if let Stop::Full = stop {
@@ -130,6 +142,7 @@ async fn step(
     after: &mut i64,
     last_status: &mut Option<StatusEvent>,
     events: &mpsc::Sender<Event>,
+    stall: Duration,
 ) -> Result<bool, Stop> {
     let from = *after;
     let reader = db.clone();
@@ -161,11 +174,13 @@ async fn step(
                 .event("message")
                 .id(seq.to_string())
                 .data(data),
-        )?;
+            stall,
+        )
+        .await?;
     }
     if last_status.as_ref() != Some(&status) {
         let data = serde_json::to_string(&status).unwrap_or_default();
-        offer(events, Event::default().event("status").data(data))?;
+        offer(events, Event::default().event("status").data(data), stall).await?;
         *last_status = Some(status);
     }
     Ok(full_page)

@@ -28,7 +28,10 @@ async fn every_endpoint_answers_its_object() {
     assert_eq!(created.status(), StatusCode::CREATED);
     let created: Value = created.json().await.unwrap();
     assert_eq!(created["db"]["created"], json!(true));
-    assert_eq!(created["routing"], json!({"channelType":"slack","platformId":"C1","threadId":null}));
+    assert_eq!(
+        created["routing"],
+        json!({"channelType":"slack","platformId":"C1","threadId":null})
+    );
     assert!(root.join("gamma/session.db").is_file());
     let again = admin(http.post(server.at("/v1/sessions")))
         .json(&json!({"name": "gamma"}))
@@ -87,7 +90,10 @@ async fn every_endpoint_answers_its_object() {
         }"#]]
     .assert_eq(&redact(&sent));
     let db = server.db("gamma");
-    let row = db.message_in(sent["id"].as_str().unwrap()).unwrap().unwrap();
+    let row = db
+        .message_in(sent["id"].as_str().unwrap())
+        .unwrap()
+        .unwrap();
     assert_eq!(row.seq, Some(2));
     let content: Value = serde_json::from_str(&row.content).unwrap();
     assert_eq!(content["text"], json!("hello"));
@@ -114,9 +120,9 @@ async fn every_endpoint_answers_its_object() {
     assert_eq!(status["routing"]["platformId"], json!("C1"));
     assert_eq!(status["destinations"], json!(["team"]));
 
-    let health: Value = admin(http.get(server.at(
-        "/v1/sessions/gamma/health?staleAfterSecs=30&maxTurnSilenceSecs=900",
-    )))
+    let health: Value = admin(
+        http.get(server.at("/v1/sessions/gamma/health?staleAfterSecs=30&maxTurnSilenceSecs=900")),
+    )
     .send()
     .await
     .unwrap()
@@ -170,7 +176,10 @@ async fn every_endpoint_answers_its_object() {
           "status": "failed"
         }"#]]
     .assert_eq(&redact(&delivered));
-    let record = db.delivered(delivered["id"].as_str().unwrap()).unwrap().unwrap();
+    let record = db
+        .delivered(delivered["id"].as_str().unwrap())
+        .unwrap()
+        .unwrap();
     assert_eq!(record.status, "failed");
     assert_eq!(record.reason.as_deref(), Some("channel archived"));
     let reply_seq = agent_reply(&db, "done");
@@ -199,7 +208,10 @@ async fn every_endpoint_answers_its_object() {
           "seq": 8
         }"#]]
     .assert_eq(&redact(&interrupted));
-    assert!(db.message_in(interrupted["id"].as_str().unwrap()).unwrap().is_some());
+    assert!(db
+        .message_in(interrupted["id"].as_str().unwrap())
+        .unwrap()
+        .is_some());
 
     let usage: Value = admin(http.get(server.at("/v1/sessions/gamma/usage?by=model&since=7d")))
         .send()

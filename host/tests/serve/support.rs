@@ -131,7 +131,11 @@ pub(crate) fn db_state(db: &SessionDb) -> (i64, i64, usize) {
         .iter()
         .filter(|row| db.delivered(&row.id).unwrap().is_some())
         .count();
-    (db.max_seq().unwrap(), db.idempotency_keys().unwrap(), delivered)
+    (
+        db.max_seq().unwrap(),
+        db.idempotency_keys().unwrap(),
+        delivered,
+    )
 }
 
 /// `value` with its ids, times and paths replaced by placeholders, pretty, for snapshots.
