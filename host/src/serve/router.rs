@@ -514,7 +514,7 @@ pub(crate) async fn interrupt(
         let path = state.session_db_path(&caller, &name)?;
         caller.require_write()?;
         let _: EmptyBody = json_body(&state, &headers, body, true).await?;
-        let sent = with_db(&state, path, |db| crate::interrupt(db)).await?;
+        let sent = with_db(&state, path, crate::interrupt).await?;
         Ok((StatusCode::CREATED, Some(sent.id.clone()), sent))
     }
     .await;

@@ -56,16 +56,14 @@ pub(crate) async fn events(
         .map_err(ApiError::from_library)?;
     let watcher = DbWatcher::new(&db).map_err(|err| ApiError::from_library(err.into()))?;
     let (events, receiver) = mpsc::channel(state.sse_buffer);
-    tokio::spawn(produce(
+    let producer = Producer {
         db,
-        watcher,
-        after,
         events,
-        state.keep_alive_every,
-        state.write_timeout,
-        state.stopping.clone(),
-        name,
-    ));
+        every: state.keep_alive_every,
+        stall: state.write_timeout,
+        session: name,
+    };
+    tokio::spawn(producer.run(watcher, after, state.stopping.clone()));
     let stream = tokio_stream_from(receiver).map(Ok::<Event, Infallible>);
     Ok(Sse::new(stream)
         .keep_alive(
@@ -100,39 +98,55 @@ async fn offer(events: &mpsc::Sender<Event>, event: Event, stall: Duration) -> R
         })
 }
 
-/// Reads rows after `after` and status changes, and offers them to the client until it goes
-/// away or stops reading.
-async fn produce(
+/// One client's producer: what it reads, where it offers events, and its bounds.
+struct Producer {
     db: Arc<SessionDb>,
-    mut watcher: DbWatcher,
-    mut after: i64,
     events: mpsc::Sender<Event>,
+    /// The longest wait between two looks at the DB (the keep-alive interval).
     every: Duration,
+    /// How long the client's buffer may stay full.
     stall: Duration,
-    mut stopping: tokio::sync::watch::Receiver<bool>,
     session: String,
-) {
-    let mut last_status: Option<StatusEvent> = None;
-    let stop = loop {
-        match step(&db, &mut after, &mut last_status, &events, stall).await {
-            Ok(true) => continue,
-            Ok(false) => {}
-            Err(stop) => break stop,
-        }
-        if *stopping.borrow() {
-            break Stop::Gone;
-        }
-        tokio::select! {
-            _ = watcher.wait(every) => {}
-            () = events.closed() => break Stop::Gone,
-            _ = stopping.changed() => break Stop::Gone,
-        }
-    };
-    if let Stop::Full = stop {
-        tracing::warn!(
+}
+
+impl Producer {
+    /// Reads rows after `after` and status changes, and offers them to the client until it
+    /// goes away, stops reading, or the server stops.
+    async fn run(
+        self,
+        mut watcher: DbWatcher,
+        mut after: i64,
+        mut stopping: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let Self {
+            db,
+            events,
+            every,
+            stall,
             session,
-            "serve: dropped an event stream client that stopped reading (its buffer is full)"
-        );
+        } = self;
+        let mut last_status: Option<StatusEvent> = None;
+        let stop = loop {
+            match step(&db, &mut after, &mut last_status, &events, stall).await {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(stop) => break stop,
+            }
+            if *stopping.borrow() {
+                break Stop::Gone;
+            }
+            tokio::select! {
+                _ = watcher.wait(every) => {}
+                () = events.closed() => break Stop::Gone,
+                _ = stopping.changed() => break Stop::Gone,
+            }
+        };
+        if let Stop::Full = stop {
+            tracing::warn!(
+                session,
+                "serve: dropped an event stream client that stopped reading (its buffer is full)"
+            );
+        }
     }
 }
 

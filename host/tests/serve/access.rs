@@ -24,7 +24,7 @@ async fn code(response: reqwest::Response) -> (StatusCode, String) {
 async fn tokens_are_scoped_read_only_and_revocable_without_restart() {
     let dir = tempfile::tempdir().unwrap();
     let (root, tokens) = make_root(&dir);
-    let server = TestServer::start(&root, tokens.clone(), Limits::default()).await;
+    let server = TestServer::start(&root, Limits::default()).await;
     let http = client();
     let alpha = server.db("alpha");
     let beta = server.db("beta");

@@ -34,6 +34,9 @@ pub(crate) async fn raw(server: &TestServer, head: &str, body: &[u8]) -> (u16, V
     (status, json)
 }
 
+/// A case: what it is, the request head, the body, and the status, code and words expected.
+type Case<'a> = (&'a str, String, Vec<u8>, u16, &'a str, &'a str);
+
 fn error_code(json: &Value) -> &str {
     json["error"]["code"].as_str().unwrap_or("<none>")
 }
@@ -42,7 +45,7 @@ fn error_code(json: &Value) -> &str {
 async fn bad_requests_get_their_status_and_write_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (root, tokens) = make_root(&dir);
-    let server = TestServer::start(&root, tokens.clone(), Limits::default()).await;
+    let server = TestServer::start(&root, Limits::default()).await;
     let alpha = server.db("alpha");
     let beta = server.db("beta");
     let before = (db_state(&alpha), db_state(&beta));
@@ -51,7 +54,7 @@ async fn bad_requests_get_their_status_and_write_nothing() {
     let post = |path: &str| format!("POST {path} HTTP/1.1\r\n{auth}\r\n{json}");
     let messages = "/v1/sessions/alpha/messages";
 
-    let cases: Vec<(&str, String, Vec<u8>, u16, &str, &str)> = vec![
+    let cases: Vec<Case<'_>> = vec![
         (
             "malformed JSON",
             post(messages),

@@ -82,7 +82,7 @@ fn the_documented_curl_examples_run_as_written() {
         bin_dir.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let mut child = std::process::Command::new("bash")
+    let child = std::process::Command::new("bash")
         .arg("-c")
         .arg(&script)
         .env("ROOT", &root)
@@ -175,7 +175,7 @@ fn documented(doc: &Value) -> BTreeSet<(String, String)> {
 async fn the_openapi_document_and_the_routes_agree() {
     let dir = tempfile::tempdir().unwrap();
     let (root, tokens) = make_root(&dir);
-    let server = TestServer::start(&root, tokens.clone(), Limits::default()).await;
+    let server = TestServer::start(&root, Limits::default()).await;
     let http = client();
     let served: Value = http
         .get(server.at("/v1/openapi.json"))

@@ -11,7 +11,7 @@ use crate::support::{agent_reply, client, make_root, redact, TestServer};
 async fn every_endpoint_answers_its_object() {
     let dir = tempfile::tempdir().unwrap();
     let (root, tokens) = make_root(&dir);
-    let server = TestServer::start(&root, tokens.clone(), Limits::default()).await;
+    let server = TestServer::start(&root, Limits::default()).await;
     let http = client();
     let admin = |req: reqwest::RequestBuilder| req.bearer_auth(&tokens.admin);
 

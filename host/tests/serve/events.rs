@@ -87,7 +87,7 @@ async fn rows_and_status_stream_in_order_and_resume() {
         keep_alive_every: Duration::from_millis(300),
         ..Limits::default()
     };
-    let server = TestServer::start(&root, tokens.clone(), limits).await;
+    let server = TestServer::start(&root, limits).await;
     let db = server.db("alpha");
     let first = agent_reply(&db, "one");
     let second = agent_reply(&db, "two");
@@ -201,7 +201,7 @@ async fn a_client_that_stops_reading_is_dropped_and_the_others_keep_receiving() 
         write_timeout: Duration::from_secs(1),
         ..Limits::default()
     };
-    let server = TestServer::start(&root, tokens.clone(), limits).await;
+    let server = TestServer::start(&root, limits).await;
     let db = server.db("alpha");
 
     // The stalled client: asks for the stream, then never reads.

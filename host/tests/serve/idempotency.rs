@@ -11,7 +11,7 @@ use crate::support::{client, db_state, make_root, TestServer};
 async fn a_repeated_key_replays_the_first_answer_across_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let (root, tokens) = make_root(&dir);
-    let server = TestServer::start(&root, tokens.clone(), Limits::default()).await;
+    let server = TestServer::start(&root, Limits::default()).await;
     let http = client();
     let send = |url: String, key: &str, text: &str| {
         http.post(url)
@@ -30,7 +30,7 @@ async fn a_repeated_key_replays_the_first_answer_across_a_restart() {
     let after_first = db_state(&db);
     server.stop().await;
 
-    let server = TestServer::start(&root, tokens.clone(), Limits::default()).await;
+    let server = TestServer::start(&root, Limits::default()).await;
     let again = send(server.at("/v1/sessions/alpha/messages"), "key-1", "hello")
         .await
         .unwrap();

@@ -17,7 +17,7 @@ async fn a_client_dripping_its_headers_is_dropped_by_the_header_timeout() {
         header_timeout: Duration::from_millis(800),
         ..Limits::default()
     };
-    let server = TestServer::start(&root, tokens.clone(), limits).await;
+    let server = TestServer::start(&root, limits).await;
     let mut slow = TcpStream::connect(server.addr).await.unwrap();
     let request = format!(
         "GET /v1/sessions/alpha HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n",
@@ -92,7 +92,7 @@ async fn two_thousand_idle_connections_leave_the_server_answering() {
         header_timeout: Duration::from_secs(2),
         ..Limits::default()
     };
-    let server = TestServer::start(&root, tokens.clone(), limits).await;
+    let server = TestServer::start(&root, limits).await;
     let mut idle = Vec::new();
     for _ in 0..2000 {
         idle.push(TcpStream::connect(server.addr).await.unwrap());

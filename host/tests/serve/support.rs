@@ -28,8 +28,6 @@ pub(crate) struct TestServer {
     pub(crate) root: PathBuf,
     pub(crate) addr: SocketAddr,
     pub(crate) url: String,
-    pub(crate) tokens: Tokens,
-    pub(crate) limits: Limits,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<anyhow::Result<()>>>,
 }
@@ -72,7 +70,7 @@ pub(crate) fn make_root(dir: &TempDir) -> (PathBuf, Tokens) {
 
 impl TestServer {
     /// Starts a server over `root` with `limits`.
-    pub(crate) async fn start(root: &Path, tokens: Tokens, limits: Limits) -> Self {
+    pub(crate) async fn start(root: &Path, limits: Limits) -> Self {
         let config = ServeConfig {
             served: Served::Root(root.to_path_buf()),
             listen: Listen::Tcp("127.0.0.1:0".parse().unwrap()),
@@ -91,8 +89,6 @@ impl TestServer {
             root: root.to_path_buf(),
             url: format!("http://{addr}"),
             addr,
-            tokens,
-            limits,
             stop: Some(stop),
             task: Some(task),
         }
