@@ -42,6 +42,8 @@ pub(crate) struct AppState {
     pub(crate) sse_buffer: usize,
     /// How long an event stream's full buffer may stay full.
     pub(crate) write_timeout: Duration,
+    /// How long a request waits for another process's lock on its DB.
+    pub(crate) db_lock_wait: Duration,
     /// Turns true at shutdown: event streams end, so connections can close cleanly.
     pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
 }
@@ -120,7 +122,8 @@ impl AppState {
     }
 }
 
-/// Runs `f` on the open DB at `path`, on a blocking thread.
+/// Runs `f` on the open DB at `path`, on a blocking thread, waiting at most the lock wait for
+/// another process's lock (then `503`).
 pub(crate) async fn with_db<T: Send + 'static>(
     state: &Arc<AppState>,
     path: PathBuf,
@@ -128,8 +131,10 @@ pub(crate) async fn with_db<T: Send + 'static>(
 ) -> Result<T, ApiError> {
     let state = state.clone();
     tokio::task::spawn_blocking(move || {
-        let db = state.dbs.get(&path)?;
-        f(&db)
+        schema::db::with_lock_wait(state.db_lock_wait, || {
+            let db = state.dbs.get(&path)?;
+            f(&db)
+        })
     })
     .await?
     .map_err(ApiError::from_library)

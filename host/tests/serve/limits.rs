@@ -94,9 +94,11 @@ async fn two_thousand_idle_connections_leave_the_server_answering() {
     };
     let server = TestServer::start(&root, limits).await;
     let mut idle = Vec::new();
+    let opening = Instant::now();
     for _ in 0..2000 {
         idle.push(TcpStream::connect(server.addr).await.unwrap());
     }
+    println!("2,000 connections opened in {:?}", opening.elapsed());
     // A normal client is answered: within the header timeout that frees the idle ones' slots
     // (512 at most are open; the rest wait in the backlog).
     let started = Instant::now();
@@ -126,5 +128,42 @@ async fn two_thousand_idle_connections_leave_the_server_answering() {
         }
     }
     assert_eq!(closed, 50, "idle connections stayed open");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_db_locked_by_another_process_is_503_with_retry_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, tokens) = make_root(&dir);
+    let limits = Limits {
+        db_lock_wait: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let server = TestServer::start(&root, limits).await;
+    let http = client();
+    let send = || {
+        http.post(server.at("/v1/sessions/alpha/messages"))
+            .bearer_auth(&tokens.alpha)
+            .json(&serde_json::json!({"text": "hi"}))
+            .send()
+    };
+    // Opened (and migrated) once while the DB is free.
+    assert_eq!(send().await.unwrap().status(), 201);
+    let db = server.db("alpha");
+    let before = crate::support::db_state(&db);
+    // Another process holds the write lock.
+    let holder = rusqlite::Connection::open(root.join("alpha/session.db")).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = Instant::now();
+    let busy = send().await.unwrap();
+    assert_eq!(busy.status(), 503);
+    assert_eq!(busy.headers()["retry-after"], "2");
+    let body: serde_json::Value = busy.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "unavailable");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    holder.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(crate::support::db_state(&db), before);
+    // Free again: the retry goes through.
+    assert_eq!(send().await.unwrap().status(), 201);
     server.stop().await;
 }
