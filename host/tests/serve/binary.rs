@@ -70,7 +70,10 @@ async fn the_binary_audits_writes_and_stops_on_sigterm() {
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
     let log: Vec<String> = lines.try_iter().collect();
-    let audit: Vec<&String> = log.iter().filter(|l| l.contains("nanoclaw::audit")).collect();
+    let audit: Vec<&String> = log
+        .iter()
+        .filter(|l| l.contains("nanoclaw::audit"))
+        .collect();
     assert_eq!(audit.len(), 2, "{log:#?}");
     assert!(
         audit[0].ends_with(&format!(

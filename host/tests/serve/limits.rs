@@ -88,19 +88,15 @@ async fn two_thousand_idle_connections_leave_the_server_answering() {
     );
     let dir = tempfile::tempdir().unwrap();
     let (root, tokens) = make_root(&dir);
-    let limits = Limits {
-        header_timeout: Duration::from_secs(2),
-        ..Limits::default()
-    };
-    let server = TestServer::start(&root, limits).await;
+    // The real header timeout (10 s): room is made by closing silent connections, not by
+    // waiting for their timeouts.
+    let server = TestServer::start(&root, Limits::default()).await;
     let mut idle = Vec::new();
     let opening = Instant::now();
     for _ in 0..2000 {
         idle.push(TcpStream::connect(server.addr).await.unwrap());
     }
-    println!("2,000 connections opened in {:?}", opening.elapsed());
-    // A normal client is answered: within the header timeout that frees the idle ones' slots
-    // (512 at most are open; the rest wait in the backlog).
+    println!("2,000 idle connections opened in {:?}", opening.elapsed());
     let started = Instant::now();
     let answer = tokio::time::timeout(
         Duration::from_secs(20),
@@ -113,21 +109,25 @@ async fn two_thousand_idle_connections_leave_the_server_answering() {
     .expect("no answer within 20 s")
     .unwrap();
     assert_eq!(answer.status(), 200);
-    println!(
-        "answered after {:?} with 2,000 idle connections open",
-        started.elapsed()
-    );
-    // The idle connections were closed by the server.
+    let waited = started.elapsed();
+    println!("a normal client answered after {waited:?} with 2,000 idle connections opened");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    // The oldest silent ones were closed to make room, well before their header timeout.
     let mut closed = 0;
-    for mut conn in idle.drain(..).take(50) {
+    for mut conn in idle.drain(..).take(100) {
         let mut byte = [0u8; 1];
         if let Ok(Ok(0) | Err(_)) =
-            tokio::time::timeout(Duration::from_secs(10), conn.read(&mut byte)).await
+            tokio::time::timeout(Duration::from_millis(200), conn.read(&mut byte)).await
         {
             closed += 1;
         }
     }
-    assert_eq!(closed, 50, "idle connections stayed open");
+    assert_eq!(closed, 100, "the oldest idle connections stayed open");
+    assert!(
+        opening.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        opening.elapsed()
+    );
     server.stop().await;
 }
 
@@ -160,7 +160,11 @@ async fn a_db_locked_by_another_process_is_503_with_retry_after() {
     assert_eq!(busy.headers()["retry-after"], "2");
     let body: serde_json::Value = busy.json().await.unwrap();
     assert_eq!(body["error"]["code"], "unavailable");
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     holder.execute_batch("ROLLBACK").unwrap();
     assert_eq!(crate::support::db_state(&db), before);
     // Free again: the retry goes through.
