@@ -171,3 +171,95 @@ async fn a_db_locked_by_another_process_is_503_with_retry_after() {
     assert_eq!(send().await.unwrap().status(), 201);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_does_not_arrive_in_time_is_refused_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, tokens) = make_root(&dir);
+    let limits = Limits {
+        body_timeout: Duration::from_millis(800),
+        ..Limits::default()
+    };
+    let server = TestServer::start(&root, limits).await;
+    let db = server.db("alpha");
+    let before = crate::support::db_state(&db);
+    let mut slow = TcpStream::connect(server.addr).await.unwrap();
+    let body = br#"{"text":"slow body"}"#;
+    let head = format!(
+        "POST /v1/sessions/alpha/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        tokens.alpha,
+        body.len()
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    let started = Instant::now();
+    // Half the body, then nothing.
+    slow.write_all(&body[..8]).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut chunk = [0u8; 1024];
+        loop {
+            match slow.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    answer.extend_from_slice(&chunk[..n]);
+                    if answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                        break;
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "no answer to a stalled body");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(700) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    assert_eq!(crate::support::db_state(&db), before);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_sessions_are_served_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, tokens) = make_root(&dir);
+    let server = TestServer::start(&root, Limits::default()).await;
+    let http = client();
+    for n in 0..100 {
+        let created = http
+            .post(server.at("/v1/sessions"))
+            .bearer_auth(&tokens.admin)
+            .json(&serde_json::json!({ "name": format!("s{n:03}") }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status(), 201);
+    }
+    let sends = (0..100).map(|n| {
+        http.post(server.at(&format!("/v1/sessions/s{n:03}/messages")))
+            .bearer_auth(&tokens.admin)
+            .json(&serde_json::json!({ "text": format!("to {n}") }))
+            .send()
+    });
+    for answer in futures::future::join_all(sends).await {
+        assert_eq!(answer.unwrap().status(), 201);
+    }
+    let list: serde_json::Value = http
+        .get(server.at("/v1/sessions"))
+        .bearer_auth(&tokens.admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["sessions"].as_array().unwrap().len(), 102);
+    for n in [0, 57, 99] {
+        let db = server.db(&format!("s{n:03}"));
+        assert_eq!(db.max_seq().unwrap(), 2);
+    }
+    server.stop().await;
+}
