@@ -263,3 +263,31 @@ async fn a_hundred_sessions_are_served_at_once() {
     }
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_keep_alive_connection_is_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, _tokens) = make_root(&dir);
+    let limits = Limits {
+        idle_timeout: Duration::from_millis(400),
+        ..Limits::default()
+    };
+    let server = TestServer::start(&root, limits).await;
+    let mut conn = TcpStream::connect(server.addr).await.unwrap();
+    conn.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = [0u8; 512];
+    let n = conn.read(&mut answer).await.unwrap();
+    assert!(String::from_utf8_lossy(&answer[..n]).contains("healthy"));
+    // Kept alive, then closed once idle.
+    let started = Instant::now();
+    let rest = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut answer)).await;
+    assert!(matches!(rest, Ok(Ok(0)) | Ok(Err(_))), "{rest:?}");
+    let idle = started.elapsed();
+    assert!(
+        idle >= Duration::from_millis(300) && idle < Duration::from_secs(3),
+        "{idle:?}"
+    );
+    server.stop().await;
+}
