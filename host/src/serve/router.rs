@@ -68,6 +68,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/sessions/{name}/sweep", post(sweep))
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
+        .layer(axum::middleware::from_fn(audit::refused_before_handler))
         .with_state(state)
 }
 

@@ -54,6 +54,14 @@ async fn the_binary_audits_writes_and_stops_on_sigterm() {
         .await
         .unwrap();
     assert_eq!(refused.status(), 403);
+    // No token: refused, and audited too.
+    let anonymous = http
+        .post(format!("{base}/v1/sessions/alpha/sweep"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
     // A read is not audited.
     let read = http
         .get(format!("{base}/v1/sessions/alpha"))
@@ -74,7 +82,7 @@ async fn the_binary_audits_writes_and_stops_on_sigterm() {
         .iter()
         .filter(|l| l.contains("nanoclaw::audit"))
         .collect();
-    assert_eq!(audit.len(), 2, "{log:#?}");
+    assert_eq!(audit.len(), 3, "{log:#?}");
     assert!(
         audit[0].ends_with(&format!(
             "token=alpha-rw session=alpha action=send status=201 id={}",
@@ -87,6 +95,11 @@ async fn the_binary_audits_writes_and_stops_on_sigterm() {
         audit[1].ends_with("token=alpha-ro session=alpha action=interrupt status=403 id=-"),
         "{}",
         audit[1]
+    );
+    assert!(
+        audit[2].ends_with("token=- session=alpha action=sweep status=401 id=-"),
+        "{}",
+        audit[2]
     );
     for line in &log {
         for token in [&tokens.admin, &tokens.alpha, &tokens.reader] {

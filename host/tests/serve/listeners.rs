@@ -73,7 +73,11 @@ async fn tls_with_a_self_signed_certificate() {
     let mut byte = [0u8; 1];
     let ended = tokio::time::timeout(Duration::from_secs(5), silent.read(&mut byte)).await;
     assert!(matches!(ended, Ok(Ok(0)) | Ok(Err(_))), "{ended:?}");
-    assert!(started.elapsed() >= Duration::from_millis(500), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
     // A client that does not trust the certificate is refused by its own TLS.
     let untrusting = reqwest::Client::builder()
         .no_proxy()
