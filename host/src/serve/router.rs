@@ -215,7 +215,9 @@ fn audited<T>(
         Ok((status, id, _)) => (status.as_u16(), id.as_deref()),
         Err(err) => (err.status().as_u16(), None),
     };
-    let session = if crate::api::valid_session_name(name) {
+    let session = if name.is_empty() {
+        "-".to_owned()
+    } else if crate::api::valid_session_name(name) {
         name.to_owned()
     } else {
         shorten(name)
