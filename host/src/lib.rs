@@ -6,10 +6,12 @@
 //! All SQL lives in the `schema` crate; this crate only builds rows and renders results.
 
 pub mod answer;
+pub mod api;
 pub mod init;
 pub mod interrupt;
 pub mod location;
 pub mod send;
+pub mod serve;
 pub mod status;
 pub mod sweep;
 pub mod system_rows;
@@ -22,10 +24,10 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use schema::{OpenOptions, SessionDb};
 
-pub use answer::{answer, find_question, AnswerRequest, Answered, Question};
+pub use answer::{answer, find_question, AnswerReport, AnswerRequest, Answered, Question};
 pub use init::{init, parse_destination, parse_routing, InitOptions, InitReport};
 pub use interrupt::{interrupt, InterruptSent};
-pub use send::{send, Quote, SendKind, SendRequest, Sent};
+pub use send::{send, send_with_key, KeyedSend, Quote, SendKind, SendRequest, Sent};
 pub use status::{status, StatusReport};
 pub use sweep::{sweep, SweepOutcome};
 pub use usage::{usage, UsageReport, UsageRequest};

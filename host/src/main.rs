@@ -9,7 +9,6 @@ use anyhow::{bail, Context, Result};
 use chrono::Utc;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use schema::{Routing, SweepPolicy};
-use serde_json::json;
 
 use host::{AnswerRequest, InitOptions, Quote, SendKind, SendRequest, WatchOptions};
 
@@ -75,6 +74,11 @@ enum Command {
     /// Stop the agent's running turn (the CLI and its conversation live on); rows pushed into
     /// the turn but not yet seen by the model are answered next
     Interrupt,
+    /// Serve the session API over HTTP(S) or a unix socket (docs/contract/api.md)
+    Serve(host::serve::cli::ServeArgs),
+    /// Make, list or revoke the session API's tokens
+    #[command(subcommand)]
+    Token(host::serve::cli::TokenCommand),
 }
 
 #[derive(Debug, Args)]
@@ -256,16 +260,18 @@ struct SweepArgs {
 /// The log filter when `RUST_LOG` is unset: warnings and errors only, the output is the CLI's.
 const DEFAULT_LOG_FILTER: &str = "warn";
 
+/// `serve`'s log filter when `RUST_LOG` is unset: its own lines and the audit lines.
+const SERVE_LOG_FILTER: &str = "warn,host::serve=info,nanoclaw::audit=info";
+
 fn main() -> ExitCode {
     // Flags first (clap prints usage errors and --help itself): they name the log format.
     let cli = Cli::parse();
     // A dead or full stderr pipe must neither panic nor block the CLI (see `logging`).
-    let _ = logging::subscriber(
-        "nanoclaw",
-        DEFAULT_LOG_FILTER,
-        cli.log_format.unwrap_or_default(),
-    )
-    .try_init();
+    let filter = match cli.command {
+        Command::Serve(_) => SERVE_LOG_FILTER,
+        _ => DEFAULT_LOG_FILTER,
+    };
+    let _ = logging::subscriber("nanoclaw", filter, cli.log_format.unwrap_or_default()).try_init();
     match run(cli) {
         Ok(code) => {
             logging::flush_at_exit();
@@ -298,6 +304,18 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
+    // The server and its tokens work on no single DB: they choose none.
+    let cli = match cli.command {
+        Command::Serve(args) => {
+            host::serve::cli::run_serve(args, cli.workspace.as_deref())?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Token(command) => {
+            print(&host::serve::cli::run_token(command, cli.json)?)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        command => Cli { command, ..cli },
+    };
     // Every path is made absolute here, once, against this process's working directory: the
     // paths `init` reports and the session named in JSON log lines are the ones used.
     let env_db = std::env::var_os("SESSION_DB")
@@ -336,6 +354,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Health(args) => cmd_health(db, cli.json, &args),
         Command::Usage(args) => cmd_usage(db, cli.json, &args),
         Command::Interrupt => cmd_interrupt(db, cli.json),
+        Command::Serve(_) | Command::Token(_) => {
+            bail!("serve and token are run before a DB is chosen")
+        }
     }
 }
 
@@ -483,12 +504,7 @@ fn cmd_answer(db_path: &std::path::Path, as_json: bool, args: AnswerArgs) -> Res
         },
     )?;
     if as_json {
-        print_json(&json!({
-            "id": answered.id,
-            "seq": answered.seq,
-            "selectedOption": answered.selected_option,
-            "questionFound": answered.question.is_some(),
-        }))?;
+        print_json(&answered.report())?;
     } else {
         if answered.question.is_none() {
             logging::print_line("note: no such question was asked; sent anyway (--force)");
@@ -574,13 +590,10 @@ fn cmd_health(db_path: &std::path::Path, as_json: bool, args: &HealthArgs) -> Re
         Duration::from_secs(args.stale_after),
         Duration::from_secs(args.max_turn_silence),
     );
-    let verdict = schema::health::check(db_path, &limits, Utc::now());
-    let (healthy, reason) = match &verdict {
-        Ok(healthy) => (true, healthy.to_string()),
-        Err(unhealthy) => (false, unhealthy.to_string()),
-    };
+    let report = host::status::HealthReport::check(db_path, &limits, Utc::now());
+    let (healthy, reason) = (report.healthy, &report.reason);
     if as_json {
-        print_json(&json!({ "healthy": healthy, "reason": reason }))?;
+        print_json(&report)?;
     } else if healthy {
         print(&format!("{reason}\n"))?;
     } else {

@@ -122,13 +122,30 @@ pub struct LastError {
 }
 
 /// The health verdict, as `nanoclaw health` gives it with its default limits.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthReport {
     /// True when the runner is alive and making progress.
     pub healthy: bool,
     /// The verdict in words (for an unhealthy runner, the reason and its fix).
     pub reason: String,
+}
+
+impl HealthReport {
+    /// The verdict on the DB at `db_path` (read once, read-only) against `limits` at `now`:
+    /// `nanoclaw health`'s and the API's.
+    pub fn check(db_path: &std::path::Path, limits: &HealthLimits, now: DateTime<Utc>) -> Self {
+        match schema::health::check(db_path, limits, now) {
+            Ok(healthy) => Self {
+                healthy: true,
+                reason: healthy.to_string(),
+            },
+            Err(unhealthy) => Self {
+                healthy: false,
+                reason: unhealthy.to_string(),
+            },
+        }
+    }
 }
 
 /// One pending or paused occurrence of a task series.
