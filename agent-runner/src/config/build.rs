@@ -11,11 +11,12 @@ use anyhow::{bail, Context, Result};
 use credproxy::Api;
 use provider::process::EnvPolicy;
 use provider::redact::{self, Secret};
-use provider::{MockSettings, ProviderKind};
+use provider::{McpServer, MockSettings, ProviderKind};
 
 use super::fields::FIELDS;
 use super::settings::{CliPaths, Dirs, EnvVars, ModelApi, Models, Settings};
-use super::{tool_settings, Values};
+use super::tool_settings;
+use super::values::Values;
 use crate::budget::BudgetLimits;
 use crate::media::MediaLimits;
 use crate::progress::{ProgressMode, ProgressOptions};
@@ -49,16 +50,8 @@ impl Settings {
             "anthropicApiKey",
         )?;
         let openai = model_api(values, Api::OpenAi, "openaiBaseUrl", "openaiApiKey")?;
-        let mcp_servers = match values.object("mcpServers") {
-            Some(servers) => serde_json::from_value(crate::remote_mcp::stdio_only(servers))
-                .context("mcpServers: expected {name: {command, args, env}}")?,
-            None => BTreeMap::new(),
-        };
-        let cli_env = match values.object("cliEnv") {
-            Some(env) => serde_json::from_value(env)
-                .context("cliEnv: expected an object of {\"NAME\": \"value\"} strings")?,
-            None => BTreeMap::new(),
-        };
+        let mcp_servers = stdio_mcp_servers(values)?;
+        let cli_env = cli_env(values)?;
         let mock = mock(values)?;
         let log_format = values
             .text("logFormat")
@@ -122,7 +115,7 @@ impl Settings {
             health_max_turn_silence: values.secs("healthMaxTurnSilenceSecs"),
             cli_request_timeout: values.secs("cliRequestTimeoutSecs"),
             cli_stream_idle: values.secs("cliStreamIdleSecs"),
-            cli_env: EnvVars(cli_env),
+            cli_env,
             tool_timeout: values.secs("toolTimeoutSecs"),
             query_retries: u32::try_from(values.number("queryRetries")).unwrap_or(u32::MAX),
             cli_max_retries: u32::try_from(values.number("cliMaxRetries")).unwrap_or(u32::MAX),
@@ -161,6 +154,24 @@ fn provider_kind(values: &Values) -> Result<ProviderKind> {
             ProviderKind::names(", ")
         ),
     }
+}
+
+/// The stdio entries of `mcpServers` (the remote ones are [`crate::remote_mcp::parse`]'s).
+fn stdio_mcp_servers(values: &Values) -> Result<BTreeMap<String, McpServer>> {
+    Ok(match values.object("mcpServers") {
+        Some(servers) => serde_json::from_value(crate::remote_mcp::stdio_only(servers))
+            .context("mcpServers: expected {name: {command, args, env}}")?,
+        None => BTreeMap::new(),
+    })
+}
+
+/// `cliEnv`: variables for the CLI's environment.
+fn cli_env(values: &Values) -> Result<EnvVars> {
+    Ok(EnvVars(match values.object("cliEnv") {
+        Some(env) => serde_json::from_value(env)
+            .context("cliEnv: expected an object of {\"NAME\": \"value\"} strings")?,
+        None => BTreeMap::new(),
+    }))
 }
 
 /// Stopping a turn and its progress rows (`stopCommand`, `stoppedReply`, `progress`,

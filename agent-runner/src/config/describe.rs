@@ -7,7 +7,8 @@ use provider::redact::{self, mask};
 use serde_json::Value;
 
 use super::fields::{Field, FIELDS};
-use super::{Config, Source};
+use super::values::Source;
+use super::Config;
 
 impl Config {
     /// Warnings about variables of the environment that look like a misspelled setting's: each

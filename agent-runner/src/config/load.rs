@@ -11,7 +11,8 @@ use serde_json::Value;
 use super::fields::{
     check_file_value, check_range, is_command_name, is_program, parse_text, Field, Kind, FIELDS,
 };
-use super::{Config, Inputs, Settings, Source, Values};
+use super::values::{Source, Values};
+use super::{Config, Inputs, Settings};
 
 /// The variable naming the startup file when `--config` does not.
 const CONFIG_VAR: &str = "NANOCLAW_CONFIG";
@@ -53,7 +54,8 @@ pub(super) fn misspelled_variables<'a>(names: impl IntoIterator<Item = &'a str>)
 
 impl Config {
     /// Resolves every field: flags > env > file > defaults, validating types and naming the
-    /// field (and the file) on error.
+    /// field (and the file) on error; then builds the typed [`Settings`] from the values, once,
+    /// which refuses any value that cannot become its type.
     pub fn load(inputs: &Inputs) -> Result<Self> {
         // Every path is made absolute here, once, against this process's working directory
         // (docs/contract/config.md, "Paths"): the CLIs, scripts and mcp-tools start in the

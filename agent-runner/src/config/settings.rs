@@ -19,7 +19,8 @@ use crate::script::ScriptLimits;
 use crate::turn_control::TurnControlOptions;
 
 /// The typed configuration: every field of the table as the runner uses it, built once by
-/// [`Config::load`](super::Config::load) and read through [`Config::settings`](super::Config::settings).
+/// [`Config::load`](super::Config::load) and read through
+/// [`Config::settings`](super::Config::settings).
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Workspace root, absolute; so is every other path here but a bare program name.

@@ -5,7 +5,7 @@
 use anyhow::{bail, Context, Result};
 use provider::{ElicitationMode, ToolPolicy};
 
-use super::Values;
+use super::values::Values;
 
 /// `toolPolicy`; unset: everything runs.
 pub(super) fn tool_policy(values: &Values) -> Result<ToolPolicy> {
