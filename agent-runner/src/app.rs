@@ -89,9 +89,10 @@ pub fn init_logging(format: Option<logging::LogFormat>) {
 /// Applies the logging settings of the configuration: its format (`logFormat` may come from
 /// config.json) and the session every JSON line names, the session DB's path.
 fn configure_logging(config: &Config) {
-    let settings = config.settings();
-    logging::set_format(settings.log_format);
-    logging::set_session(settings.session_db.display().to_string());
+    if let Ok(settings) = config.settings() {
+        logging::set_format(settings.log_format);
+        logging::set_session(settings.session_db.display().to_string());
+    }
 }
 
 /// Runs a subcommand.
@@ -112,7 +113,7 @@ pub async fn main(cli: Args) -> Result<()> {
         if let Ok(config) = &config {
             configure_logging(config);
         }
-        let settings = config.map(|config| config.settings().clone());
+        let settings = config.and_then(|config| config.settings());
         crate::archive_hook::main(args, settings, &workspace);
         return Ok(());
     }
@@ -135,7 +136,7 @@ pub async fn main(cli: Args) -> Result<()> {
 
 /// `agent-runner health`: the verdict of [`schema::health::check`] on the configured DB.
 fn health(config: &Config, args: &HealthArgs) -> Result<()> {
-    let settings = config.settings();
+    let settings = config.settings()?;
     // As root with runAs (the image's probes), read as the runner's user: a root-owned `-shm`
     // file left by the check would lock the runner out of its own DB.
     if settings.run_as.is_some() && nix::unistd::Uid::effective().is_root() {
@@ -192,7 +193,7 @@ async fn run(config: Config) -> Result<()> {
     if let Err(err) = provider::reaper::init() {
         tracing::warn!("{err}");
     }
-    let settings = config.settings().clone();
+    let settings = config.settings()?;
     // Remote MCP servers' header values: read here, once, like the secret files (a missing one
     // stops the start), and kept in the runner (the proxy serves them).
     let remote_mcp =

@@ -188,7 +188,7 @@ mod tests {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
         };
-        let settings = Config::load(&inputs).unwrap().settings().clone();
+        let settings = Config::load(&inputs).unwrap().settings().unwrap();
         (dir, settings)
     }
 

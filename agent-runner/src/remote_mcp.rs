@@ -504,7 +504,7 @@ mod tests {
             ..Inputs::default()
         })
         .unwrap();
-        let settings = config.settings();
+        let settings = config.settings().unwrap();
         let tracker = &settings.remote_mcp_servers["tracker"];
         assert_eq!(
             tracker.headers["Authorization"],

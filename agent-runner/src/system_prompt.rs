@@ -944,7 +944,7 @@ mod tests {
                 .collect(),
         })
         .unwrap();
-        let sources = PromptSources::from_settings(config.settings());
+        let sources = PromptSources::from_settings(&config.settings().unwrap());
         assert_eq!(sources.global_dir, PathBuf::from("/srv/global"));
         assert_eq!(sources.agent_dir, dir.path().join("agent"));
         assert_eq!(sources.assistant_name, "Andy");

@@ -24,13 +24,38 @@ use crate::progress_limits::ProgressLimits;
 use crate::script::ScriptLimits;
 use crate::turn_control::TurnControlOptions;
 
+/// What the shapes only a command that runs refuses build into ([`Late::build`]).
+struct Late {
+    mcp_servers: BTreeMap<String, McpServer>,
+    cli_env: EnvVars,
+    mock: MockSettings,
+    log_format: logging::LogFormat,
+}
+
+impl Late {
+    /// `mcpServers`' stdio entries, `cliEnv`, the mock's JSON and `logFormat`, in that order.
+    fn build(values: &Values) -> Result<Late> {
+        Ok(Late {
+            mcp_servers: stdio_mcp_servers(values)?,
+            cli_env: cli_env(values)?,
+            mock: mock(values)?,
+            log_format: values
+                .text("logFormat")
+                .unwrap_or_default()
+                .parse()
+                .with_context(|| format!("logFormat ({})", values.source_of("logFormat")))?,
+        })
+    }
+}
+
 impl Settings {
-    /// The typed settings of `values`: the one place values become types. Fails, naming the
-    /// key, where the table cannot check a value's shape (a provider or time zone name, the
-    /// tool settings, `mcpServers`, `cliEnv`, the mock's script).
-    pub(super) fn build(values: &Values) -> Result<Settings> {
-        // The checks run in this order: with several mistakes, the first one named is the same
-        // as when the checks were a pass of their own.
+    /// The typed settings of `values`: the one place values become types. The outer error is
+    /// a mistake every command refuses (the load fails); the inner one, as its `{:#}` text, a
+    /// shape only a command that runs refuses ([`Late`]). Both name the key, where its value
+    /// came from and the form expected.
+    pub(super) fn build(values: &Values) -> Result<std::result::Result<Settings, String>> {
+        // The checks every command makes, in this order: with several mistakes, the first one
+        // named is the same as before the checks became the building.
         let provider = provider_kind(values)?;
         let timezone_name = values.timezone_name();
         let timezone = schema::cron::parse_tz(&timezone_name)
@@ -50,15 +75,11 @@ impl Settings {
             "anthropicApiKey",
         )?;
         let openai = model_api(values, Api::OpenAi, "openaiBaseUrl", "openaiApiKey")?;
-        let mcp_servers = stdio_mcp_servers(values)?;
-        let cli_env = cli_env(values)?;
-        let mock = mock(values)?;
-        let log_format = values
-            .text("logFormat")
-            .unwrap_or_default()
-            .parse()
-            .with_context(|| format!("logFormat ({})", values.source_of("logFormat")))?;
-        Ok(Settings {
+        let late = match Late::build(values) {
+            Ok(late) => late,
+            Err(err) => return Ok(Err(format!("{err:#}"))),
+        };
+        Ok(Ok(Settings {
             workspace: values.workspace.clone(),
             session_db: values.path("sessionDb").context("sessionDb is not set")?,
             create_session_db: values.flag("createSessionDb"),
@@ -86,7 +107,7 @@ impl Settings {
                 opencode: values.program("opencodePath"),
             },
             mcp_tools_path: values.program("mcpToolsPath"),
-            mcp_servers,
+            mcp_servers: late.mcp_servers,
             env_policy: EnvPolicy {
                 passthrough: values.list("envPassthrough"),
                 scrub_patterns: crate::remote_mcp::scrubbed_sources(
@@ -115,7 +136,7 @@ impl Settings {
             health_max_turn_silence: values.secs("healthMaxTurnSilenceSecs"),
             cli_request_timeout: values.secs("cliRequestTimeoutSecs"),
             cli_stream_idle: values.secs("cliStreamIdleSecs"),
-            cli_env,
+            cli_env: late.cli_env,
             tool_timeout: values.secs("toolTimeoutSecs"),
             query_retries: u32::try_from(values.number("queryRetries")).unwrap_or(u32::MAX),
             cli_max_retries: u32::try_from(values.number("cliMaxRetries")).unwrap_or(u32::MAX),
@@ -129,17 +150,17 @@ impl Settings {
                 ..MediaLimits::default()
             },
             codex_steer: values.flag("codexSteer"),
-            mock,
+            mock: late.mock,
             budgets: budget_limits(values),
             max_turns_per_query: u32::try_from(values.number("maxTurnsPerQuery"))
                 .ok()
                 .filter(|n| *n > 0),
-            log_format,
+            log_format: late.log_format,
             turn_control,
             tool_policy,
             approval_stop_tools,
             elicitation,
-        })
+        }))
     }
 }
 
@@ -250,7 +271,7 @@ fn mock(values: &Values) -> Result<MockSettings> {
 
 /// The spending limits (`maxCostUsdPerSession`, `maxCostUsdPerDay`, `maxTokensPerDay`); unset
 /// or 0 is no limit.
-fn budget_limits(values: &Values) -> BudgetLimits {
+pub(super) fn budget_limits(values: &Values) -> BudgetLimits {
     let cost = |key: &str| {
         values
             .get(key)

@@ -42,8 +42,11 @@ impl Config {
                 )
             })
             .collect();
-        if matches!(self.values.get("mcpServers"), Some((_, Source::File))) {
-            let servers = &self.settings.remote_mcp_servers;
+        // The remote servers as built with the settings; a configuration whose settings fail
+        // never runs (`run` refuses it before it asks for these warnings).
+        let from_file = matches!(self.values.get("mcpServers"), Some((_, Source::File)));
+        if let (true, Ok(settings)) = (from_file, &self.settings) {
+            let servers = &settings.remote_mcp_servers;
             warnings.extend(crate::remote_mcp::literal_headers(servers).map(|header| {
                 format!(
                     "{header} is written in {}, inside the workspace, where the agent can read \

@@ -54,8 +54,8 @@ pub(super) fn misspelled_variables<'a>(names: impl IntoIterator<Item = &'a str>)
 
 impl Config {
     /// Resolves every field: flags > env > file > defaults, validating types and naming the
-    /// field (and the file) on error; then builds the typed [`Settings`] from the values, once,
-    /// which refuses any value that cannot become its type.
+    /// field (and the file) on error; then builds the typed [`Settings`] from the values, once
+    /// ([`Config::settings`]).
     pub fn load(inputs: &Inputs) -> Result<Self> {
         // Every path is made absolute here, once, against this process's working directory
         // (docs/contract/config.md, "Paths"): the CLIs, scripts and mcp-tools start in the

@@ -6,9 +6,11 @@
 //! Two layers, as ripgrep's flags → low-level → high-level arguments: [`Config::load`] resolves
 //! the table into values with their sources (what `agent-runner config` prints), then builds
 //! from them, once, the typed [`Settings`] the rest of the runner reads ([`Config::settings`]).
-//! Building them is the validation: a value that cannot become its type stops the load, so
-//! `agent-runner config` refuses what `run` would. Nothing outside this module reads a setting
-//! by its key.
+//! Building them is the validation. A mistake stops the load, naming the key, its source and
+//! the fix; only the shapes of `mcpServers`' stdio entries, `cliEnv`, the mock's JSON and
+//! `logFormat` are kept as the settings' error instead, so that `agent-runner config` still
+//! prints such a configuration and every command that runs refuses it (docs/decisions.md,
+//! "Typed configuration"). Nothing outside this module reads a setting by its key.
 //!
 //! The folder by layer:
 //! - `fields.rs`: the field table (key, variable, kind, default, range, help) and how a flag's,
@@ -23,6 +25,8 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+
+use anyhow::Result;
 
 pub use provider::redact::Secret;
 
@@ -74,20 +78,24 @@ pub struct Config {
     /// Warnings about the environment's misspelled setting variables
     /// ([`load::misspelled_variables`]).
     misspelled: Vec<String>,
-    /// The typed settings, built from `values` by [`Config::load`].
-    settings: Settings,
+    /// The typed settings, built from `values` by [`Config::load`]; or the error of a shape
+    /// only a command that runs refuses, as text (`{:#}`: the key and the form expected).
+    settings: std::result::Result<Settings, String>,
 }
 
 impl Config {
-    /// The typed settings, built once by [`Config::load`] (and [`Config::reread_file`]).
-    pub fn settings(&self) -> &Settings {
-        &self.settings
+    /// The typed settings, built once by [`Config::load`] (and [`Config::reread_file`]). Fails
+    /// where a value's shape cannot become its type (`mcpServers`, `cliEnv`, `mockScript`,
+    /// `mockUsage`, `logFormat`), naming the key: every command that runs refuses it, and
+    /// `agent-runner config` shows it.
+    pub fn settings(&self) -> Result<Settings> {
+        self.settings.clone().map_err(anyhow::Error::msg)
     }
 
     /// The spending limits (`maxCostUsdPerSession`, `maxCostUsdPerDay`, `maxTokensPerDay`);
     /// unset or 0 is no limit.
     pub fn budget_limits(&self) -> BudgetLimits {
-        self.settings.budgets.clone()
+        build::budget_limits(&self.values)
     }
 
     /// How the runner reads the limits again while it runs: config.json (the path looked at,
