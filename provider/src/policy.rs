@@ -41,6 +41,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::{ApprovalKind, ProviderEvent};
 
+pub use json::{PolicyError, MAX_ASK_TIMEOUT_SECS};
+
+mod json;
 mod paths;
 mod shell;
 #[cfg(test)]
