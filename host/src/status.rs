@@ -12,7 +12,7 @@ use schema::{
     InStatus, InboundContent, LastEvent, MessageIn, QueueCounts, Routing, SessionDb, UsageTotals,
     WaitingOn,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::init::format_routing;
@@ -48,7 +48,7 @@ pub fn default_limits() -> HealthLimits {
 }
 
 /// The runner_state row with derived ages.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunnerReport {
     /// `starting`, `idle`, `busy`, `waiting_user` or `stopped`.
@@ -82,7 +82,7 @@ pub struct RunnerReport {
 }
 
 /// A row the runner claimed and has not finished.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProcessingRow {
     /// Row id.
@@ -100,7 +100,7 @@ pub struct ProcessingRow {
 }
 
 /// The newest `query_error` row.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LastError {
     /// Its seq in messages_out.
@@ -122,7 +122,7 @@ pub struct LastError {
 }
 
 /// The health verdict, as `nanoclaw health` gives it with its default limits.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthReport {
     /// True when the runner is alive and making progress.
@@ -132,7 +132,7 @@ pub struct HealthReport {
 }
 
 /// One pending or paused occurrence of a task series.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskSeries {
     /// Series id (the first occurrence's id).
@@ -150,7 +150,7 @@ pub struct TaskSeries {
 }
 
 /// Everything `status` reports.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusReport {
     /// DB path.
@@ -191,7 +191,7 @@ pub struct StatusReport {
 }
 
 /// What the ledger adds up to, today and in all.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusUsage {
     /// Turns recorded today, in the session's time zone.
@@ -201,7 +201,7 @@ pub struct StatusUsage {
 }
 
 /// The running turn's newest `progress` row.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProgressNow {
     /// Its payload: the tool, its summary, how long it had run.
@@ -214,7 +214,7 @@ pub struct ProgressNow {
 }
 
 /// A `budget_exceeded` row that still holds the queue.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BudgetNow {
     /// Its payload: the limit, what was spent, the window and when it resets.

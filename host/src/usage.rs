@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use schema::time::format_ts;
 use schema::{Figure, SessionDb, UsageGroup, UsageGroupRow, UsageTotals};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::timefmt::format_duration;
 
@@ -20,7 +20,7 @@ pub struct UsageRequest {
 }
 
 /// What `usage` reports (docs/contract/host-cli.md#usage).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UsageReport {
     /// DB path.
@@ -30,11 +30,25 @@ pub struct UsageReport {
     /// The time zone days are counted in.
     pub time_zone: String,
     /// The breakdown's name (`day`, `model`, `series`, `provider`), if one was asked for.
+    #[serde(deserialize_with = "group_name")]
     pub by: Option<&'static str>,
     /// Everything in the period.
     pub totals: UsageTotals,
     /// The breakdown, in key order (empty without `by`).
     pub groups: Vec<UsageGroupRow>,
+}
+
+/// Reads a breakdown's name back into the static name [`UsageGroup::as_str`] gives.
+fn group_name<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<&'static str>, D::Error> {
+    Option::<String>::deserialize(deserializer)?
+        .map(|name| {
+            name.parse::<UsageGroup>()
+                .map(UsageGroup::as_str)
+                .map_err(serde::de::Error::custom)
+        })
+        .transpose()
 }
 
 /// Reads the ledger for `request`.
