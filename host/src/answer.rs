@@ -157,6 +157,34 @@ pub struct Answered {
     pub question: Option<Question>,
 }
 
+/// `answer`'s `--json` object (and the API's answer): the row, the stored choice, and whether
+/// the question was found.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AnswerReport {
+    /// Row id.
+    pub id: String,
+    /// Allocated (even) seq.
+    pub seq: i64,
+    /// The value stored as `selectedOption`.
+    #[schema(value_type = Object)]
+    pub selected_option: Value,
+    /// False when no such question was asked (sent with `force`).
+    pub question_found: bool,
+}
+
+impl Answered {
+    /// The `--json` object.
+    pub fn report(&self) -> AnswerReport {
+        AnswerReport {
+            id: self.id.clone(),
+            seq: self.seq,
+            selected_option: self.selected_option.clone(),
+            question_found: self.question.is_some(),
+        }
+    }
+}
+
 /// Checks the question and option, then inserts the `question_response` row.
 pub fn answer(db: &SessionDb, request: &AnswerRequest) -> Result<Answered> {
     let question_id = request.question_id.trim();

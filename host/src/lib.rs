@@ -6,6 +6,8 @@
 //! All SQL lives in the `schema` crate; this crate only builds rows and renders results.
 
 pub mod answer;
+pub mod api;
+pub mod client;
 pub mod init;
 pub mod interrupt;
 pub mod location;
@@ -22,7 +24,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use schema::{OpenOptions, SessionDb};
 
-pub use answer::{answer, find_question, AnswerRequest, Answered, Question};
+pub use answer::{answer, find_question, AnswerReport, AnswerRequest, Answered, Question};
 pub use init::{init, parse_destination, parse_routing, InitOptions, InitReport};
 pub use interrupt::{interrupt, InterruptSent};
 pub use send::{send, Quote, SendKind, SendRequest, Sent};

@@ -379,7 +379,9 @@ fn cmd_init(choice: host::location::DbChoice, as_json: bool, args: InitArgs) -> 
 
 fn cmd_send(db_path: &std::path::Path, as_json: bool, args: SendArgs) -> Result<ExitCode> {
     if args.retry_for.is_some() {
-        bail!("--retry-for is for sending over the API: give --url too (a local send never retries)");
+        bail!(
+            "--retry-for is for sending over the API: give --url too (a local send never retries)"
+        );
     }
     let db = host::open_existing(db_path)?;
     output::sent(&host::send(&db, &args.into_request())?, as_json)?;
@@ -403,34 +405,34 @@ impl SendArgs {
     fn into_request(self) -> SendRequest {
         let args = self;
         SendRequest {
-        kind: args.kind.kind(),
-        content: args.content,
-        id: args.id,
-        text: args.text,
-        sender: args.sender,
-        sender_id: args.sender_id,
-        reply_to: args.reply_to.map(|id| Quote {
-            id,
-            sender: args.quote_sender,
-            text: args.quote_text,
-        }),
-        attach_paths: args.attach_path,
-        attach_urls: args.attach_url,
-        prompt: args.prompt,
-        script: args.script,
-        recurrence: args.recurrence,
-        source: args.source,
-        event: args.event,
-        payload: args.payload,
-        routing: Routing {
-            channel_type: args.channel_type,
-            platform_id: args.platform_id,
-            thread_id: args.thread_id,
-        },
-        no_trigger: args.no_trigger,
-        process_after: args.process_after,
-        on_wake: args.on_wake,
-    }
+            kind: args.kind.kind(),
+            content: args.content,
+            id: args.id,
+            text: args.text,
+            sender: args.sender,
+            sender_id: args.sender_id,
+            reply_to: args.reply_to.map(|id| Quote {
+                id,
+                sender: args.quote_sender,
+                text: args.quote_text,
+            }),
+            attach_paths: args.attach_path,
+            attach_urls: args.attach_url,
+            prompt: args.prompt,
+            script: args.script,
+            recurrence: args.recurrence,
+            source: args.source,
+            event: args.event,
+            payload: args.payload,
+            routing: Routing {
+                channel_type: args.channel_type,
+                platform_id: args.platform_id,
+                thread_id: args.thread_id,
+            },
+            no_trigger: args.no_trigger,
+            process_after: args.process_after,
+            on_wake: args.on_wake,
+        }
     }
 }
 
@@ -484,7 +486,7 @@ fn cmd_answer(db_path: &std::path::Path, as_json: bool, args: AnswerArgs) -> Res
             force: args.force,
         },
     )?;
-    output::answered(&output::answered_json(&answered), as_json)?;
+    output::answered(&answered.report(), as_json)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -522,7 +524,10 @@ fn cmd_usage(db_path: &std::path::Path, as_json: bool, args: &UsageArgs) -> Resu
         .as_deref()
         .map(|text| host::timefmt::parse_since(text, Utc::now(), db.timezone()))
         .transpose()?;
-    output::usage(&host::usage(&db, &host::UsageRequest { by: args.by, since })?, as_json)?;
+    output::usage(
+        &host::usage(&db, &host::UsageRequest { by: args.by, since })?,
+        as_json,
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -538,10 +543,8 @@ fn cmd_health(db_path: &std::path::Path, as_json: bool, args: &HealthArgs) -> Re
         Duration::from_secs(args.stale_after),
         Duration::from_secs(args.max_turn_silence),
     );
-    let verdict = schema::health::check(db_path, &limits, Utc::now());
-    let (healthy, reason) = match &verdict {
-        Ok(healthy) => (true, healthy.to_string()),
-        Err(unhealthy) => (false, unhealthy.to_string()),
-    };
-    output::health(healthy, &reason, as_json)
+    output::health(
+        &host::status::HealthReport::check(db_path, &limits, Utc::now()),
+        as_json,
+    )
 }

@@ -6,9 +6,11 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
-use serde_json::{json, Value};
 
-use host::{Answered, InitReport, InterruptSent, Sent, StatusReport, SweepOutcome, UsageReport};
+use host::status::HealthReport;
+use host::{
+    AnswerReport, InitReport, InterruptSent, Sent, StatusReport, SweepOutcome, UsageReport,
+};
 
 pub(crate) fn print(text: &str) -> Result<()> {
     let mut out = std::io::stdout().lock();
@@ -40,33 +42,17 @@ pub(crate) fn sent(sent: &Sent, as_json: bool) -> Result<()> {
     }
 }
 
-/// `answer --json`'s object: what was written and whether the question was found.
-pub(crate) fn answered_json(answered: &Answered) -> Value {
-    json!({
-        "id": answered.id,
-        "seq": answered.seq,
-        "selectedOption": answered.selected_option,
-        "questionFound": answered.question.is_some(),
-    })
-}
-
-/// Prints [`answered_json`]'s object, or its line.
-pub(crate) fn answered(object: &Value, as_json: bool) -> Result<()> {
+/// `answer`'s line, or its `--json` object.
+pub(crate) fn answered(report: &AnswerReport, as_json: bool) -> Result<()> {
     if as_json {
-        return print_json(object);
+        return print_json(report);
     }
-    if object.get("questionFound").and_then(Value::as_bool) == Some(false) {
+    if !report.question_found {
         logging::print_line("note: no such question was asked; sent anyway (--force)");
     }
-    let field = |name: &str| object.get(name).cloned().unwrap_or(Value::Null);
-    let id = match field("id") {
-        Value::String(id) => id,
-        other => other.to_string(),
-    };
     print(&format!(
-        "id={id} seq={} selectedOption={}\n",
-        field("seq"),
-        field("selectedOption")
+        "id={} seq={} selectedOption={}\n",
+        report.id, report.seq, report.selected_option
     ))
 }
 
@@ -107,9 +93,10 @@ pub(crate) fn interrupt(sent: &InterruptSent, as_json: bool) -> Result<()> {
 
 /// Exit 1 (the orchestrators' "unhealthy") with the reason on stderr, or 0 with the verdict on
 /// stdout; `--json` prints `{"healthy","reason"}` either way.
-pub(crate) fn health(healthy: bool, reason: &str, as_json: bool) -> Result<ExitCode> {
+pub(crate) fn health(report: &HealthReport, as_json: bool) -> Result<ExitCode> {
+    let (healthy, reason) = (report.healthy, &report.reason);
     if as_json {
-        print_json(&json!({ "healthy": healthy, "reason": reason }))?;
+        print_json(report)?;
     } else if healthy {
         print(&format!("{reason}\n"))?;
     } else {

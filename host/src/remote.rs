@@ -20,7 +20,10 @@ use host::api::{
 use host::client::{retrying, ApiEvent, Client, ClientError, ClientOptions};
 use host::SendRequest;
 
-use crate::{output, AnswerArgs, Cli, Command, HealthArgs, InitArgs, SendArgs, SweepArgs, UsageArgs, WatchArgs};
+use crate::{
+    output, AnswerArgs, Cli, Command, HealthArgs, InitArgs, SendArgs, SweepArgs, UsageArgs,
+    WatchArgs,
+};
 
 /// How long `send` retries by default.
 const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(30);
@@ -33,7 +36,13 @@ const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(5);
 pub(crate) struct ApiArgs {
     /// Talk to `nanoclaw serve` at URL instead of opening a DB: http://HOST:PORT,
     /// https://HOST:PORT or unix:PATH
-    #[arg(long, global = true, env = "NANOCLAW_URL", value_name = "URL", display_order = 880)]
+    #[arg(
+        long,
+        global = true,
+        env = "NANOCLAW_URL",
+        value_name = "URL",
+        display_order = 880
+    )]
     pub(crate) url: Option<String>,
     /// With --url: the file holding the bearer token on its first line (mode 600)
     #[arg(
@@ -113,9 +122,12 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
 
 /// A 401 without a token names the flag that gives one.
 fn with_hint(err: anyhow::Error, has_token: bool) -> anyhow::Error {
-    let unauthorized = err
-        .chain()
-        .any(|cause| cause.downcast_ref::<ClientError>().and_then(ClientError::status) == Some(401));
+    let unauthorized = err.chain().any(|cause| {
+        cause
+            .downcast_ref::<ClientError>()
+            .and_then(ClientError::status)
+            == Some(401)
+    });
     if unauthorized && !has_token {
         err.context("the server asks for a token: pass --token-file FILE (or NANOCLAW_TOKEN_FILE)")
     } else {
@@ -125,8 +137,8 @@ fn with_hint(err: anyhow::Error, has_token: bool) -> anyhow::Error {
 
 /// The token on the first line of `path`, which must not be readable by group or others.
 pub(crate) fn read_token_file(path: &Path) -> Result<String> {
-    let meta = std::fs::metadata(path)
-        .with_context(|| format!("--token-file {}", path.display()))?;
+    let meta =
+        std::fs::metadata(path).with_context(|| format!("--token-file {}", path.display()))?;
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
         bail!(
@@ -217,7 +229,7 @@ impl Remote {
             force: args.force,
         };
         let answered = self.client.answer(&self.session, &body).await?;
-        output::answered(&answered_object(answered), self.as_json)?;
+        output::answered(&answered, self.as_json)?;
         Ok(ExitCode::SUCCESS)
     }
 
@@ -249,7 +261,7 @@ impl Remote {
             max_turn_silence_secs: Some(args.max_turn_silence),
         };
         let verdict = self.client.session_health(&self.session, &query).await?;
-        output::health(verdict.healthy, &verdict.reason, self.as_json)
+        output::health(&verdict, self.as_json)
     }
 
     async fn usage(&self, args: &UsageArgs) -> Result<ExitCode> {
@@ -322,7 +334,11 @@ impl Remote {
             },
             None => outcome.await,
         };
-        tracing::debug!(rows = state.rows, last_seq = state.last_seq, "watch finished");
+        tracing::debug!(
+            rows = state.rows,
+            last_seq = state.last_seq,
+            "watch finished"
+        );
         result
     }
 
@@ -400,21 +416,11 @@ struct WatchState {
 }
 
 fn is_retryable(err: &anyhow::Error) -> bool {
-    err.chain()
-        .any(|cause| cause.downcast_ref::<ClientError>().is_some_and(ClientError::is_retryable))
-}
-
-/// `answer`'s object from the server: `{"id","seq","selectedOption","questionFound"}`, or the
-/// library's `Answered` (with `question`), read the same way.
-fn answered_object(mut object: Value) -> Value {
-    if let Value::Object(map) = &mut object {
-        if !map.contains_key("questionFound") {
-            let found = map.get("question").is_some_and(|question| !question.is_null());
-            map.remove("question");
-            map.insert("questionFound".to_owned(), Value::Bool(found));
-        }
-    }
-    object
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<ClientError>()
+            .is_some_and(ClientError::is_retryable)
+    })
 }
 
 /// The API body for a send: the same fields, JSON flags parsed here so a typo is named by its
@@ -422,8 +428,7 @@ fn answered_object(mut object: Value) -> Value {
 fn send_body(request: SendRequest) -> Result<SendBody> {
     let json = |flag: &str, text: Option<String>| {
         text.map(|text| {
-            serde_json::from_str::<Value>(&text)
-                .with_context(|| format!("{flag}: not valid JSON"))
+            serde_json::from_str::<Value>(&text).with_context(|| format!("{flag}: not valid JSON"))
         })
         .transpose()
     };

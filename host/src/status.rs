@@ -131,6 +131,23 @@ pub struct HealthReport {
     pub reason: String,
 }
 
+impl HealthReport {
+    /// The verdict on the DB at `db_path` (read once, read-only) against `limits` at `now`:
+    /// `nanoclaw health`'s and the API's.
+    pub fn check(db_path: &std::path::Path, limits: &HealthLimits, now: DateTime<Utc>) -> Self {
+        match schema::health::check(db_path, limits, now) {
+            Ok(healthy) => Self {
+                healthy: true,
+                reason: healthy.to_string(),
+            },
+            Err(unhealthy) => Self {
+                healthy: false,
+                reason: unhealthy.to_string(),
+            },
+        }
+    }
+}
+
 /// One pending or paused occurrence of a task series.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

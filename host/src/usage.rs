@@ -30,25 +30,11 @@ pub struct UsageReport {
     /// The time zone days are counted in.
     pub time_zone: String,
     /// The breakdown's name (`day`, `model`, `series`, `provider`), if one was asked for.
-    #[serde(deserialize_with = "group_name")]
-    pub by: Option<&'static str>,
+    pub by: Option<String>,
     /// Everything in the period.
     pub totals: UsageTotals,
     /// The breakdown, in key order (empty without `by`).
     pub groups: Vec<UsageGroupRow>,
-}
-
-/// Reads a breakdown's name back into the static name [`UsageGroup::as_str`] gives.
-fn group_name<'de, D: serde::Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<&'static str>, D::Error> {
-    Option::<String>::deserialize(deserializer)?
-        .map(|name| {
-            name.parse::<UsageGroup>()
-                .map(UsageGroup::as_str)
-                .map_err(serde::de::Error::custom)
-        })
-        .transpose()
 }
 
 /// Reads the ledger for `request`.
@@ -66,7 +52,7 @@ pub fn usage(db: &SessionDb, request: &UsageRequest) -> Result<UsageReport> {
         db: db.path().display().to_string(),
         since: request.since.map(format_ts),
         time_zone: db.timezone().name().to_owned(),
-        by: request.by.map(UsageGroup::as_str),
+        by: request.by.map(|by| by.as_str().to_owned()),
         totals,
         groups,
     })
@@ -84,7 +70,7 @@ impl UsageReport {
             out.push_str("no turn recorded\n");
             return out;
         }
-        match self.by {
+        match self.by.as_deref() {
             None => {
                 for (label, value) in totals_lines(&self.totals) {
                     out.push_str(&format!("{label:<10}  {value}\n"));

@@ -182,7 +182,10 @@ pub fn row_json(row: &MessageOut) -> Value {
 pub fn row_from_json(object: &Value) -> Result<MessageOut> {
     let text = |name: &str| object.get(name).and_then(Value::as_str).map(str::to_owned);
     let Some(id) = text("id") else {
-        bail!("a row without an id: {}", crate::send::excerpt(&object.to_string(), 200));
+        bail!(
+            "a row without an id: {}",
+            crate::send::excerpt(&object.to_string(), 200)
+        );
     };
     let content = match object.get("content") {
         Some(Value::String(stored)) if serde_json::from_str::<Value>(stored).is_err() => {
@@ -454,7 +457,10 @@ mod tests {
             row("chat", json!({"text": "Hello"})),
             row("chat", json!("a JSON string")),
             row("chat", json!("{\"looks\": \"like json\"}")),
-            row("system", json!({"action": "query_error", "message": "boom"})),
+            row(
+                "system",
+                json!({"action": "query_error", "message": "boom"}),
+            ),
             stored_text,
         ] {
             let object = row_json(&original);

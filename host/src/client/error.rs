@@ -7,7 +7,9 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The URL is not `http://HOST:PORT`, `https://HOST:PORT` or `unix:PATH`.
-    #[error("bad URL {url:?}: {reason} (expected http://HOST:PORT, https://HOST:PORT or unix:PATH)")]
+    #[error(
+        "bad URL {url:?}: {reason} (expected http://HOST:PORT, https://HOST:PORT or unix:PATH)"
+    )]
     BadUrl {
         /// The URL as given.
         url: String,

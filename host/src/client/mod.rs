@@ -10,7 +10,6 @@ mod error;
 pub mod sse;
 mod transport;
 
-use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -32,7 +31,9 @@ use crate::api::{
     LAST_EVENT_ID,
 };
 use crate::status::HealthReport;
-use crate::{InitReport, InterruptSent, Sent, StatusReport, SweepOutcome, UsageReport};
+use crate::{
+    AnswerReport, InitReport, InterruptSent, Sent, StatusReport, SweepOutcome, UsageReport,
+};
 
 /// The longest answer body read (a `status` or `usage` object is a few KiB).
 const MAX_BODY: usize = 16 * 1024 * 1024;
@@ -192,10 +193,15 @@ impl Client {
     /// `GET /v1/sessions/{name}/events`: the event stream after `after` (a seq; `Last-Event-ID`
     /// is sent with it, so a resumed stream starts there).
     pub async fn events(&self, session: &str, after: i64) -> Result<EventStream, ClientError> {
-        let path = session_path(session, "/events") + &query_string(&[("after", after.to_string())]);
+        let path =
+            session_path(session, "/events") + &query_string(&[("after", after.to_string())]);
         let what = format!("GET {path}");
-        let request = self
-            .request(Method::GET, &path, None, &[(LAST_EVENT_ID, &after.to_string())])?;
+        let request = self.request(
+            Method::GET,
+            &path,
+            None,
+            &[(LAST_EVENT_ID, &after.to_string())],
+        )?;
         let response = self.exchange(request, &what).await?;
         let response = self.check(response, &what).await?;
         Ok(EventStream {
@@ -221,8 +227,12 @@ impl Client {
             .map(|(report, _)| report)
     }
 
-    /// `POST /v1/sessions/{name}/answers`: `answer`; the answer is `answer`'s `--json` object.
-    pub async fn answer(&self, session: &str, body: &AnswerBody) -> Result<Value, ClientError> {
+    /// `POST /v1/sessions/{name}/answers`: `answer`.
+    pub async fn answer(
+        &self,
+        session: &str,
+        body: &AnswerBody,
+    ) -> Result<AnswerReport, ClientError> {
         let path = session_path(session, "/answers");
         self.post(&path, Some(body), &[], &format!("POST {path}"))
             .await
@@ -238,7 +248,11 @@ impl Client {
     }
 
     /// `GET /v1/sessions/{name}/usage`.
-    pub async fn usage(&self, session: &str, query: &UsageQuery) -> Result<UsageReport, ClientError> {
+    pub async fn usage(
+        &self,
+        session: &str,
+        query: &UsageQuery,
+    ) -> Result<UsageReport, ClientError> {
         let mut params = Vec::new();
         if let Some(by) = &query.by {
             params.push(("by", by.clone()));
@@ -251,7 +265,11 @@ impl Client {
     }
 
     /// `POST /v1/sessions/{name}/sweep`.
-    pub async fn sweep(&self, session: &str, body: &SweepBody) -> Result<SweepOutcome, ClientError> {
+    pub async fn sweep(
+        &self,
+        session: &str,
+        body: &SweepBody,
+    ) -> Result<SweepOutcome, ClientError> {
         let path = session_path(session, "/sweep");
         self.post(&path, Some(body), &[], &format!("POST {path}"))
             .await
@@ -567,7 +585,8 @@ fn parse_event(event: SseEvent, what: &str) -> Result<ApiEvent, ClientError> {
     };
     match event.event.as_str() {
         "message" => {
-            let row: Value = serde_json::from_str(&event.data).map_err(|err| bad(err.to_string()))?;
+            let row: Value =
+                serde_json::from_str(&event.data).map_err(|err| bad(err.to_string()))?;
             let seq = event
                 .id
                 .as_deref()
@@ -580,7 +599,8 @@ fn parse_event(event: SseEvent, what: &str) -> Result<ApiEvent, ClientError> {
             .map(ApiEvent::Status)
             .map_err(|err| bad(err.to_string())),
         "caught-up" => {
-            let data: Value = serde_json::from_str(&event.data).map_err(|err| bad(err.to_string()))?;
+            let data: Value =
+                serde_json::from_str(&event.data).map_err(|err| bad(err.to_string()))?;
             let last_seq = data
                 .get("lastSeq")
                 .and_then(Value::as_i64)
@@ -598,10 +618,16 @@ mod tests {
 
     #[test]
     fn names_and_queries_are_encoded_as_one_segment() {
-        assert_eq!(session_path("a.b_c-1", "/usage"), "/v1/sessions/a.b_c-1/usage");
+        assert_eq!(
+            session_path("a.b_c-1", "/usage"),
+            "/v1/sessions/a.b_c-1/usage"
+        );
         assert_eq!(session_path("../x", ""), "/v1/sessions/..%2Fx");
         assert_eq!(
-            query_string(&[("since", "2026-01-01T00:00:00+01:00".to_owned()), ("by", "day".to_owned())]),
+            query_string(&[
+                ("since", "2026-01-01T00:00:00+01:00".to_owned()),
+                ("by", "day".to_owned())
+            ]),
             "?since=2026-01-01T00%3A00%3A00%2B01%3A00&by=day"
         );
     }

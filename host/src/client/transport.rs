@@ -211,12 +211,13 @@ impl Transport {
     where
         S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
-        let (sender, connection) = http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|source| ClientError::Transport {
-                target: self.display.clone(),
-                source,
-            })?;
+        let (sender, connection) =
+            http1::handshake(TokioIo::new(stream))
+                .await
+                .map_err(|source| ClientError::Transport {
+                    target: self.display.clone(),
+                    source,
+                })?;
         // The connection ends with the exchange (the sender is dropped after one request).
         tokio::spawn(async move {
             if let Err(err) = connection.await {
@@ -237,9 +238,13 @@ fn tls_config(ca_cert: Option<&Path>) -> Result<ClientConfig, ClientError> {
     }
     if let Some(path) = ca_cert {
         let certs = CertificateDer::pem_file_iter(path)
-            .map_err(|err| ClientError::Tls(format!("reading --ca-cert {}: {err}", path.display())))?
+            .map_err(|err| {
+                ClientError::Tls(format!("reading --ca-cert {}: {err}", path.display()))
+            })?
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|err| ClientError::Tls(format!("reading --ca-cert {}: {err}", path.display())))?;
+            .map_err(|err| {
+                ClientError::Tls(format!("reading --ca-cert {}: {err}", path.display()))
+            })?;
         if certs.is_empty() {
             return Err(ClientError::Tls(format!(
                 "--ca-cert {}: no certificate in it (expected PEM `BEGIN CERTIFICATE` blocks)",
@@ -247,9 +252,9 @@ fn tls_config(ca_cert: Option<&Path>) -> Result<ClientConfig, ClientError> {
             )));
         }
         for cert in certs {
-            roots.add(cert).map_err(|err| {
-                ClientError::Tls(format!("--ca-cert {}: {err}", path.display()))
-            })?;
+            roots
+                .add(cert)
+                .map_err(|err| ClientError::Tls(format!("--ca-cert {}: {err}", path.display())))?;
         }
     }
     if roots.is_empty() {
@@ -283,7 +288,9 @@ mod tests {
         assert!(matches!(&prefixed.target, Target::Tcp { host, port: 80 } if host == "::1"));
         let unix = Transport::parse("unix:/run/nanoclaw.sock", None).unwrap();
         assert!(!unix.is_tcp());
-        assert!(matches!(&unix.target, Target::Unix(path) if path == Path::new("/run/nanoclaw.sock")));
+        assert!(
+            matches!(&unix.target, Target::Unix(path) if path == Path::new("/run/nanoclaw.sock"))
+        );
     }
 
     #[test]
