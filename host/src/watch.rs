@@ -178,7 +178,9 @@ pub fn row_json(row: &MessageOut) -> Value {
 
 /// The row [`row_json`] made `object` from (what `watch` over the API renders). A `content`
 /// string that is itself JSON was a JSON string (else [`row_json`] would have parsed it); any
-/// other string is the stored text as is.
+/// other string is read as the stored text: [`row_json`] makes the text `abc` and the JSON
+/// string `"abc"` alike, so such a row (never one the runner writes: its content is an object)
+/// renders without the quotes.
 pub fn row_from_json(object: &Value) -> Result<MessageOut> {
     let text = |name: &str| object.get(name).and_then(Value::as_str).map(str::to_owned);
     let Some(id) = text("id") else {
@@ -453,9 +455,11 @@ mod tests {
         stored_text.content = "not { json".into();
         stored_text.deliver_after = Some("2026-11-21T10:05:00.000Z".into());
         stored_text.seq = None;
+        let json_string = row("chat", json!("a JSON string"));
+        let back = row_from_json(&row_json(&json_string)).ok();
+        assert_eq!(back.as_ref().map(row_json), Some(row_json(&json_string)));
         for original in [
             row("chat", json!({"text": "Hello"})),
-            row("chat", json!("a JSON string")),
             row("chat", json!("{\"looks\": \"like json\"}")),
             row(
                 "system",
