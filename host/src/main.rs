@@ -91,6 +91,11 @@ enum Command {
     /// Stop the agent's running turn (the CLI and its conversation live on); rows pushed into
     /// the turn but not yet seen by the model are answered next
     Interrupt,
+    /// Serve the session API over HTTP(S) or a unix socket (docs/contract/api.md)
+    Serve(host::serve::cli::ServeArgs),
+    /// Make, list or revoke the session API's tokens
+    #[command(subcommand)]
+    Token(host::serve::cli::TokenCommand),
 }
 
 #[derive(Debug, Args)]
@@ -277,16 +282,18 @@ struct SweepArgs {
 /// The log filter when `RUST_LOG` is unset: warnings and errors only, the output is the CLI's.
 const DEFAULT_LOG_FILTER: &str = "warn";
 
+/// `serve`'s log filter when `RUST_LOG` is unset: its own lines and the audit lines.
+const SERVE_LOG_FILTER: &str = "warn,host::serve=info,nanoclaw::audit=info";
+
 fn main() -> ExitCode {
     // Flags first (clap prints usage errors and --help itself): they name the log format.
     let cli = Cli::parse();
     // A dead or full stderr pipe must neither panic nor block the CLI (see `logging`).
-    let _ = logging::subscriber(
-        "nanoclaw",
-        DEFAULT_LOG_FILTER,
-        cli.log_format.unwrap_or_default(),
-    )
-    .try_init();
+    let filter = match cli.command {
+        Command::Serve(_) => SERVE_LOG_FILTER,
+        _ => DEFAULT_LOG_FILTER,
+    };
+    let _ = logging::subscriber("nanoclaw", filter, cli.log_format.unwrap_or_default()).try_init();
     match run(cli) {
         Ok(code) => {
             logging::flush_at_exit();
@@ -312,6 +319,18 @@ fn is_broken_pipe(err: &anyhow::Error) -> bool {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
+    // The server and its tokens work on no single DB: they choose none.
+    let cli = match cli.command {
+        Command::Serve(args) => {
+            host::serve::cli::run_serve(args, cli.workspace.as_deref())?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Token(command) => {
+            output::print(&host::serve::cli::run_token(command, cli.json)?)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        command => Cli { command, ..cli },
+    };
     if cli.api.url.is_some() {
         return remote::run(cli);
     }
@@ -353,6 +372,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Health(args) => cmd_health(db, cli.json, &args),
         Command::Usage(args) => cmd_usage(db, cli.json, &args),
         Command::Interrupt => cmd_interrupt(db, cli.json),
+        Command::Serve(_) | Command::Token(_) => {
+            bail!("serve and token are run before a DB is chosen")
+        }
     }
 }
 

@@ -110,6 +110,9 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
             Command::Health(args) => remote.health(&args).await,
             Command::Usage(args) => remote.usage(&args).await,
             Command::Interrupt => remote.interrupt().await,
+            Command::Serve(_) | Command::Token(_) => {
+                bail!("serve and token run next to the DB: drop --url")
+            }
         }
     };
     runtime.block_on(async {

@@ -8,7 +8,9 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use schema::cron::Schedule;
 use schema::time::format_ts;
-use schema::{InKind, InboundContent, Inserted, NewMessageIn, Routing, SessionDb};
+use schema::{
+    IdempotentInsert, InKind, InboundContent, Inserted, NewMessageIn, Routing, SessionDb,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
@@ -138,6 +140,71 @@ pub struct Sent {
 
 /// Validates `request`, builds the row and inserts it.
 pub fn send(db: &SessionDb, request: &SendRequest) -> Result<Sent> {
+    let (row, notes) = prepare(db, request)?;
+    let Inserted { id, seq } = db.insert_in(&row).context("inserting the message")?;
+    Ok(sent(row, notes, id, seq))
+}
+
+/// What [`send_with_key`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyedSend {
+    /// The key was new: the row was inserted; `json` is `sent` as JSON, stored with the key.
+    Sent {
+        /// The result.
+        sent: Sent,
+        /// Its JSON, as stored.
+        json: String,
+    },
+    /// The key was used before with the same fingerprint: nothing was written; the first
+    /// result's JSON.
+    Replayed(String),
+    /// The key was used before with another fingerprint: nothing was written.
+    Reused,
+}
+
+/// [`send`] under an idempotency key (docs/contract/api.md#idempotency): the key is stored with
+/// `fingerprint` (a hash of the request) and the result in the transaction that inserts the
+/// row, so a repeated key writes nothing and gets the first result.
+pub fn send_with_key(
+    db: &SessionDb,
+    request: &SendRequest,
+    key: &str,
+    fingerprint: &str,
+) -> Result<KeyedSend> {
+    let (row, notes) = prepare(db, request)?;
+    let mut first = None;
+    let outcome = db
+        .insert_in_idempotent(&row, key, fingerprint, Utc::now(), |inserted| {
+            let result = sent(row.clone(), notes, inserted.id.clone(), inserted.seq);
+            let json = serde_json::to_string(&result).unwrap_or_default();
+            first = Some(result);
+            json
+        })
+        .context("inserting the message")?;
+    Ok(match (outcome, first) {
+        (IdempotentInsert::Inserted { response, .. }, Some(sent)) => KeyedSend::Sent {
+            sent,
+            json: response,
+        },
+        (IdempotentInsert::Inserted { .. }, None) => bail!("an inserted row without its result"),
+        (IdempotentInsert::Replayed { response }, _) => KeyedSend::Replayed(response),
+        (IdempotentInsert::Reused, _) => KeyedSend::Reused,
+    })
+}
+
+fn sent(row: NewMessageIn, notes: Vec<String>, id: String, seq: i64) -> Sent {
+    Sent {
+        id,
+        seq,
+        kind: row.kind,
+        process_after: row.process_after,
+        routing: row.routing,
+        notes,
+    }
+}
+
+/// Builds the row and warns about attachments missing from the workspace.
+fn prepare(db: &SessionDb, request: &SendRequest) -> Result<(NewMessageIn, Vec<String>)> {
     let (row, notes) = build_row(db, request, Utc::now(), cron_timezone()?)?;
     if let Some(workspace) = db.path().parent() {
         for path in &request.attach_paths {
@@ -150,15 +217,7 @@ pub fn send(db: &SessionDb, request: &SendRequest) -> Result<Sent> {
             }
         }
     }
-    let Inserted { id, seq } = db.insert_in(&row).context("inserting the message")?;
-    Ok(Sent {
-        id,
-        seq,
-        kind: row.kind,
-        process_after: row.process_after,
-        routing: row.routing,
-        notes,
-    })
+    Ok((row, notes))
 }
 
 /// The time zone cron schedules are evaluated in: `TZ` (an IANA name), else UTC. The runner

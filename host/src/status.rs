@@ -122,7 +122,7 @@ pub struct LastError {
 }
 
 /// The health verdict, as `nanoclaw health` gives it with its default limits.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthReport {
     /// True when the runner is alive and making progress.

@@ -12,7 +12,7 @@ impl SessionDb {
         let conn = self.conn()?;
         Ok(conn
             .query_row(
-                "SELECT message_out_id, platform_message_id, status, delivered_at FROM delivered WHERE message_out_id = ?1",
+                "SELECT message_out_id, platform_message_id, status, delivered_at, reason FROM delivered WHERE message_out_id = ?1",
                 [message_out_id],
                 |r| {
                     Ok(Delivered {
@@ -20,6 +20,7 @@ impl SessionDb {
                         platform_message_id: r.get(1)?,
                         status: r.get(2)?,
                         delivered_at: r.get(3)?,
+                        reason: r.get(4)?,
                     })
                 },
             )
@@ -33,11 +34,23 @@ impl SessionDb {
         platform_message_id: Option<&str>,
         status: &str,
     ) -> Result<(), Error> {
+        self.record_delivery(message_out_id, platform_message_id, status, None)
+    }
+
+    /// Records a delivery with the reason of a failed one (host); a later record of the same row
+    /// replaces it.
+    pub fn record_delivery(
+        &self,
+        message_out_id: &str,
+        platform_message_id: Option<&str>,
+        status: &str,
+        reason: Option<&str>,
+    ) -> Result<(), Error> {
         self.write(|tx| {
             tx.execute(
-                "INSERT OR REPLACE INTO delivered (message_out_id, platform_message_id, status, delivered_at)
-                 VALUES (?1, ?2, ?3, ?4)",
-                params![message_out_id, platform_message_id, status, now_ts()],
+                "INSERT OR REPLACE INTO delivered (message_out_id, platform_message_id, status, delivered_at, reason)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![message_out_id, platform_message_id, status, now_ts(), reason],
             )?;
             Ok(())
         })

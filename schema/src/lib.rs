@@ -12,6 +12,7 @@ pub mod db;
 mod delivered;
 mod destinations;
 pub mod health;
+pub mod idempotency;
 mod messages;
 mod questions;
 mod queue;
@@ -36,6 +37,7 @@ pub use content::{
     TaskContent, WebhookContent,
 };
 pub use db::{OpenOptions, SessionDb};
+pub use idempotency::IdempotentInsert;
 pub use queue::{ClaimStarted, Eligible, QueueCounts};
 pub use reads::Reads;
 pub use routing::{find_destination, DestinationRoute};
@@ -118,6 +120,17 @@ impl Error {
             Error::Sqlite(err) => matches!(
                 err.sqlite_error_code(),
                 Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+            ),
+            _ => false,
+        }
+    }
+
+    /// True when a write broke a constraint (a row id that exists already).
+    pub fn is_constraint(&self) -> bool {
+        match self {
+            Error::Sqlite(err) => matches!(
+                err.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::ConstraintViolation)
             ),
             _ => false,
         }

@@ -537,6 +537,8 @@ pub struct Delivered {
     pub status: String,
     /// When.
     pub delivered_at: String,
+    /// Why a `failed` delivery failed, as the host said.
+    pub reason: Option<String>,
 }
 
 /// Runner status for the host's idle detection.

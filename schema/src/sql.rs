@@ -41,7 +41,7 @@ CREATE TABLE IF NOT EXISTS messages_out (
   content       TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS delivered (message_out_id TEXT PRIMARY KEY, platform_message_id TEXT,
-  status TEXT NOT NULL DEFAULT 'delivered', delivered_at TEXT NOT NULL);
+  status TEXT NOT NULL DEFAULT 'delivered', delivered_at TEXT NOT NULL, reason TEXT);
 CREATE TABLE IF NOT EXISTS destinations (name TEXT PRIMARY KEY, display_name TEXT, type TEXT NOT NULL,
   channel_type TEXT, platform_id TEXT, agent_group_id TEXT);
 CREATE TABLE IF NOT EXISTS session_routing (id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -57,6 +57,8 @@ CREATE TABLE IF NOT EXISTS turn_usage (id INTEGER PRIMARY KEY, created_at TEXT N
   cache_read_tokens INTEGER, cache_write_tokens INTEGER, reasoning_tokens INTEGER, cost_usd REAL,
   requests INTEGER, duration_ms INTEGER, outcome TEXT NOT NULL, message_ids TEXT NOT NULL,
   series_id TEXT);
+CREATE TABLE IF NOT EXISTS api_idempotency (key TEXT PRIMARY KEY, fingerprint TEXT NOT NULL,
+  message_id TEXT NOT NULL, seq INTEGER NOT NULL, response TEXT NOT NULL, created_at TEXT NOT NULL);
 "#;
 
 /// Indexes for the hot queries; created after migrations so their columns exist.
@@ -124,6 +126,7 @@ pub(crate) const COLUMNS: &[(&str, &str, &str)] = &[
     ("messages_out", "thread_id", "TEXT"),
     ("delivered", "platform_message_id", "TEXT"),
     ("delivered", "status", "TEXT NOT NULL DEFAULT 'delivered'"),
+    ("delivered", "reason", "TEXT"),
     ("destinations", "display_name", "TEXT"),
     ("destinations", "channel_type", "TEXT"),
     ("destinations", "platform_id", "TEXT"),

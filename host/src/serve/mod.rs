@@ -1,0 +1,190 @@
+//! `nanoclaw serve`: the session API of docs/contract/api.md, the only remote path to a session
+//! DB. It runs next to the DBs (same kernel) and opens them through this crate's library, so
+//! all SQL stays in `schema`.
+//!
+//! Map: [`cli`] (the `serve` and `token` commands) → [`Server::bind`] (listener, TLS, tokens) →
+//! `router` (routes, bodies, scope checks; `sse` for events, `openapi` for the document) →
+//! the library's operations on a blocking thread. `listen` and `conn` bound every connection;
+//! `tokens` and `auth` own who may do what; `audit` writes one line per mutating request.
+
+mod audit;
+mod auth;
+pub mod cli;
+mod conn;
+mod errors;
+mod listen;
+mod openapi;
+mod router;
+pub mod sessions;
+mod sse;
+pub mod tokens;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+
+pub use sessions::Served;
+
+/// Where to listen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    /// A TCP address.
+    Tcp(SocketAddr),
+    /// A unix socket (mode `0600`; no token asked).
+    Unix(PathBuf),
+}
+
+impl std::str::FromStr for Listen {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text.strip_prefix("unix:") {
+            Some(path) if !path.is_empty() => Ok(Self::Unix(PathBuf::from(path))),
+            Some(_) => Err("unix: needs a path, e.g. unix:/run/nanoclaw.sock".to_owned()),
+            None => text
+                .parse()
+                .map(Self::Tcp)
+                .map_err(|_| format!("{text:?}: expected ADDR:PORT or unix:PATH")),
+        }
+    }
+}
+
+/// The time and size bounds of a server (docs/contract/api.md#serving).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Request body limit in bytes.
+    pub max_body: usize,
+    /// Open connections at most.
+    pub max_connections: usize,
+    /// Request headers (and a TLS handshake) must arrive within this.
+    pub header_timeout: Duration,
+    /// A request body must arrive within this.
+    pub body_timeout: Duration,
+    /// A connection that moved no byte this long is closed.
+    pub idle_timeout: Duration,
+    /// A write the peer takes no byte of this long ends the connection.
+    pub write_timeout: Duration,
+    /// A keep-alive comment on an event stream at least this often.
+    pub keep_alive_every: Duration,
+    /// Events buffered per event-stream client before it is dropped.
+    pub sse_buffer: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body: 1024 * 1024,
+            max_connections: 512,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(30),
+            keep_alive_every: Duration::from_secs(15),
+            sse_buffer: 64,
+        }
+    }
+}
+
+/// Everything a server is told.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// The sessions.
+    pub served: Served,
+    /// Where to listen.
+    pub listen: Listen,
+    /// The token file (ignored on a unix socket).
+    pub tokens: Option<PathBuf>,
+    /// TLS certificate and key (PEM).
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// Allow plain HTTP on an address that is not loopback.
+    pub plain_http: bool,
+    /// Bounds.
+    pub limits: Limits,
+}
+
+/// A server bound to its listener, ready to run.
+pub struct Server {
+    bound: listen::Bound,
+    app: axum::Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    limits: Limits,
+    local_addr: Option<SocketAddr>,
+}
+
+impl Server {
+    /// Checks the configuration, loads the tokens and TLS files, and binds the listener.
+    pub async fn bind(config: ServeConfig) -> Result<Self> {
+        let tls = match &config.tls {
+            Some((cert, key)) => Some(listen::tls_acceptor(cert, key)?),
+            None => None,
+        };
+        let tokens = match &config.listen {
+            Listen::Unix(_) => None,
+            Listen::Tcp(addr) => {
+                if tls.is_none() && !addr.ip().is_loopback() {
+                    if !config.plain_http {
+                        bail!(
+                            "refusing plain HTTP on {addr}, which is not loopback: tokens would cross the network in clear; give --tls-cert and --tls-key, or --plain-http behind a TLS-terminating proxy"
+                        );
+                    }
+                    tracing::warn!(%addr, "serve: plain HTTP on an address that is not loopback (--plain-http): a TLS-terminating proxy must be in front");
+                }
+                let path = match (&config.tokens, &config.served) {
+                    (Some(path), _) => path.clone(),
+                    (None, Served::Root(root)) => root.join("tokens.json"),
+                    (None, Served::Workspace { .. }) => bail!(
+                        "--workspace on TCP needs --tokens FILE outside the workspace (the workspace is the agent's; it must not hold the keys)"
+                    ),
+                };
+                let path = fsguard::absolute("--tokens", &path)?;
+                config
+                    .served
+                    .token_file_allowed(&path)
+                    .map_err(anyhow::Error::msg)?;
+                Some(tokens::TokenStore::open(path)?)
+            }
+        };
+        let bound = match &config.listen {
+            Listen::Tcp(addr) => listen::bind_tcp(*addr).await?,
+            Listen::Unix(path) => listen::bind_unix(path).await?,
+        };
+        let local_addr = match &bound {
+            listen::Bound::Tcp(listener) => listener.local_addr().ok(),
+            listen::Bound::Unix(..) => None,
+        };
+        let state = Arc::new(router::AppState {
+            served: config.served.clone(),
+            dbs: sessions::DbCache::default(),
+            tokens,
+            max_body: config.limits.max_body,
+            body_timeout: config.limits.body_timeout,
+            keep_alive_every: config.limits.keep_alive_every,
+            sse_buffer: config.limits.sse_buffer.max(1),
+        });
+        Ok(Self {
+            bound,
+            app: router::router(state),
+            tls,
+            limits: config.limits,
+            local_addr,
+        })
+    }
+
+    /// The TCP address it listens on (`None` on a unix socket).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.local_addr
+    }
+
+    /// Serves until `shutdown` resolves.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
+        listen::serve(self.bound, self.app, self.tls, self.limits, shutdown).await
+    }
+}
+
+/// The OpenAPI document of the API, as `GET /v1/openapi.json` serves it.
+pub fn openapi_json() -> serde_json::Value {
+    openapi::json()
+}
