@@ -28,7 +28,7 @@ const PAGE: usize = 200;
 
 /// `GET /v1/sessions/{name}/events?after=SEQ` (`Last-Event-ID` wins over `after`).
 #[utoipa::path(get, path = "/v1/sessions/{name}/events", params(("name" = String, Path), EventsQuery),
-    responses((status = 200, description = "text/event-stream: `message` events (id = seq, data = watch --json object), `status` events (StatusEvent), `: keep-alive` comments", content_type = "text/event-stream")))]
+    responses((status = 200, description = "text/event-stream: `message` events (id = seq, data = watch --json object), `status` events (StatusEvent), one `caught-up` event ({\"lastSeq\"}) once the rows there at the start are sent, `: keep-alive` comments", content_type = "text/event-stream")))]
 pub(crate) async fn events(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -105,11 +105,21 @@ async fn produce(
     session: String,
 ) {
     let mut last_status: Option<StatusEvent> = None;
+    let mut caught_up = false;
     let stop = loop {
         match step(&db, &mut after, &mut last_status, &events).await {
             Ok(true) => continue,
             Ok(false) => {}
             Err(stop) => break stop,
+        }
+        // Once, when the rows there at the start are sent: `watch --no-follow` stops here,
+        // `watch --new` starts printing here (docs/contract/api.md#endpoints, "Events").
+        if !caught_up {
+            caught_up = true;
+            let data = serde_json::json!({ "lastSeq": after }).to_string();
+            if let Err(stop) = offer(&events, Event::default().event("caught-up").data(data)) {
+                break stop;
+            }
         }
         tokio::select! {
             _ = watcher.wait(every) => {}
