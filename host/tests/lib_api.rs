@@ -105,17 +105,13 @@ fn every_report_round_trips_through_its_json() {
     assert_eq!(back, sent);
     db.set_runner_state(schema::RunnerStatus::Busy, Some(4242), Some("mock"))
         .unwrap();
-    for content in [
-        json!({"operation":"ask_question","questionId":"q1","title":"Deploy",
-               "question":"Pick one","options":[{"label":"A","value":"a"}]}),
-    ] {
-        db.insert_out(&NewMessageOut::new(
-            OutKind::ChatSdk,
-            Routing::default(),
-            &content,
-        ))
-        .unwrap();
-    }
+    db.insert_out(&NewMessageOut::new(
+        OutKind::ChatSdk,
+        Routing::default(),
+        &json!({"operation":"ask_question","questionId":"q1","title":"Deploy",
+                "question":"Pick one","options":[{"label":"A","value":"a"}]}),
+    ))
+    .unwrap();
     for content in [
         json!({"action":"query_error","payload":{"message":"boom","retryable":true}}),
         json!({"action":"progress","payload":{"tool":"Bash","summary":"cargo test","elapsedSecs":12}}),

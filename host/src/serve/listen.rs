@@ -101,10 +101,11 @@ pub(crate) async fn serve(
     app: Router,
     tls: Option<tokio_rustls::TlsAcceptor>,
     limits: Limits,
+    stop_tx: watch::Sender<bool>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let stop_rx = stop_tx.subscribe();
     tokio::pin!(shutdown);
     loop {
         // A permit first: beyond the limit, connections wait in the kernel's backlog.

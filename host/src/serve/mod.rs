@@ -112,6 +112,7 @@ pub struct Server {
     tls: Option<tokio_rustls::TlsAcceptor>,
     limits: Limits,
     local_addr: Option<SocketAddr>,
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 impl Server {
@@ -155,6 +156,7 @@ impl Server {
             listen::Bound::Tcp(listener) => listener.local_addr().ok(),
             listen::Bound::Unix(..) => None,
         };
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let state = Arc::new(router::AppState {
             served: config.served.clone(),
             dbs: sessions::DbCache::default(),
@@ -163,6 +165,8 @@ impl Server {
             body_timeout: config.limits.body_timeout,
             keep_alive_every: config.limits.keep_alive_every,
             sse_buffer: config.limits.sse_buffer.max(1),
+            write_timeout: config.limits.write_timeout,
+            stopping: stop_rx,
         });
         Ok(Self {
             bound,
@@ -170,6 +174,7 @@ impl Server {
             tls,
             limits: config.limits,
             local_addr,
+            stop: stop_tx,
         })
     }
 
@@ -180,7 +185,15 @@ impl Server {
 
     /// Serves until `shutdown` resolves.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
-        listen::serve(self.bound, self.app, self.tls, self.limits, shutdown).await
+        listen::serve(
+            self.bound,
+            self.app,
+            self.tls,
+            self.limits,
+            self.stop,
+            shutdown,
+        )
+        .await
     }
 }
 

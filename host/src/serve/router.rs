@@ -40,6 +40,10 @@ pub(crate) struct AppState {
     pub(crate) body_timeout: Duration,
     pub(crate) keep_alive_every: Duration,
     pub(crate) sse_buffer: usize,
+    /// How long an event stream's full buffer may stay full.
+    pub(crate) write_timeout: Duration,
+    /// Turns true at shutdown: event streams end, so connections can close cleanly.
+    pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The API's routes.
@@ -510,7 +514,7 @@ pub(crate) async fn interrupt(
         let path = state.session_db_path(&caller, &name)?;
         caller.require_write()?;
         let _: EmptyBody = json_body(&state, &headers, body, true).await?;
-        let sent = with_db(&state, path, |db| crate::interrupt(db)).await?;
+        let sent = with_db(&state, path, crate::interrupt).await?;
         Ok((StatusCode::CREATED, Some(sent.id.clone()), sent))
     }
     .await;

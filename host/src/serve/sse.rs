@@ -16,7 +16,7 @@ use chrono::Utc;
 use futures::StreamExt;
 use schema::{DbWatcher, SessionDb};
 use tokio::sync::mpsc;
-use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::mpsc::error::SendTimeoutError;
 
 use super::auth::Caller;
 use super::errors::ApiError;
@@ -56,14 +56,14 @@ pub(crate) async fn events(
         .map_err(ApiError::from_library)?;
     let watcher = DbWatcher::new(&db).map_err(|err| ApiError::from_library(err.into()))?;
     let (events, receiver) = mpsc::channel(state.sse_buffer);
-    tokio::spawn(produce(
+    let producer = Producer {
         db,
-        watcher,
-        after,
         events,
-        state.keep_alive_every,
-        name,
-    ));
+        every: state.keep_alive_every,
+        stall: state.write_timeout,
+        session: name,
+    };
+    tokio::spawn(producer.run(watcher, after, state.stopping.clone()));
     let stream = tokio_stream_from(receiver).map(Ok::<Event, Infallible>);
     Ok(Sse::new(stream)
         .keep_alive(
@@ -87,50 +87,77 @@ enum Stop {
     Full,
 }
 
-fn offer(events: &mpsc::Sender<Event>, event: Event) -> Result<(), Stop> {
-    events.try_send(event).map_err(|err| match err {
-        TrySendError::Full(_) => Stop::Full,
-        TrySendError::Closed(_) => Stop::Gone,
-    })
+/// Queues `event`; a client whose buffer stays full for `stall` stopped reading.
+async fn offer(events: &mpsc::Sender<Event>, event: Event, stall: Duration) -> Result<(), Stop> {
+    events
+        .send_timeout(event, stall)
+        .await
+        .map_err(|err| match err {
+            SendTimeoutError::Timeout(_) => Stop::Full,
+            SendTimeoutError::Closed(_) => Stop::Gone,
+        })
 }
 
-/// Reads rows after `after` and status changes, and offers them to the client until it goes
-/// away or stops reading.
-async fn produce(
+/// One client's producer: what it reads, where it offers events, and its bounds.
+struct Producer {
     db: Arc<SessionDb>,
-    mut watcher: DbWatcher,
-    mut after: i64,
     events: mpsc::Sender<Event>,
+    /// The longest wait between two looks at the DB (the keep-alive interval).
     every: Duration,
+    /// How long the client's buffer may stay full.
+    stall: Duration,
     session: String,
-) {
-    let mut last_status: Option<StatusEvent> = None;
-    let mut caught_up = false;
-    let stop = loop {
-        match step(&db, &mut after, &mut last_status, &events).await {
-            Ok(true) => continue,
-            Ok(false) => {}
-            Err(stop) => break stop,
-        }
-        // Once, when the rows there at the start are sent: `watch --no-follow` stops here,
-        // `watch --new` starts printing here (docs/contract/api.md#endpoints, "Events").
-        if !caught_up {
-            caught_up = true;
-            let data = serde_json::json!({ "lastSeq": after }).to_string();
-            if let Err(stop) = offer(&events, Event::default().event("caught-up").data(data)) {
-                break stop;
-            }
-        }
-        tokio::select! {
-            _ = watcher.wait(every) => {}
-            () = events.closed() => break Stop::Gone,
-        }
-    };
-    if let Stop::Full = stop {
-        tracing::warn!(
+}
+
+impl Producer {
+    /// Reads rows after `after` and status changes, and offers them to the client until it
+    /// goes away, stops reading, or the server stops.
+    async fn run(
+        self,
+        mut watcher: DbWatcher,
+        mut after: i64,
+        mut stopping: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let Self {
+            db,
+            events,
+            every,
+            stall,
             session,
-            "serve: dropped an event stream client that stopped reading (its buffer is full)"
-        );
+        } = self;
+        let mut last_status: Option<StatusEvent> = None;
+        let mut caught_up = false;
+        let stop = loop {
+            match step(&db, &mut after, &mut last_status, &events, stall).await {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(stop) => break stop,
+            }
+            // Once, when the rows there at the start are sent: `watch --no-follow` stops here,
+            // `watch --new` starts printing here (docs/contract/api.md, "Events").
+            if !caught_up {
+                caught_up = true;
+                let data = serde_json::json!({ "lastSeq": after }).to_string();
+                let event = Event::default().event("caught-up").data(data);
+                if let Err(stop) = offer(&events, event, stall).await {
+                    break stop;
+                }
+            }
+            if *stopping.borrow() {
+                break Stop::Gone;
+            }
+            tokio::select! {
+                _ = watcher.wait(every) => {}
+                () = events.closed() => break Stop::Gone,
+                _ = stopping.changed() => break Stop::Gone,
+            }
+        };
+        if let Stop::Full = stop {
+            tracing::warn!(
+                session,
+                "serve: dropped an event stream client that stopped reading (its buffer is full)"
+            );
+        }
     }
 }
 
@@ -140,6 +167,7 @@ async fn step(
     after: &mut i64,
     last_status: &mut Option<StatusEvent>,
     events: &mpsc::Sender<Event>,
+    stall: Duration,
 ) -> Result<bool, Stop> {
     let from = *after;
     let reader = db.clone();
@@ -171,11 +199,13 @@ async fn step(
                 .event("message")
                 .id(seq.to_string())
                 .data(data),
-        )?;
+            stall,
+        )
+        .await?;
     }
     if last_status.as_ref() != Some(&status) {
         let data = serde_json::to_string(&status).unwrap_or_default();
-        offer(events, Event::default().event("status").data(data))?;
+        offer(events, Event::default().event("status").data(data), stall).await?;
         *last_status = Some(status);
     }
     Ok(full_page)
