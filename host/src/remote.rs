@@ -381,6 +381,10 @@ impl Remote {
                     }
                 }
                 ApiEvent::CaughtUp { last_seq } => {
+                    tracing::info!(
+                        last_seq = state.last_seq.max(last_seq),
+                        "watch: caught up with the event stream"
+                    );
                     if state.skipping {
                         state.skipping = false;
                         state.last_seq = state.last_seq.max(last_seq);

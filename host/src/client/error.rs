@@ -16,8 +16,9 @@ pub enum ClientError {
         /// What is wrong with it.
         reason: String,
     },
-    /// The TLS configuration could not be built (an unreadable or empty CA file, no roots).
-    #[error("TLS setup: {0}")]
+    /// The TLS configuration could not be built (an unreadable or empty CA file, no roots), or
+    /// the handshake refused the server (a certificate no trusted root signed).
+    #[error("TLS: {0}")]
     Tls(String),
     /// The server could not be reached (refused, unreachable, a TLS handshake failure).
     #[error("cannot connect to {target}: {source} (is `nanoclaw serve` running there?)")]

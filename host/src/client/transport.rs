@@ -195,7 +195,19 @@ impl Transport {
                 let stream = connector
                     .connect(server_name.clone(), stream)
                     .await
-                    .map_err(|err| self.connect_error(err))?;
+                    .map_err(|err| {
+                        // rustls reports a refused certificate (or another protocol fault) as
+                        // InvalidData: no retry cures it. A reset mid-handshake is a connect
+                        // error like any other.
+                        if err.kind() == std::io::ErrorKind::InvalidData {
+                            ClientError::Tls(format!(
+                                "the TLS handshake with {} failed: {err} (a certificate no trusted root signed: pass its CA with --ca-cert PEM)",
+                                self.display
+                            ))
+                        } else {
+                            self.connect_error(err)
+                        }
+                    })?;
                 self.handshake(stream).await
             }
             Target::Unix(path) => {
