@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -13,11 +13,13 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-/// When the connection last moved a byte, in milliseconds since `origin`.
+/// When the connection last moved a byte, in milliseconds since `origin`, and whether the peer
+/// ever sent one.
 #[derive(Debug)]
 pub(crate) struct Activity {
     origin: Instant,
     last_ms: AtomicU64,
+    heard: AtomicBool,
 }
 
 impl Activity {
@@ -25,7 +27,13 @@ impl Activity {
         Arc::new(Self {
             origin: Instant::now(),
             last_ms: AtomicU64::new(0),
+            heard: AtomicBool::new(false),
         })
+    }
+
+    /// True once the peer sent a byte.
+    pub(crate) fn heard(&self) -> bool {
+        self.heard.load(Ordering::Relaxed)
     }
 
     fn touch(&self) {
@@ -50,7 +58,6 @@ pub(crate) struct Guarded<T> {
 
 impl<T> Guarded<T> {
     pub(crate) fn new(inner: T, activity: Arc<Activity>, stall: Duration) -> Self {
-        activity.touch();
         Self {
             inner,
             activity,
@@ -70,6 +77,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Guarded<T> {
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
             self.activity.touch();
+            self.activity.heard.store(true, Ordering::Relaxed);
         }
         polled
     }
@@ -119,5 +127,65 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guarded<T> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The open connections, for closing the oldest silent one when all permits are taken: a flood
+/// of connections that never send a byte must not lock a real client out until their header
+/// timeouts run (10 s per round of `--max-connections`).
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    open: std::sync::Mutex<std::collections::BTreeMap<u64, Arc<Slot>>>,
+    next: AtomicU64,
+}
+
+/// One open connection's entry.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub(crate) activity: Arc<Activity>,
+    pub(crate) evict: tokio::sync::Notify,
+}
+
+/// Removes its connection from the registry when the connection ends.
+pub(crate) struct Registered {
+    registry: Arc<Registry>,
+    id: u64,
+    pub(crate) slot: Arc<Slot>,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut open = self.registry.open.lock().unwrap_or_else(|p| p.into_inner());
+        open.remove(&self.id);
+    }
+}
+
+impl Registry {
+    /// Registers a new connection.
+    pub(crate) fn register(self: &Arc<Self>) -> Registered {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let slot = Arc::new(Slot {
+            activity: Activity::new(),
+            evict: tokio::sync::Notify::new(),
+        });
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        open.insert(id, slot.clone());
+        Registered {
+            registry: self.clone(),
+            id,
+            slot,
+        }
+    }
+
+    /// Asks the oldest connection that never sent a byte to close; false when there is none.
+    pub(crate) fn evict_oldest_silent(&self) -> bool {
+        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        match open.values().find(|slot| !slot.activity.heard()) {
+            Some(slot) => {
+                slot.evict.notify_one();
+                true
+            }
+            None => false,
+        }
     }
 }

@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{watch, Semaphore};
 
-use super::conn::{Activity, Guarded};
+use super::conn::{Activity, Guarded, Registry};
 use super::Limits;
 
 /// The most a connection's read buffer may hold (the request head must fit in it).
@@ -105,36 +105,49 @@ pub(crate) async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let registry = Arc::new(Registry::default());
     let stop_rx = stop_tx.subscribe();
+    let mut last_full_warning: Option<std::time::Instant> = None;
     tokio::pin!(shutdown);
     loop {
-        // A permit first: beyond the limit, connections wait in the kernel's backlog.
-        let permit = tokio::select! {
-            permit = permits.clone().acquire_owned() => permit.context("connection permits")?,
-            () = &mut shutdown => break,
-        };
         let accepted = tokio::select! {
             accepted = accept(&bound) => accepted,
             () = &mut shutdown => break,
         };
         let Some(conn) = accepted else { continue };
+        // At the limit, the oldest connection that never sent a byte makes room; without one,
+        // this connection waits for a permit and the next ones in the kernel's backlog.
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                let evicted = registry.evict_oldest_silent();
+                if last_full_warning.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
+                    last_full_warning = Some(std::time::Instant::now());
+                    tracing::warn!(
+                        max_connections = limits.max_connections,
+                        evicted,
+                        "serve: at --max-connections; closing the oldest connections that sent nothing, else new ones wait"
+                    );
+                }
+                tokio::select! {
+                    permit = permits.clone().acquire_owned() => permit.context("connection permits")?,
+                    () = &mut shutdown => break,
+                }
+            }
+        };
+        let registered = registry.register();
         let app = app.clone();
         let tls = tls.clone();
         let stop = stop_rx.clone();
         tokio::spawn(async move {
-            match (conn, tls) {
-                (Accepted::Tcp(tcp), Some(tls)) => {
-                    match tokio::time::timeout(limits.header_timeout, tls.accept(tcp)).await {
-                        Ok(Ok(stream)) => serve_connection(stream, app, limits, stop).await,
-                        Ok(Err(err)) => {
-                            tracing::debug!(error = %err, "serve: TLS handshake failed")
-                        }
-                        Err(_) => tracing::debug!("serve: TLS handshake timed out"),
-                    }
+            let slot = registered.slot.clone();
+            tokio::select! {
+                () = run_connection(conn, tls, app, limits, stop, slot.activity.clone()) => {}
+                () = slot.evict.notified() => {
+                    tracing::debug!("serve: closed a silent connection to make room");
                 }
-                (Accepted::Tcp(tcp), None) => serve_connection(tcp, app, limits, stop).await,
-                (Accepted::Unix(unix), _) => serve_connection(unix, app, limits, stop).await,
             }
+            drop(registered);
             drop(permit);
         });
     }
@@ -149,6 +162,36 @@ pub(crate) async fn serve(
         let _ = std::fs::remove_file(path);
     }
     Ok(())
+}
+
+/// Serves one accepted connection, TLS first when configured; its IO (under TLS too) records
+/// activity and bounds writes.
+async fn run_connection(
+    conn: Accepted,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    app: Router,
+    limits: Limits,
+    stop: watch::Receiver<bool>,
+    activity: Arc<Activity>,
+) {
+    match (conn, tls) {
+        (Accepted::Tcp(tcp), Some(tls)) => {
+            let io = Guarded::new(tcp, activity.clone(), limits.write_timeout);
+            match tokio::time::timeout(limits.header_timeout, tls.accept(io)).await {
+                Ok(Ok(stream)) => serve_connection(stream, app, limits, stop, activity).await,
+                Ok(Err(err)) => tracing::debug!(error = %err, "serve: TLS handshake failed"),
+                Err(_) => tracing::debug!("serve: TLS handshake timed out"),
+            }
+        }
+        (Accepted::Tcp(tcp), None) => {
+            let io = Guarded::new(tcp, activity.clone(), limits.write_timeout);
+            serve_connection(io, app, limits, stop, activity).await;
+        }
+        (Accepted::Unix(unix), _) => {
+            let io = Guarded::new(unix, activity.clone(), limits.write_timeout);
+            serve_connection(io, app, limits, stop, activity).await;
+        }
+    }
 }
 
 enum Accepted {
@@ -183,12 +226,15 @@ async fn accept(bound: &Bound) -> Option<Accepted> {
 
 /// Serves one connection: HTTP/1.1 with a bounded read buffer and header time, closed when idle
 /// or at shutdown.
-async fn serve_connection<IO>(io: IO, app: Router, limits: Limits, mut stop: watch::Receiver<bool>)
-where
+async fn serve_connection<IO>(
+    io: IO,
+    app: Router,
+    limits: Limits,
+    mut stop: watch::Receiver<bool>,
+    activity: Arc<Activity>,
+) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let activity = Activity::new();
-    let io = Guarded::new(io, activity.clone(), limits.write_timeout);
     let service = hyper_util::service::TowerToHyperService::new(app);
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())

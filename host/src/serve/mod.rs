@@ -71,6 +71,9 @@ pub struct Limits {
     pub keep_alive_every: Duration,
     /// Events buffered per event-stream client before it is dropped.
     pub sse_buffer: usize,
+    /// A request waits at most this for another process's lock on its DB, then is `503`
+    /// (instead of holding a blocking thread for SQLite's 30 s busy timeout).
+    pub db_lock_wait: Duration,
 }
 
 impl Default for Limits {
@@ -84,6 +87,7 @@ impl Default for Limits {
             write_timeout: Duration::from_secs(30),
             keep_alive_every: Duration::from_secs(15),
             sse_buffer: 64,
+            db_lock_wait: Duration::from_secs(5),
         }
     }
 }
@@ -166,6 +170,7 @@ impl Server {
             keep_alive_every: config.limits.keep_alive_every,
             sse_buffer: config.limits.sse_buffer.max(1),
             write_timeout: config.limits.write_timeout,
+            db_lock_wait: config.limits.db_lock_wait,
             stopping: stop_rx,
         });
         Ok(Self {

@@ -42,6 +42,8 @@ pub(crate) struct AppState {
     pub(crate) sse_buffer: usize,
     /// How long an event stream's full buffer may stay full.
     pub(crate) write_timeout: Duration,
+    /// How long a request waits for another process's lock on its DB.
+    pub(crate) db_lock_wait: Duration,
     /// Turns true at shutdown: event streams end, so connections can close cleanly.
     pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
 }
@@ -66,6 +68,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/sessions/{name}/sweep", post(sweep))
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
+        .layer(axum::middleware::from_fn(audit::refused_before_handler))
         .with_state(state)
 }
 
@@ -120,7 +123,8 @@ impl AppState {
     }
 }
 
-/// Runs `f` on the open DB at `path`, on a blocking thread.
+/// Runs `f` on the open DB at `path`, on a blocking thread, waiting at most the lock wait for
+/// another process's lock (then `503`).
 pub(crate) async fn with_db<T: Send + 'static>(
     state: &Arc<AppState>,
     path: PathBuf,
@@ -128,8 +132,10 @@ pub(crate) async fn with_db<T: Send + 'static>(
 ) -> Result<T, ApiError> {
     let state = state.clone();
     tokio::task::spawn_blocking(move || {
-        let db = state.dbs.get(&path)?;
-        f(&db)
+        schema::db::with_lock_wait(state.db_lock_wait, || {
+            let db = state.dbs.get(&path)?;
+            f(&db)
+        })
     })
     .await?
     .map_err(ApiError::from_library)
@@ -209,7 +215,9 @@ fn audited<T>(
         Ok((status, id, _)) => (status.as_u16(), id.as_deref()),
         Err(err) => (err.status().as_u16(), None),
     };
-    let session = if crate::api::valid_session_name(name) {
+    let session = if name.is_empty() {
+        "-".to_owned()
+    } else if crate::api::valid_session_name(name) {
         name.to_owned()
     } else {
         shorten(name)

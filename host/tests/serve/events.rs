@@ -268,3 +268,43 @@ async fn a_client_that_stops_reading_is_dropped_and_the_others_keep_receiving() 
     assert_eq!(db.max_seq().unwrap() as usize, 2 * ROWS - 1);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_row_wakes_the_stream_without_a_poll() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, tokens) = make_root(&dir);
+    // The stream looks at the DB by itself only this often: a row seen sooner was woken by the
+    // DB's watcher.
+    let limits = Limits {
+        keep_alive_every: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let server = TestServer::start(&root, limits).await;
+    let db = server.db("alpha");
+    let response = client()
+        .get(server.at("/v1/sessions/alpha/events"))
+        .bearer_auth(&tokens.alpha)
+        .send()
+        .await
+        .unwrap();
+    let mut stream = response.bytes_stream();
+    let mut buffer = String::new();
+    read_until(&mut stream, &mut buffer, Duration::from_secs(10), |e| {
+        e.iter().any(|e| e.event.as_deref() == Some("status"))
+    })
+    .await;
+    for n in 0..3 {
+        let written = Instant::now();
+        let seq = agent_reply(&db, &format!("row {n}"));
+        let events = read_until(&mut stream, &mut buffer, Duration::from_secs(10), |e| {
+            !messages(e).is_empty()
+        })
+        .await;
+        assert_eq!(messages(&events)[0].id, Some(seq.to_string()));
+        let latency = written.elapsed();
+        println!("row {n} reached the client {latency:?} after its commit");
+        assert!(latency < Duration::from_secs(3), "{latency:?}");
+    }
+    drop(stream);
+    server.stop().await;
+}

@@ -32,6 +32,7 @@ async fn tls_with_a_self_signed_certificate() {
     std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
     let mut config = config(&root, Listen::Tcp("127.0.0.1:0".parse().unwrap()));
     config.tls = Some((cert.clone(), key));
+    config.limits.header_timeout = Duration::from_millis(600);
     let server = Server::bind(config).await.unwrap();
     let addr = server.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -66,6 +67,17 @@ async fn tls_with_a_self_signed_certificate() {
     let mut answer = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), plain.read_to_end(&mut answer)).await;
     assert!(!String::from_utf8_lossy(&answer).contains("healthy"));
+    // A client that never starts its handshake is closed by the header timeout.
+    let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let started = std::time::Instant::now();
+    let mut byte = [0u8; 1];
+    let ended = tokio::time::timeout(Duration::from_secs(5), silent.read(&mut byte)).await;
+    assert!(matches!(ended, Ok(Ok(0)) | Ok(Err(_))), "{ended:?}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
     // A client that does not trust the certificate is refused by its own TLS.
     let untrusting = reqwest::Client::builder()
         .no_proxy()

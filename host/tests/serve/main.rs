@@ -5,6 +5,7 @@
 
 mod access;
 mod bad_input;
+mod binary;
 mod docs;
 mod endpoints;
 mod events;
