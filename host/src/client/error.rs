@@ -20,23 +20,22 @@ pub enum ClientError {
     /// the handshake refused the server (a certificate no trusted root signed).
     #[error("TLS: {0}")]
     Tls(String),
-    /// The server could not be reached (refused, unreachable, a TLS handshake failure).
-    #[error("cannot connect to {target}: {source} (is `nanoclaw serve` running there?)")]
+    /// The server could not be reached (refused, unreachable, reset mid-handshake). The cause
+    /// is in the message, not a `source()`: printed as a chain it would show twice.
+    #[error("cannot connect to {target}: {cause} (is `nanoclaw serve` running there?)")]
     Connect {
         /// The address tried.
         target: String,
         /// Why it failed.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The connection broke during the exchange.
-    #[error("connection to {target} failed: {source}")]
+    #[error("connection to {target} failed: {cause}")]
     Transport {
         /// The address.
         target: String,
         /// The HTTP layer's error.
-        #[source]
-        source: hyper::Error,
+        cause: hyper::Error,
     },
     /// No answer within the bound.
     #[error("{target}: no answer to {what} within {after:?}")]

@@ -405,7 +405,7 @@ impl Client {
             while let Some(frame) = body.frame().await {
                 let frame = frame.map_err(|source| ClientError::Transport {
                     target: self.transport.display().to_owned(),
-                    source,
+                    cause: source,
                 })?;
                 if let Some(data) = frame.data_ref() {
                     if bytes.len() + data.len() > MAX_BODY {
@@ -558,7 +558,7 @@ impl EventStream {
                 Ok(Some(Err(source))) => {
                     return Some(Err(ClientError::Transport {
                         target: self.target.clone(),
-                        source,
+                        cause: source,
                     }))
                 }
                 Ok(Some(Ok(frame))) => frame,

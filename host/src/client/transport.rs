@@ -162,14 +162,14 @@ impl Transport {
             .await
             .map_err(|source| ClientError::Transport {
                 target: self.display.clone(),
-                source,
+                cause: source,
             })
     }
 
     fn connect_error(&self, source: std::io::Error) -> ClientError {
         ClientError::Connect {
             target: self.display.clone(),
-            source,
+            cause: source,
         }
     }
 
@@ -228,7 +228,7 @@ impl Transport {
                 .await
                 .map_err(|source| ClientError::Transport {
                     target: self.display.clone(),
-                    source,
+                    cause: source,
                 })?;
         // The connection ends with the exchange (the sender is dropped after one request).
         tokio::spawn(async move {
