@@ -632,6 +632,61 @@ mod tests {
         );
     }
 
+    fn api_error(status: u16, retry_after: Option<Duration>) -> ClientError {
+        ClientError::Api {
+            what: "POST /v1/sessions/main/messages".into(),
+            status,
+            code: "unavailable".into(),
+            message: "the DB is locked".into(),
+            retry_after,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_503_is_retried_after_its_retry_after_and_a_404_is_not() {
+        let mut tries = 0;
+        let started = tokio::time::Instant::now();
+        let result = retrying(Duration::from_secs(5), "send", || {
+            tries += 1;
+            let outcome = if tries < 3 {
+                Err(api_error(503, Some(Duration::from_millis(50))))
+            } else {
+                Ok(tries)
+            };
+            async move { outcome }
+        })
+        .await;
+        assert_eq!(result.unwrap(), 3);
+        assert!(started.elapsed() >= Duration::from_millis(100));
+
+        let mut tries = 0;
+        let result: Result<(), _> = retrying(Duration::from_secs(5), "send", || {
+            tries += 1;
+            async { Err(api_error(404, None)) }
+        })
+        .await;
+        assert_eq!(result.unwrap_err().status(), Some(404));
+        assert_eq!(tries, 1, "a 404 is not retried");
+    }
+
+    #[tokio::test]
+    async fn retries_end_with_the_last_error_once_their_time_is_up() {
+        let started = tokio::time::Instant::now();
+        let mut tries = 0;
+        let result: Result<(), _> = retrying(Duration::from_millis(300), "send", || {
+            tries += 1;
+            async { Err(api_error(503, None)) }
+        })
+        .await;
+        let took = started.elapsed();
+        assert_eq!(result.unwrap_err().status(), Some(503));
+        assert!(tries >= 2, "{tries} tries");
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
+    }
+
     #[test]
     fn events_parse_into_their_kinds() {
         let message = parse_event(
