@@ -893,3 +893,155 @@ fn watch_new_prints_only_rows_written_after_it_starts() {
     let printed = ok(watch.wait_with_output().unwrap());
     assert_eq!(printed, format!("[seq {seq} → slack:C123] fresh\n"));
 }
+
+/// The acceptance loop (issue 40): 500 sends with idempotency keys while `serve` is killed with
+/// SIGKILL 20 times, and a `watch --mark-delivered` follows the replies over the event stream
+/// (a replier thread answers each message as a runner would): every message is in `messages_in`
+/// exactly once, every reply printed exactly once and marked delivered, the DB intact.
+#[test]
+fn five_hundred_sends_across_twenty_kills_of_serve_lose_and_double_nothing() {
+    const MESSAGES: usize = 500;
+    const KILLS: usize = 20;
+    let served = std::sync::Arc::new(std::sync::Mutex::new(Served::new()));
+    let (db, watch_args, send_base) = {
+        let served = served.lock().unwrap();
+        (
+            served.db(),
+            served.remote_args(&[
+                "--json",
+                "watch",
+                "--mark-delivered",
+                "--until-count",
+                "500",
+                "--timeout",
+                "600",
+            ]),
+            served.remote_args(&["--json", "send", "--retry-for", "60", "--text"]),
+        )
+    };
+    let mut watch = Command::new(BIN)
+        .args(&watch_args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = watch.stdout.take().unwrap();
+    let printer = std::thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<String>>()
+    });
+
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The "runner": one reply per message, in the order they arrive.
+    let replier = {
+        let db = served.lock().unwrap().db();
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut answered = std::collections::HashSet::new();
+            loop {
+                let finished = done.load(std::sync::atomic::Ordering::SeqCst);
+                for row in db.all_messages_in().unwrap() {
+                    if answered.insert(row.id.clone()) {
+                        let mut reply = NewMessageOut::new(
+                            OutKind::Chat,
+                            Routing::default(),
+                            &json!({"text": format!("re: {}", row.id)}),
+                        );
+                        reply.in_reply_to = Some(row.id.clone());
+                        db.insert_out(&reply).unwrap();
+                    }
+                }
+                if finished {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    // The killer: SIGKILL and a restart on the same port, spread over the sends.
+    let killer = {
+        let served = served.clone();
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut kills = 0;
+            while kills < KILLS && !done.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(150 + 37 * (kills as u64 % 5)));
+                let mut served = served.lock().unwrap();
+                served.kill();
+                std::thread::sleep(Duration::from_millis(50));
+                served.start();
+                kills += 1;
+            }
+            kills
+        })
+    };
+    let started = Instant::now();
+    let (mut retried, mut replayed) = (0, 0);
+    for n in 0..MESSAGES {
+        let output = Command::new(BIN)
+            .env("RUST_LOG", "info")
+            .args(&send_base)
+            .arg(format!("message {n}"))
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&output.stderr).into_owned();
+        ok(output);
+        retried += usize::from(log.contains("send: retrying"));
+        replayed += usize::from(log.contains("an earlier attempt had written the row"));
+    }
+    let sending = started.elapsed();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let kills = killer.join().unwrap();
+    replier.join().unwrap();
+    let status = watch.wait().unwrap();
+    let printed = printer.join().unwrap();
+    eprintln!(
+        "{MESSAGES} sends across {kills} kills of serve in {sending:.1?}: {retried} retried, \
+         {replayed} answered by a replay of an earlier attempt"
+    );
+    assert!(
+        retried > 0,
+        "no send met a killed serve: the kills proved nothing"
+    );
+    assert!(status.success(), "watch: {status:?}");
+    assert!(kills >= 10, "only {kills} kills happened during the sends");
+
+    let rows = db.all_messages_in().unwrap();
+    let texts: std::collections::BTreeSet<String> = rows
+        .iter()
+        .map(|row| {
+            serde_json::from_str::<Value>(&row.content).unwrap()["text"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(rows.len(), MESSAGES, "a message written twice or lost");
+    assert_eq!(texts.len(), MESSAGES);
+
+    let replies: Vec<Value> = printed
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let seqs: std::collections::BTreeSet<i64> =
+        replies.iter().map(|r| r["seq"].as_i64().unwrap()).collect();
+    let answered: std::collections::BTreeSet<&str> = replies
+        .iter()
+        .map(|r| r["inReplyTo"].as_str().unwrap())
+        .collect();
+    assert_eq!(replies.len(), MESSAGES);
+    assert_eq!(seqs.len(), MESSAGES, "a reply printed twice");
+    assert_eq!(answered.len(), MESSAGES, "a reply missing");
+    for reply in &replies {
+        let delivered = db.delivered(reply["id"].as_str().unwrap()).unwrap();
+        assert_eq!(delivered.map(|d| d.status), Some("delivered".to_owned()));
+    }
+    let integrity: String = db
+        .dedicated_connection()
+        .unwrap()
+        .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(integrity, "ok");
+}
