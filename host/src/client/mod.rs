@@ -3,7 +3,7 @@
 //! …), so a remote host renders them with the same code. `nanoclaw --url` is built on it.
 //!
 //! Transport: hyper over TCP, rustls or a unix socket, one connection per request
-//! ([`transport`]). Errors are typed by layer ([`ClientError`]); [`ClientError::is_retryable`]
+//! (`transport.rs`). Errors are typed by layer ([`ClientError`]); [`ClientError::is_retryable`]
 //! says what a retry may cure. The event stream is parsed by [`sse`].
 
 mod error;
