@@ -3,14 +3,14 @@
 
 use anyhow::{bail, Context, Result};
 use schema::{Inserted, MessageOut, NewMessageIn, Routing, SessionDb};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 /// Rows read per page while looking for a question.
 const PAGE: usize = 500;
 
 /// One option of a question.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct QuestionOption {
     /// What the user sees.
@@ -20,7 +20,7 @@ pub struct QuestionOption {
 }
 
 /// An `ask_question` row of `messages_out`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Question {
     /// The `messages_out` row id.
@@ -144,7 +144,7 @@ pub struct AnswerRequest {
 }
 
 /// What `answer` wrote.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Answered {
     /// Row id.

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use schema::{Destination, Routing, SessionDb};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The folders of a workspace, relative to its root, in creation order.
 pub const WORKSPACE_FOLDERS: &[&str] = &[
@@ -34,7 +34,7 @@ pub struct InitOptions {
 }
 
 /// One path `init` looked at.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PathReport {
     /// The path.
@@ -44,7 +44,7 @@ pub struct PathReport {
 }
 
 /// What `init` did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InitReport {
     /// Workspace root.

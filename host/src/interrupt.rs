@@ -3,10 +3,10 @@
 
 use anyhow::{Context, Result};
 use schema::SessionDb;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The interrupt row written.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InterruptSent {
     /// Its id.

@@ -4,9 +4,14 @@
 //! can drive the same operations in-process.
 //!
 //! All SQL lives in the `schema` crate; this crate only builds rows and renders results.
+//!
+//! A host that cannot open the DB uses [`client::Client`] instead: the same operations over the
+//! session API of `nanoclaw serve` ([`api`] holds the wire types), answering the same report
+//! types.
 
 pub mod answer;
 pub mod api;
+pub mod client;
 pub mod init;
 pub mod interrupt;
 pub mod location;

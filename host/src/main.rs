@@ -1,6 +1,8 @@
 //! `nanoclaw`: the host CLI for one agent session DB. See `nanoclaw --help`.
 
-use std::io::Write;
+mod output;
+mod remote;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -24,13 +26,28 @@ use host::{AnswerRequest, InitOptions, Quote, SendKind, SendRequest, WatchOption
 )]
 struct Cli {
     /// Session DB path [default: <workspace>/session.db with --workspace, else env SESSION_DB]
-    #[arg(long, global = true, value_name = "PATH", display_order = 899)]
+    #[arg(
+        long,
+        global = true,
+        value_name = "PATH",
+        display_order = 899,
+        conflicts_with = "url"
+    )]
     db: Option<PathBuf>,
 
     /// Workspace root: for every command it means the DB <DIR>/session.db (winning over
     /// SESSION_DB); init creates the tree there [default for init: the folder of the DB]
-    #[arg(long, global = true, value_name = "DIR", display_order = 900)]
+    #[arg(
+        long,
+        global = true,
+        value_name = "DIR",
+        display_order = 900,
+        conflicts_with = "url"
+    )]
     workspace: Option<PathBuf>,
+
+    #[command(flatten)]
+    api: remote::ApiArgs,
 
     /// Machine-readable output: JSON (one object per line for watch)
     #[arg(long, global = true, display_order = 901)]
@@ -201,6 +218,11 @@ struct SendArgs {
     /// Only on the runner's first poll after it starts
     #[arg(long, help_heading = "Routing and scheduling")]
     on_wake: bool,
+
+    /// With --url: retry a failed connection or a 503 for up to SECS, with the same
+    /// idempotency key, so the message is written once [default: 30]
+    #[arg(long, value_name = "SECS")]
+    retry_for: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -311,11 +333,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         Command::Token(command) => {
-            print(&host::serve::cli::run_token(command, cli.json)?)?;
+            output::print(&host::serve::cli::run_token(command, cli.json)?)?;
             return Ok(ExitCode::SUCCESS);
         }
         command => Cli { command, ..cli },
     };
+    if cli.api.url.is_some() {
+        return remote::run(cli);
+    }
     // Every path is made absolute here, once, against this process's working directory: the
     // paths `init` reports and the session named in JSON log lines are the ones used.
     let env_db = std::env::var_os("SESSION_DB")
@@ -360,17 +385,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-fn print(text: &str) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())?;
-    out.flush()?;
-    Ok(())
-}
-
-fn print_json(value: &impl serde::Serialize) -> Result<()> {
-    print(&format!("{}\n", serde_json::to_string(value)?))
-}
-
 fn cmd_init(choice: host::location::DbChoice, as_json: bool, args: InitArgs) -> Result<ExitCode> {
     let options = InitOptions {
         workspace: choice.workspace,
@@ -388,63 +402,67 @@ fn cmd_init(choice: host::location::DbChoice, as_json: bool, args: InitArgs) -> 
             .collect::<Result<_>>()
             .context("--destination")?,
     };
-    let report = host::init(&options)?;
-    if as_json {
-        print_json(&report)?;
-    } else {
-        print(&report.render())?;
-    }
+    output::init(&host::init(&options)?, as_json)?;
     Ok(ExitCode::SUCCESS)
 }
 
 fn cmd_send(db_path: &std::path::Path, as_json: bool, args: SendArgs) -> Result<ExitCode> {
-    let kind = match args.kind {
-        KindArg::Chat => SendKind::Chat,
-        KindArg::Task => SendKind::Task,
-        KindArg::Webhook => SendKind::Webhook,
-        KindArg::System => SendKind::System,
-        KindArg::ChatSdk => SendKind::ChatSdk,
-    };
-    let request = SendRequest {
-        kind,
-        content: args.content,
-        id: args.id,
-        text: args.text,
-        sender: args.sender,
-        sender_id: args.sender_id,
-        reply_to: args.reply_to.map(|id| Quote {
-            id,
-            sender: args.quote_sender,
-            text: args.quote_text,
-        }),
-        attach_paths: args.attach_path,
-        attach_urls: args.attach_url,
-        prompt: args.prompt,
-        script: args.script,
-        recurrence: args.recurrence,
-        source: args.source,
-        event: args.event,
-        payload: args.payload,
-        routing: Routing {
-            channel_type: args.channel_type,
-            platform_id: args.platform_id,
-            thread_id: args.thread_id,
-        },
-        no_trigger: args.no_trigger,
-        process_after: args.process_after,
-        on_wake: args.on_wake,
-    };
-    let db = host::open_existing(db_path)?;
-    let sent = host::send(&db, &request)?;
-    if as_json {
-        print_json(&sent)?;
-    } else {
-        for note in &sent.notes {
-            logging::print_line(&format!("note: {note}"));
-        }
-        print(&format!("id={} seq={}\n", sent.id, sent.seq))?;
+    if args.retry_for.is_some() {
+        bail!(
+            "--retry-for is for sending over the API: give --url too (a local send never retries)"
+        );
     }
+    let db = host::open_existing(db_path)?;
+    output::sent(&host::send(&db, &args.into_request())?, as_json)?;
     Ok(ExitCode::SUCCESS)
+}
+
+impl KindArg {
+    fn kind(self) -> SendKind {
+        match self {
+            Self::Chat => SendKind::Chat,
+            Self::Task => SendKind::Task,
+            Self::Webhook => SendKind::Webhook,
+            Self::System => SendKind::System,
+            Self::ChatSdk => SendKind::ChatSdk,
+        }
+    }
+}
+
+impl SendArgs {
+    /// The library's request for these flags.
+    fn into_request(self) -> SendRequest {
+        let args = self;
+        SendRequest {
+            kind: args.kind.kind(),
+            content: args.content,
+            id: args.id,
+            text: args.text,
+            sender: args.sender,
+            sender_id: args.sender_id,
+            reply_to: args.reply_to.map(|id| Quote {
+                id,
+                sender: args.quote_sender,
+                text: args.quote_text,
+            }),
+            attach_paths: args.attach_path,
+            attach_urls: args.attach_url,
+            prompt: args.prompt,
+            script: args.script,
+            recurrence: args.recurrence,
+            source: args.source,
+            event: args.event,
+            payload: args.payload,
+            routing: Routing {
+                channel_type: args.channel_type,
+                platform_id: args.platform_id,
+                thread_id: args.thread_id,
+            },
+            no_trigger: args.no_trigger,
+            process_after: args.process_after,
+            on_wake: args.on_wake,
+        }
+    }
 }
 
 fn cmd_watch(db_path: &std::path::Path, as_json: bool, args: WatchArgs) -> Result<ExitCode> {
@@ -473,13 +491,7 @@ fn cmd_watch(db_path: &std::path::Path, as_json: bool, args: WatchArgs) -> Resul
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let print_row = |row: &schema::MessageOut| -> Result<()> {
-        if as_json {
-            print_json(&host::row_json(row))
-        } else {
-            print(&format!("{}\n", host::render_row(row)))
-        }
-    };
+    let print_row = |row: &schema::MessageOut| output::row(row, as_json);
     runtime.block_on(async {
         tokio::select! {
             summary = host::watch(&db, &options, print_row) => {
@@ -503,17 +515,7 @@ fn cmd_answer(db_path: &std::path::Path, as_json: bool, args: AnswerArgs) -> Res
             force: args.force,
         },
     )?;
-    if as_json {
-        print_json(&answered.report())?;
-    } else {
-        if answered.question.is_none() {
-            logging::print_line("note: no such question was asked; sent anyway (--force)");
-        }
-        print(&format!(
-            "id={} seq={} selectedOption={}\n",
-            answered.id, answered.seq, answered.selected_option
-        ))?;
-    }
+    output::answered(&answered.report(), as_json)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -532,11 +534,7 @@ fn cmd_sweep(db_path: &std::path::Path, as_json: bool, args: SweepArgs) -> Resul
         },
         now,
     )?;
-    if as_json {
-        print_json(&outcome)?;
-    } else {
-        print(&outcome.render(now))?;
-    }
+    output::sweep(&outcome, now, as_json)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -544,11 +542,7 @@ fn cmd_status(db_path: &std::path::Path, as_json: bool) -> Result<ExitCode> {
     let db = host::open_existing(db_path)?;
     let now = Utc::now();
     let report = host::status(&db, now, &host::status::default_limits())?;
-    if as_json {
-        print_json(&report)?;
-    } else {
-        print(&report.render(now))?;
-    }
+    output::status(&report, now, as_json)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -559,52 +553,35 @@ fn cmd_usage(db_path: &std::path::Path, as_json: bool, args: &UsageArgs) -> Resu
         .as_deref()
         .map(|text| host::timefmt::parse_since(text, Utc::now(), db.timezone()))
         .transpose()?;
-    let report = host::usage(&db, &host::UsageRequest { by: args.by, since })?;
-    if as_json {
-        print_json(&report)?;
-    } else {
-        print(&report.render())?;
-    }
+    output::usage(
+        &host::usage(&db, &host::UsageRequest { by: args.by, since })?,
+        as_json,
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
 fn cmd_interrupt(db_path: &std::path::Path, as_json: bool) -> Result<ExitCode> {
     let db = host::open_existing(db_path)?;
-    let sent = host::interrupt(&db)?;
-    if as_json {
-        print_json(&sent)?;
-    } else {
-        if let Some(note) = &sent.note {
-            logging::print_line(&format!("note: {note}"));
-        }
-        print(&format!("id={} seq={}\n", sent.id, sent.seq))?;
-    }
+    output::interrupt(&host::interrupt(&db)?, as_json)?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Exit 1 (the orchestrators' "unhealthy") with the reason on stderr, or 0 with the verdict on
-/// stdout; `--json` prints `{"healthy","reason"}` either way. A DB on a shared filesystem exits
-/// `fsguard::SHARED_FILESYSTEM_EXIT`, as every command does.
+/// Exit 1 when unhealthy (see [`output::health`]). A DB on a shared filesystem exits
+/// `fsguard::SHARED_FILESYSTEM_EXIT`, as every command does: refused, not unhealthy.
 fn cmd_health(db_path: &std::path::Path, as_json: bool, args: &HealthArgs) -> Result<ExitCode> {
     let limits = host::status::host_limits(
         Duration::from_secs(args.stale_after),
         Duration::from_secs(args.max_turn_silence),
     );
-    let report = host::status::HealthReport::check(db_path, &limits, Utc::now());
-    let (healthy, reason) = (report.healthy, &report.reason);
-    if as_json {
-        print_json(&report)?;
-    } else if healthy {
-        print(&format!("{reason}\n"))?;
+    let verdict = schema::health::check(db_path, &limits, Utc::now());
+    let refused = matches!(
+        verdict,
+        Err(schema::health::Unhealthy::SharedFilesystem(_))
+    );
+    let code = output::health(&host::status::HealthReport::from_verdict(verdict), as_json)?;
+    Ok(if refused {
+        ExitCode::from(fsguard::SHARED_FILESYSTEM_EXIT)
     } else {
-        logging::print_line(&format!("nanoclaw: unhealthy: {reason}"));
-    }
-    Ok(match &verdict {
-        Ok(_) => ExitCode::SUCCESS,
-        // Refused, not unhealthy: the same code as every other command on such a DB.
-        Err(schema::health::Unhealthy::SharedFilesystem(_)) => {
-            ExitCode::from(fsguard::SHARED_FILESYSTEM_EXIT)
-        }
-        Err(_) => ExitCode::FAILURE,
+        code
     })
 }

@@ -11,7 +11,7 @@ use schema::time::format_ts;
 use schema::{
     IdempotentInsert, InKind, InboundContent, Inserted, NewMessageIn, Routing, SessionDb,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::timefmt::parse_when;
@@ -120,7 +120,7 @@ pub struct SendRequest {
 }
 
 /// What `send` wrote.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Sent {
     /// Row id.
@@ -134,7 +134,7 @@ pub struct Sent {
     /// Routing stored on the row.
     pub routing: Routing,
     /// Notes for the user (e.g. the first run of a recurring task).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
 }
 

@@ -12,7 +12,7 @@ use schema::{
     InStatus, InboundContent, LastEvent, MessageIn, QueueCounts, Routing, SessionDb, UsageTotals,
     WaitingOn,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::init::format_routing;
@@ -48,7 +48,7 @@ pub fn default_limits() -> HealthLimits {
 }
 
 /// The runner_state row with derived ages.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunnerReport {
     /// `starting`, `idle`, `busy`, `waiting_user` or `stopped`.
@@ -82,7 +82,7 @@ pub struct RunnerReport {
 }
 
 /// A row the runner claimed and has not finished.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProcessingRow {
     /// Row id.
@@ -100,7 +100,7 @@ pub struct ProcessingRow {
 }
 
 /// The newest `query_error` row.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LastError {
     /// Its seq in messages_out.
@@ -122,7 +122,7 @@ pub struct LastError {
 }
 
 /// The health verdict, as `nanoclaw health` gives it with its default limits.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthReport {
     /// True when the runner is alive and making progress.
@@ -135,7 +135,14 @@ impl HealthReport {
     /// The verdict on the DB at `db_path` (read once, read-only) against `limits` at `now`:
     /// `nanoclaw health`'s and the API's.
     pub fn check(db_path: &std::path::Path, limits: &HealthLimits, now: DateTime<Utc>) -> Self {
-        match schema::health::check(db_path, limits, now) {
+        Self::from_verdict(schema::health::check(db_path, limits, now))
+    }
+
+    /// The report of a verdict of `schema::health::check`.
+    pub fn from_verdict(
+        verdict: Result<schema::health::Healthy, schema::health::Unhealthy>,
+    ) -> Self {
+        match verdict {
             Ok(healthy) => Self {
                 healthy: true,
                 reason: healthy.to_string(),
@@ -149,7 +156,7 @@ impl HealthReport {
 }
 
 /// One pending or paused occurrence of a task series.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskSeries {
     /// Series id (the first occurrence's id).
@@ -167,7 +174,7 @@ pub struct TaskSeries {
 }
 
 /// Everything `status` reports.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusReport {
     /// DB path.
@@ -208,7 +215,7 @@ pub struct StatusReport {
 }
 
 /// What the ledger adds up to, today and in all.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusUsage {
     /// Turns recorded today, in the session's time zone.
@@ -218,7 +225,7 @@ pub struct StatusUsage {
 }
 
 /// The running turn's newest `progress` row.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProgressNow {
     /// Its payload: the tool, its summary, how long it had run.
@@ -231,7 +238,7 @@ pub struct ProgressNow {
 }
 
 /// A `budget_exceeded` row that still holds the queue.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BudgetNow {
     /// Its payload: the limit, what was spent, the window and when it resets.

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use schema::time::format_ts;
 use schema::{SessionDb, SweepPolicy, SweepReport};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::timefmt::until;
 
@@ -14,7 +14,7 @@ use crate::timefmt::until;
 pub const DEFAULT_STALE_AFTER_SECS: u64 = 600;
 
 /// What a sweep changed and what is due after it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SweepOutcome {
     /// Rows reset and failed.

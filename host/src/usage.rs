@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
 use schema::time::format_ts;
 use schema::{Figure, SessionDb, UsageGroup, UsageGroupRow, UsageTotals};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::timefmt::format_duration;
 
@@ -20,7 +20,7 @@ pub struct UsageRequest {
 }
 
 /// What `usage` reports (docs/contract/host-cli.md#usage).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UsageReport {
     /// DB path.
@@ -30,7 +30,7 @@ pub struct UsageReport {
     /// The time zone days are counted in.
     pub time_zone: String,
     /// The breakdown's name (`day`, `model`, `series`, `provider`), if one was asked for.
-    pub by: Option<&'static str>,
+    pub by: Option<String>,
     /// Everything in the period.
     pub totals: UsageTotals,
     /// The breakdown, in key order (empty without `by`).
@@ -52,7 +52,7 @@ pub fn usage(db: &SessionDb, request: &UsageRequest) -> Result<UsageReport> {
         db: db.path().display().to_string(),
         since: request.since.map(format_ts),
         time_zone: db.timezone().name().to_owned(),
-        by: request.by.map(UsageGroup::as_str),
+        by: request.by.map(|by| by.as_str().to_owned()),
         totals,
         groups,
     })
@@ -70,7 +70,7 @@ impl UsageReport {
             out.push_str("no turn recorded\n");
             return out;
         }
-        match self.by {
+        match self.by.as_deref() {
             None => {
                 for (label, value) in totals_lines(&self.totals) {
                     out.push_str(&format!("{label:<10}  {value}\n"));

@@ -176,6 +176,42 @@ pub fn row_json(row: &MessageOut) -> Value {
     })
 }
 
+/// The row [`row_json`] made `object` from (what `watch` over the API renders). A `content`
+/// string that is itself JSON was a JSON string (else [`row_json`] would have parsed it); any
+/// other string is read as the stored text: [`row_json`] makes the text `abc` and the JSON
+/// string `"abc"` alike, so such a row (never one the runner writes: its content is an object)
+/// renders without the quotes.
+pub fn row_from_json(object: &Value) -> Result<MessageOut> {
+    let text = |name: &str| object.get(name).and_then(Value::as_str).map(str::to_owned);
+    let Some(id) = text("id") else {
+        bail!(
+            "a row without an id: {}",
+            crate::send::excerpt(&object.to_string(), 200)
+        );
+    };
+    let content = match object.get("content") {
+        Some(Value::String(stored)) if serde_json::from_str::<Value>(stored).is_err() => {
+            stored.clone()
+        }
+        Some(value) => value.to_string(),
+        None => String::new(),
+    };
+    Ok(MessageOut {
+        id,
+        seq: object.get("seq").and_then(Value::as_i64),
+        in_reply_to: text("inReplyTo"),
+        timestamp: text("timestamp").unwrap_or_default(),
+        deliver_after: text("deliverAfter"),
+        kind: text("kind").unwrap_or_default(),
+        routing: schema::Routing {
+            channel_type: text("channelType"),
+            platform_id: text("platformId"),
+            thread_id: text("threadId"),
+        },
+        content,
+    })
+}
+
 /// One row as a readable line:
 /// `[seq 7 → slack:C123] reply to 1f2e3d4c: Hello`, `[seq 9 → slack:C123] (question q1) Pick
 /// one: [a] [b]`, `(edit 5) new text`, `(reaction 5) 👍`, `(card) …`, `(system query_error) {…}`.
@@ -411,6 +447,35 @@ mod tests {
             },
             content: content.to_string(),
         }
+    }
+
+    #[test]
+    fn a_row_read_back_from_its_json_renders_and_serializes_the_same() {
+        let mut stored_text = row("chat", json!({}));
+        stored_text.content = "not { json".into();
+        stored_text.deliver_after = Some("2026-11-21T10:05:00.000Z".into());
+        stored_text.seq = None;
+        let json_string = row("chat", json!("a JSON string"));
+        let back = row_from_json(&row_json(&json_string)).ok();
+        assert_eq!(back.as_ref().map(row_json), Some(row_json(&json_string)));
+        for original in [
+            row("chat", json!({"text": "Hello"})),
+            row("chat", json!("{\"looks\": \"like json\"}")),
+            row(
+                "system",
+                json!({"action": "query_error", "message": "boom"}),
+            ),
+            stored_text,
+        ] {
+            let object = row_json(&original);
+            let back = match row_from_json(&object) {
+                Ok(back) => back,
+                Err(err) => panic!("{object}: {err}"),
+            };
+            assert_eq!(row_json(&back), object);
+            assert_eq!(render_row(&back), render_row(&original));
+        }
+        assert!(row_from_json(&json!({"seq": 1})).is_err());
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub struct Eligible {
 }
 
 /// Counts for `status`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QueueCounts {
     /// `pending` rows.
     pub pending: i64,

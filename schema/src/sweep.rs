@@ -31,7 +31,7 @@ impl Default for SweepPolicy {
 }
 
 /// What a sweep changed.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SweepReport {
     /// Rows back to `pending` (with a backoff `process_after`).
     pub reset: Vec<String>,

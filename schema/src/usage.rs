@@ -123,7 +123,7 @@ impl crate::SessionDb {
 
 /// One figure summed over turns: the sum of the values the CLIs reported, and how many turns
 /// reported none. `sum` is `None` when no turn reported the figure (unknown, never 0).
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Figure<T> {
     /// The sum of the reported values; `None` when no turn reported one.
     pub sum: Option<T>,
@@ -132,7 +132,7 @@ pub struct Figure<T> {
 }
 
 /// What a set of ledger rows adds up to.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UsageTotals {
     /// Turns recorded.
@@ -212,7 +212,7 @@ impl std::str::FromStr for UsageGroup {
 }
 
 /// One line of a breakdown.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UsageGroupRow {
     /// The day (`YYYY-MM-DD`), model, series id or provider; `None` for turns without one

@@ -22,9 +22,13 @@
 //! * [`remote_mcp`]: a small streamable-HTTP MCP server on loopback that records the headers it
 //!   gets (issue 16, remote MCP servers); [`remote_mcp_scenarios`]: every CLI calls it through
 //!   the runner's proxy with a header secret it never holds (`remote_mcp_scenario_tests!`).
+//! * [`api_scenarios`]: send → reply, question → answer and interrupt with the host side only
+//!   through `nanoclaw --url` against `nanoclaw serve`, as a user that cannot read the session
+//!   folder (issue 40, `api_scenario_tests!`); re-exported by [`scenarios`] too.
 //! * [`policy_scenarios`]: tool policy (issue 16): a deny rule, ask answered Deny / Approve / not
 //!   at all or stopped, an approval stop; re-exported by [`scenarios`] too.
 
+pub mod api_scenarios;
 pub mod credentials;
 pub mod fake_model;
 pub mod harness;

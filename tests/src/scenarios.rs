@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+pub use crate::api_scenarios::*;
 pub use crate::credentials::*;
 pub use crate::leftovers::*;
 pub use crate::policy_scenarios::*;

@@ -236,3 +236,7 @@ fn without_a_key_the_start_warns_and_the_query_error_names_the_variable() {
 // Issue 16: a remote MCP server behind the runner's proxy (tests/src/remote_mcp_scenarios.rs),
 // declared in `e2e::remote_mcp_scenario_tests!`.
 e2e::remote_mcp_scenario_tests! { CLI }
+
+// Issue 40: the host side only through `nanoclaw --url` (tests/src/api_scenarios.rs), declared
+// in `e2e::api_scenario_tests!`.
+e2e::api_scenario_tests! { CLI }

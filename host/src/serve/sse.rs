@@ -28,7 +28,7 @@ const PAGE: usize = 200;
 
 /// `GET /v1/sessions/{name}/events?after=SEQ` (`Last-Event-ID` wins over `after`).
 #[utoipa::path(get, path = "/v1/sessions/{name}/events", params(("name" = String, Path), EventsQuery),
-    responses((status = 200, description = "text/event-stream: `message` events (id = seq, data = watch --json object), `status` events (StatusEvent), `: keep-alive` comments", content_type = "text/event-stream")))]
+    responses((status = 200, description = "text/event-stream: `message` events (id = seq, data = watch --json object), `status` events (StatusEvent), one `caught-up` event ({\"lastSeq\"}) once the rows there at the start are sent, `: keep-alive` comments", content_type = "text/event-stream")))]
 pub(crate) async fn events(
     State(state): State<Arc<AppState>>,
     caller: Caller,
@@ -126,11 +126,22 @@ impl Producer {
             session,
         } = self;
         let mut last_status: Option<StatusEvent> = None;
+        let mut caught_up = false;
         let stop = loop {
             match step(&db, &mut after, &mut last_status, &events, stall).await {
                 Ok(true) => continue,
                 Ok(false) => {}
                 Err(stop) => break stop,
+            }
+            // Once, when the rows there at the start are sent: `watch --no-follow` stops here,
+            // `watch --new` starts printing here (docs/contract/api.md, "Events").
+            if !caught_up {
+                caught_up = true;
+                let data = serde_json::json!({ "lastSeq": after }).to_string();
+                let event = Event::default().event("caught-up").data(data);
+                if let Err(stop) = offer(&events, event, stall).await {
+                    break stop;
+                }
             }
             if *stopping.borrow() {
                 break Stop::Gone;
