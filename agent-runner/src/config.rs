@@ -27,7 +27,7 @@ use serde_json::Value;
 use crate::budget::{BudgetLimits, BudgetReload};
 use crate::media::MediaLimits;
 use crate::progress::{ProgressMode, ProgressOptions};
-use crate::runner::ProgressLimits;
+use crate::progress_limits::ProgressLimits;
 use crate::script::ScriptLimits;
 use crate::turn_control::TurnControlOptions;
 
