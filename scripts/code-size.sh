@@ -4,9 +4,10 @@
 # MAX_FILE lines. Exits 1 when there is any such offender, 0 otherwise.
 #
 # Production code: the `.rs` files of a member crate outside its `tests/` and `benches/`
-# folders, without the items marked `#[cfg(test)]` (the `mod tests` blocks). A function's length
-# runs from its `fn` line to its closing brace; a file's length is its line count less its test
-# items. Comments and string literals are skipped when matching braces.
+# folders, without the items marked `#[cfg(test)]` (the `mod tests` blocks, and the files a
+# `#[cfg(test)] mod name;` declares). A function's length runs from its `fn` line to its closing
+# brace; a file's length is its line count less its test items. Comments and string literals
+# are skipped when matching braces.
 #
 # Usage: scripts/code-size.sh [--crate NAME]... [--max-fn N] [--max-file N]
 #   --crate NAME  only that member crate (by package name or folder); repeatable.
