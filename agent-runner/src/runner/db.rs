@@ -12,6 +12,51 @@ use crate::last_event::LastEventCell;
 
 use super::Runner;
 
+/// The session DB as the loop uses it: a connection for blocking calls, the pinned one for
+/// inline calls, and the full-disk state shared with the heartbeat.
+pub(super) struct RunnerDb {
+    db: SessionDb,
+    /// The same DB with a connection of its own for the calls made on the runtime's thread
+    /// ([`Runner::call_inline`]), which the watcher also checks: the runner's claims and
+    /// replies do not wake its own loop (SessionDb::pinned).
+    pub(super) inline_db: SessionDb,
+    /// Cancelled when the runner stops; calls waiting for disk space watch it.
+    stop: CancellationToken,
+    /// Whether the DB's disk is full, shared with the heartbeat (logged once per episode).
+    disk_full: Arc<DiskFull>,
+}
+
+impl RunnerDb {
+    /// The loop's connections to `db`; its calls give up waiting for disk space once `stop`
+    /// is cancelled.
+    pub(super) fn new(db: SessionDb, stop: CancellationToken) -> Result<Self> {
+        let inline_db = db
+            .pinned()
+            .context("opening the runner's inline connection")?;
+        Ok(Self {
+            db,
+            inline_db,
+            stop,
+            disk_full: Arc::default(),
+        })
+    }
+
+    /// Starts the heartbeat task (see [`spawn_heartbeat`]).
+    pub(super) fn heartbeat(
+        &self,
+        every: Duration,
+        last_event: Arc<LastEventCell>,
+    ) -> tokio::task::JoinHandle<()> {
+        spawn_heartbeat(
+            self.db.clone(),
+            every,
+            self.stop.clone(),
+            Arc::clone(&self.disk_full),
+            last_event,
+        )
+    }
+}
+
 impl Runner {
     /// Runs a blocking DB call off the async workers. A call that fails because the disk is
     /// full is retried (backoff 100 ms doubling to 5 s) until it succeeds or the runner stops:
@@ -22,7 +67,7 @@ impl Runner {
         T: Send + 'static,
         F: Fn(&SessionDb) -> Result<T, schema::Error> + Send + Sync + 'static,
     {
-        self.call_on(DbThread::Blocking, f).await
+        self.db.call_on(DbThread::Blocking, f).await
     }
 
     /// [`Runner::call`] on the runtime's own thread: for the per-message calls that take
@@ -34,9 +79,11 @@ impl Runner {
         T: Send + 'static,
         F: Fn(&SessionDb) -> Result<T, schema::Error> + Send + Sync + 'static,
     {
-        self.call_on(DbThread::Inline, f).await
+        self.db.call_on(DbThread::Inline, f).await
     }
+}
 
+impl RunnerDb {
     pub(super) async fn call_on<T, F>(&self, on: DbThread, f: F) -> Result<T>
     where
         T: Send + 'static,
@@ -178,7 +225,7 @@ pub(super) fn stopped_while_full(err: anyhow::Error) -> Result<bool> {
 
 /// Refreshes `heartbeat_at` every `every`. On a full disk the refresh fails: that is logged once
 /// (through `disk_full`), the host sees the heartbeat go stale, and fresh again once a write fits.
-pub(super) fn spawn_heartbeat(
+fn spawn_heartbeat(
     db: SessionDb,
     every: Duration,
     stop: CancellationToken,

@@ -40,7 +40,7 @@ mod turn;
 
 pub use crate::progress_limits::ProgressLimits;
 
-use db::{spawn_heartbeat, DiskFull, StoppedWhileDiskFull};
+use db::{RunnerDb, StoppedWhileDiskFull};
 
 /// The runner's notion of "now", injectable so timer tests can run on paused tokio time.
 pub type Clock = Arc<dyn Fn() -> chrono::DateTime<Utc> + Send + Sync>;
@@ -283,13 +283,20 @@ enum QueryEnd {
     },
 }
 
+/// A batch a poll's claim started in its own transaction (`poll::batch_at_claim`).
+#[derive(Debug)]
+struct ClaimedStart {
+    /// The batch; `run_query` does not start it again.
+    batch: CurrentBatch,
+    /// What its query starts from, read in the same transaction; `render` takes it for the
+    /// batch's rows.
+    reads: Option<StartReads>,
+}
+
 /// The agent-runner: one per session DB.
 pub struct Runner {
-    db: SessionDb,
-    /// The same DB with a connection of its own for the calls made on the runtime's thread
-    /// ([`Runner::call_inline`]), which the watcher also checks: the runner's claims and
-    /// replies do not wake its own loop (SessionDb::pinned).
-    inline_db: SessionDb,
+    /// The DB calls' connections and their wait on a full disk.
+    db: RunnerDb,
     provider: Arc<dyn AgentProvider>,
     options: RunnerOptions,
     watcher: DbWatcher,
@@ -298,14 +305,9 @@ pub struct Runner {
     deferred: VecDeque<Work>,
     /// Cancelled when the runner stops; DB calls waiting for disk space watch it.
     stop: CancellationToken,
-    /// Whether the DB's disk is full, shared with the heartbeat (logged once per episode).
-    disk_full: Arc<DiskFull>,
-    /// The batch the last poll's claim started in its transaction ([`batch_at_claim`]);
-    /// `run_query` does not start it again.
-    started: Option<CurrentBatch>,
-    /// What the query of that batch starts from, read in the same transaction; `render`
-    /// takes it for the batch's rows.
-    start_reads: Option<StartReads>,
+    /// The batch the last poll's claim started in its transaction, with what its query starts
+    /// from.
+    claimed_start: Option<ClaimedStart>,
     /// The `session_state` keys the last query started from, reused while their stamp holds
     /// ([`schema::StartKeys`]).
     start_keys: Option<Arc<StartKeys>>,
@@ -326,23 +328,19 @@ impl Runner {
         provider: Arc<dyn AgentProvider>,
         options: RunnerOptions,
     ) -> Result<Self> {
-        let inline_db = db
-            .pinned()
-            .context("opening the runner's inline connection")?;
-        let watcher = DbWatcher::new(&inline_db).context("watching the session DB")?;
+        let stop = CancellationToken::new();
+        let db = RunnerDb::new(db, stop.clone())?;
+        let watcher = DbWatcher::new(&db.inline_db).context("watching the session DB")?;
         let budget = Budget::new(options.budgets.clone(), options.timezone);
         Ok(Self {
             db,
-            inline_db,
             provider,
             options,
             watcher,
             first_poll: true,
             deferred: VecDeque::new(),
-            stop: CancellationToken::new(),
-            disk_full: Arc::default(),
-            started: None,
-            start_reads: None,
+            stop,
+            claimed_start: None,
             start_keys: None,
             last_event: Arc::default(),
             log: TurnLog::default(),
@@ -382,13 +380,9 @@ impl Runner {
             )
         })
         .await?;
-        let heartbeat = spawn_heartbeat(
-            self.db.clone(),
-            self.options.heartbeat,
-            stop.clone(),
-            self.disk_full.clone(),
-            self.last_event.clone(),
-        );
+        let heartbeat = self
+            .db
+            .heartbeat(self.options.heartbeat, Arc::clone(&self.last_event));
 
         let result = self.poll_loop(&stop).await;
 

@@ -14,7 +14,9 @@ use crate::turn_control::{self as control, TurnCommand};
 
 use super::db::{stopped_while_full, StoppedWhileDiskFull};
 use super::prepare::{pre_agent_script, read_start, target_of, target_parsed};
-use super::{parse_content, Claimed, Parsed, Polled, Prepared, Runner, Work, CLEARED_REPLY};
+use super::{
+    parse_content, Claimed, ClaimedStart, Parsed, Polled, Prepared, Runner, Work, CLEARED_REPLY,
+};
 
 impl Runner {
     pub(super) async fn poll_loop(&mut self, stop: &CancellationToken) -> Result<()> {
@@ -291,7 +293,7 @@ impl Runner {
     /// docs/contract/db.md#the-poll), claimed and cut into work items; nothing when they may not
     /// wake the agent, and then when the next row falls due. With `start` (not mid-query), a
     /// claim whose rows go to the agent as they are also starts their batch
-    /// ([`batch_at_claim`]), remembered in `self.started` for `run_query`.
+    /// ([`batch_at_claim`]), remembered in `self.claimed_start` for `run_query`.
     pub(super) async fn claim_work(
         &mut self,
         now: chrono::DateTime<Utc>,
@@ -349,11 +351,8 @@ impl Runner {
                 Ok((claimed, started, None))
             })
             .await?;
-        (self.started, self.start_reads) = match started {
-            Some((batch, reads)) => (Some(batch), reads),
-            None => (None, None),
-        };
-        if let Some(reads) = &self.start_reads {
+        self.claimed_start = started.map(|(batch, reads)| ClaimedStart { batch, reads });
+        if let Some(reads) = self.claimed_start.as_ref().and_then(|c| c.reads.as_ref()) {
             self.start_keys = Some(Arc::clone(&reads.keys));
         }
         Ok(Polled {

@@ -173,11 +173,12 @@ impl Runner {
     ) -> Result<(Prepared, Option<QueryStart>)> {
         let Gated { rows: kept, parsed } = gated;
         let (destinations, query_start) = if start {
-            let claimed = self.start_reads.take().filter(|_| {
-                self.started.as_ref().is_some_and(|batch| {
-                    batch.ids.len() == kept.len()
-                        && batch.ids.iter().zip(&kept).all(|(id, row)| *id == row.id)
-                })
+            let claimed_start = self.claimed_start.as_mut();
+            let claimed = claimed_start.and_then(|claimed| {
+                let batch = &claimed.batch;
+                let same = batch.ids.len() == kept.len()
+                    && batch.ids.iter().zip(&kept).all(|(id, row)| *id == row.id);
+                claimed.reads.take().filter(|_| same)
             });
             let reads = match claimed {
                 Some(reads) => reads,

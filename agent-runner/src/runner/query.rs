@@ -84,7 +84,8 @@ impl Runner {
         loop {
             let batch = prepared.target.batch(prepared.row_ids.clone());
             // The poll's claim may have started this very batch in its transaction.
-            if self.started.take().as_ref() != Some(&batch) {
+            let claimed = self.claimed_start.take().map(|claimed| claimed.batch);
+            if claimed.as_ref() != Some(&batch) {
                 self.call(move |db| db.start_batch(&batch)).await?;
             }
             self.ledger.start();
