@@ -76,6 +76,23 @@ fn every_command_refuses_a_session_on_fuse_with_exit_78_and_the_fix() {
             "{args:?}: {err}"
         );
     }
+    // `serve` next to such a DB is in the wrong place: it refuses to start, for one session or a
+    // root on the mount (a unix socket: no token file needed to get that far).
+    let socket = format!("unix:{}", dir.path().join("serve.sock").display());
+    let served = mount_point.display().to_string();
+    for flag in ["--workspace", "--root"] {
+        let out = Command::new(BIN)
+            .env_remove("RUST_LOG")
+            .args(["serve", flag, &served, "--listen", &socket])
+            .output()
+            .expect("running nanoclaw serve");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(78), "serve {flag}: {err}");
+        assert!(
+            err.contains("fuse.bindfs") && err.contains("nanoclaw serve"),
+            "{err}"
+        );
+    }
     // `--json` health says the same in its reason.
     let health = nanoclaw(&mount_point, &["--json", "health"]);
     assert_eq!(health.status.code(), Some(78));

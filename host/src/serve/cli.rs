@@ -114,6 +114,9 @@ pub fn run_serve(args: ServeArgs, workspace: Option<&Path>) -> Result<()> {
                     dir.display()
                 );
             }
+            // serve is the process next to the DB: on a shared filesystem it is in the wrong
+            // place, and refuses to start (exit 78, as every command on such a DB).
+            fsguard::refuse_shared_filesystem(&dir.join("session.db"))?;
             Served::Workspace { name, dir }
         }
         (None, Some(root)) => {
@@ -121,6 +124,8 @@ pub fn run_serve(args: ServeArgs, workspace: Option<&Path>) -> Result<()> {
             if !root.is_dir() {
                 bail!("--root {}: no such folder", root.display());
             }
+            // A session folder mounted under the root from a share is refused per request.
+            fsguard::refuse_shared_filesystem(&root.join("session.db"))?;
             Served::Root(root)
         }
     };

@@ -48,6 +48,15 @@ impl ApiError {
     /// DB fault `500` (logged, not shown), anything else a refused request (`400`, its message
     /// names the field).
     pub(crate) fn from_library(err: anyhow::Error) -> Self {
+        if let Some(refused) = err.chain().find_map(schema::shared_filesystem) {
+            // The operator's fault, not the client's: logged with the fix, `500` without paths.
+            tracing::error!(error = %refused, "serve: a session DB on a shared filesystem");
+            return Self::new(
+                ErrorCode::Internal,
+                "this session's DB is on a shared filesystem, which the server refuses; the \
+                 server's log has the fix",
+            );
+        }
         let db_error = err.chain().find_map(|c| c.downcast_ref::<schema::Error>());
         match db_error {
             Some(db) if db.is_busy() || db.is_disk_full() => Self::new(
