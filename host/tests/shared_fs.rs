@@ -93,6 +93,39 @@ fn every_command_refuses_a_session_on_fuse_with_exit_78_and_the_fix() {
             "{err}"
         );
     }
+    // A root on a local disk with the shared folder under it: served, and the shared session is
+    // answered `500` without its path (the fix is in serve's log).
+    let sock = dir.path().join("root.sock");
+    let mut serve = Command::new(BIN)
+        .env_remove("RUST_LOG")
+        .args(["serve", "--root"])
+        .arg(dir.path())
+        .arg("--listen")
+        .arg(format!("unix:{}", sock.display()))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawning nanoclaw serve");
+    let started = std::time::Instant::now();
+    while !sock.exists() && started.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let url = format!("unix:{}", sock.display());
+    let remote = Command::new(BIN)
+        .env_remove("RUST_LOG")
+        .args(["--url", &url, "--session", "mnt", "status"])
+        .output()
+        .expect("running nanoclaw --url");
+    // Ended by its pid (Child::kill); its log so far is what the test reads.
+    let _ = serve.kill();
+    let serve_out = serve.wait_with_output().expect("serve's output");
+    let (remote_err, serve_log) = (stderr(&remote), stderr(&serve_out));
+    assert!(!remote.status.success());
+    assert!(
+        remote_err.contains("500") && remote_err.contains("shared filesystem"),
+        "{remote_err}"
+    );
+    assert!(!remote_err.contains(&served), "{remote_err}");
+    assert!(serve_log.contains("fuse.bindfs"), "{serve_log}");
     // `--json` health says the same in its reason.
     let health = nanoclaw(&mount_point, &["--json", "health"]);
     assert_eq!(health.status.code(), Some(78));
