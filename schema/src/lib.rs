@@ -162,7 +162,7 @@ impl Error {
 
     /// True when a write failed for lack of space: `SQLITE_FULL` (the file system returned
     /// ENOSPC, or `max_page_count` was reached), or an I/O error saying the storage is full.
-    /// Writers wait for space on it instead of giving up (docs/decisions.md, "Full disk").
+    /// Writers wait for space on it instead of giving up (docs/decisions/db.md#D-DB-02).
     /// A quota (EDQUOT) reaches SQLite as `SQLITE_IOERR_WRITE`, which is indistinguishable from
     /// a failing disk, so it is not counted here.
     pub fn is_disk_full(&self) -> bool {
