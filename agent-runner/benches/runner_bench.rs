@@ -43,9 +43,9 @@
 //!   RSS at every tenth between (default 1,000, ~2 minutes; 10,000 take ~23 minutes with Codex,
 //!   as its turns slow while the conversation grows). The fake model keeps only its last 16
 //!   requests (each holds the whole conversation; unlimited, the log filled the machine's memory
-//!   near the 3,500th message), see
-//!   `docs/decisions/perf.md#D-PERF-08`. Needs `scripts/install-clis.sh` (mcp-tools is built when missing);
-//!   `RUNNER_BENCH_CLI=none` skips it, `=opencode|claude` picks another CLI.
+//!   near the 3,500th message), see `docs/decisions/perf.md#D-PERF-08`. Needs
+//!   `scripts/install-clis.sh` (mcp-tools is built when missing); `RUNNER_BENCH_CLI=none`
+//!   skips it, `=opencode|claude` picks another CLI.
 //!
 //! - **The method's check:** `RUNNER_BENCH_TWO_FLOORS=1` starts a second floor in the runner's
 //!   place; every ratio should then be near 1.00x. The host serves the sides in turns, each side
@@ -400,7 +400,8 @@ const TURN: usize = 10;
 ///
 /// The phases run in `RUNNER_BENCH_ROUNDS` rounds, each with freshly started processes, and
 /// a phase's percentiles are over the messages of all rounds: two identical floors measured up
-/// to 1.29x apart in a single round's phase (`docs/decisions/perf.md#D-PERF-13`), and pooled rounds 0.95-1.06x.
+/// to 1.29x apart in a single round's phase (`docs/decisions/perf.md#D-PERF-13`), and pooled
+/// rounds 0.95-1.06x.
 fn measure(sides: &[(Who, &Path)]) -> Vec<Figures> {
     let rounds = knob("RUNNER_BENCH_ROUNDS", 10).max(1) as usize;
     let per_round = |total: u64| (total as usize).div_ceil(rounds).max(2 * TURN);

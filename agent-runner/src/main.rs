@@ -97,7 +97,8 @@ fn main() -> ExitCode {
     // The runner runs as a task, not as `block_on`'s own future: waking that future writes the
     // driver's eventfd (a syscall, then an extra epoll round) even from the runtime's own
     // thread, and the loop is woken a few times per message (the provider's events, its
-    // channels); a task woken there is queued without a syscall (docs/decisions/perf.md#D-PERF-06).
+    // channels); a task woken there is queued without a syscall
+    // (docs/decisions/perf.md#D-PERF-06).
     let outcome = runtime.block_on(async {
         match tokio::spawn(main).await {
             Ok(outcome) => outcome,
