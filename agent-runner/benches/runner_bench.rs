@@ -43,9 +43,9 @@
 //!   RSS at every tenth between (default 1,000, ~2 minutes; 10,000 take ~23 minutes with Codex,
 //!   as its turns slow while the conversation grows). The fake model keeps only its last 16
 //!   requests (each holds the whole conversation; unlimited, the log filled the machine's memory
-//!   near the 3,500th message), see
-//!   `docs/decisions.md`. Needs `scripts/install-clis.sh` (mcp-tools is built when missing);
-//!   `RUNNER_BENCH_CLI=none` skips it, `=opencode|claude` picks another CLI.
+//!   near the 3,500th message), see `docs/decisions/perf.md#D-PERF-08`. Needs
+//!   `scripts/install-clis.sh` (mcp-tools is built when missing); `RUNNER_BENCH_CLI=none`
+//!   skips it, `=opencode|claude` picks another CLI.
 //!
 //! - **The method's check:** `RUNNER_BENCH_TWO_FLOORS=1` starts a second floor in the runner's
 //!   place; every ratio should then be near 1.00x. The host serves the sides in turns, each side
@@ -67,7 +67,7 @@
 //! CPU and the host that inserts and times runs on another, when this process may use two.
 //! The host wakes at every write to the DB's files; placed by the scheduler on a 2-CPU machine,
 //! it ran on the measured process's CPU often enough to widen the ratio's spread between
-//! rounds and runs (`docs/decisions.md`, "The host on a CPU of its own").
+//! rounds and runs (`docs/decisions/perf.md#D-PERF-16`).
 //! `RUNNER_BENCH_PIN=0` leaves the placement to the scheduler.
 //!
 //! **Two builds of the runner against each other:** `RUNNER_BENCH_BASELINE=<agent-runner
@@ -400,8 +400,8 @@ const TURN: usize = 10;
 ///
 /// The phases run in `RUNNER_BENCH_ROUNDS` rounds, each with freshly started processes, and
 /// a phase's percentiles are over the messages of all rounds: two identical floors measured up
-/// to 1.29x apart in a single round's phase (`docs/decisions.md`, "The bench's host woken by
-/// writes"), and pooled rounds 0.95-1.06x.
+/// to 1.29x apart in a single round's phase (`docs/decisions/perf.md#D-PERF-13`), and pooled
+/// rounds 0.95-1.06x.
 fn measure(sides: &[(Who, &Path)]) -> Vec<Figures> {
     let rounds = knob("RUNNER_BENCH_ROUNDS", 10).max(1) as usize;
     let per_round = |total: u64| (total as usize).div_ceil(rounds).max(2 * TURN);
@@ -586,8 +586,7 @@ fn print_side_by_side(title: &str, runner: &Figures, floor: &Figures) {
 
 /// The `big / empty` table: each figure on the big DB against the empty one, per side, and
 /// the first side's growth against the second's (the runner's against the floor's): what the
-/// runner adds to the growth of the DB work itself (`docs/decisions.md`, "A million rows:
-/// `session_state` in one tree; the runner's growth against the floor's").
+/// runner adds to the growth of the DB work itself (`docs/decisions/db.md#D-DB-08`).
 fn print_scaling(rows: u64, empty: &[(&str, &Figures)], big: &[(&str, &Figures)]) {
     println!(
         "\n== {rows} completed rows per table vs an empty DB (ratio big / empty; target ≤ 1.10x) =="

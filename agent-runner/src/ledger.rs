@@ -3,7 +3,7 @@
 //! a failure's `query_error` row and batch end, a stopped turn's completion). Every path builds
 //! its row here, so the figures, the duration and the rows answered mean the same everywhere.
 //! A turn whose CLI reported no usage still gets a row, with NULL figures: the ledger counts
-//! turns, and "unknown" stays apart from 0 (docs/decisions.md).
+//! turns, and "unknown" stays apart from 0 (docs/decisions/loop.md#D-LOOP-05).
 
 use std::time::Duration;
 

@@ -70,7 +70,7 @@ fn main() -> ExitCode {
     tracing::debug!(single_arena, kept_heap_top, "malloc tuned");
     // One thread runs the loop, the CLI's I/O, the heartbeat's timer and the credential proxy:
     // a message then costs no wake-up of another thread (measured: CPU per message 0.83-0.94 ms
-    // against 0.97-1.30 ms with two workers, docs/decisions.md "One runtime thread"). DB calls
+    // against 0.97-1.30 ms with two workers, docs/decisions/perf.md#D-PERF-04). DB calls
     // on it wait at most `runner::INLINE_LOCK_WAIT` for a lock; longer work goes to the
     // blocking pool.
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -97,8 +97,8 @@ fn main() -> ExitCode {
     // The runner runs as a task, not as `block_on`'s own future: waking that future writes the
     // driver's eventfd (a syscall, then an extra epoll round) even from the runtime's own
     // thread, and the loop is woken a few times per message (the provider's events, its
-    // channels); a task woken there is queued without a syscall (docs/decisions.md, "The
-    // query's start on the runtime's thread").
+    // channels); a task woken there is queued without a syscall
+    // (docs/decisions/perf.md#D-PERF-06).
     let outcome = runtime.block_on(async {
         match tokio::spawn(main).await {
             Ok(outcome) => outcome,

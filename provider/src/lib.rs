@@ -5,6 +5,28 @@
 //! messages becomes one [`AgentQuery`]: the runner sends the first prompt with
 //! [`AgentProvider::query`], pushes follow-ups with [`AgentQuery::push`], reads
 //! [`ProviderEvent`]s, and calls [`AgentQuery::end`] once every prompt it sent is answered.
+//!
+//! Map (the map of the whole code is ARCHITECTURE.md). Each driver (`claude/`, `codex/`,
+//! `opencode/`) has one layout of private modules: `mod.rs` (the provider type, thin),
+//! `command.rs` (launch and configuration: args, env, config files), `protocol.rs` (wire types,
+//! tolerant serde), `translate.rs` (wire → `ProviderEvent`, no I/O, tested on captures),
+//! `driver.rs` (the live process and the turn loop), `history.rs` (the history parser for
+//! archives); where a CLI needs them, `connection.rs` (Codex's JSON-RPC, OpenCode's HTTP and
+//! SSE), `archiving.rs` (history read back after a query), `media.rs` (Claude's native blocks),
+//! `approval.rs` (Claude's policy, approval stops and elicitations over hook callbacks),
+//! `approvals.rs` (Codex's approval requests), `hooks.rs` (trusting Codex's holding
+//! `PostToolUse` hook), `permission.rs` (OpenCode's `permission` config, its decisions and the
+//! approval-stop plugin). Shared, one owner each: `policy.rs` and `policy/` (what a rule means;
+//! `shell.rs` the Bash parser, `wrappers.rs` the programs that run commands, `paths.rs` a file
+//! tool's path, `json.rs` the policy's written form), `refusal.rs` (the wording of a refusal),
+//! `classify.rs` (error classes, and the `auth_hint` in place of a CLI's login advice),
+//! `redact.rs` (masking secrets), `elicitation.rs` (single-string elicitation schemas),
+//! `media.rs` (native media types and caps), `kind.rs` (the list of providers), `usage.rs`,
+//! `activity.rs` (an activity's summary), `text.rs` (cutting text), `mock.rs` (echo, scripted
+//! approvals; keeps the latest `MOCK_KEPT` prompts), `process.rs` (process hygiene), `reaper.rs`
+//! (the runner reaps everything it starts), `settings.rs` (`ProviderSettings`), `prompt_xml.rs`
+//! (the prompt's XML, written and read), `archive/` (`model.rs`, `render.rs`, `store.rs`,
+//! `job.rs`: transcripts, appended and never replaced, through `fsguard`).
 
 mod activity;
 pub mod archive;

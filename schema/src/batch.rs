@@ -4,7 +4,7 @@
 //! sees a batch without its `busy` status, or a finished batch still `busy`. The batch shares
 //! the runner's row, which both transactions write anyway: it costs a message no page of its
 //! own (it was a `session_state` key, whose table and key index took 2 WAL pages at the claim
-//! and 2 at the end; docs/decisions.md, "The current batch in the runner's row").
+//! and 2 at the end; docs/decisions/perf.md#D-PERF-10).
 
 use chrono::{DateTime, Utc};
 use rusqlite::{params, OptionalExtension, Transaction};

@@ -1,6 +1,30 @@
 //! The session DB contract (docs/contract/db.md, content.md) shared by the host, the runner and
 //! mcp-tools: schema, pragmas, typed rows, seq allocation, claims and completions, and change
 //! notification. No other crate writes SQL for these tables.
+//!
+//! Map (the map of the whole code is ARCHITECTURE.md): tables, triggers and indexes (`sql.rs`),
+//! typed rows (`rows.rs`), content shapes (`content.rs`), timestamps (`time.rs`), cron
+//! (`cron.rs`), change notification (`watch.rs`, `watch/`), the health verdict (`health.rs`, a
+//! read-only connection of its own), and the queries as topical `impl SessionDb` files: `db.rs`
+//! (opening: pragmas, SQL functions, migrations, the pool, the `BEGIN IMMEDIATE` write,
+//! `with_lock_wait`), `checkpoint.rs` (WAL checkpoints off the commit path), `messages.rs`
+//! (both message tables, seq allocation), `queue.rs` (poll, claim, release, startup reset,
+//! unusable rows, due times, counts), `completion.rs` (replies + completion, next occurrences),
+//! `batch.rs` (the runner state around a query), `runner_state.rs`, `state.rs`
+//! (`session_state`, continuations, the keys a query starts from), `reads.rs` (reads sharing one
+//! transaction), `questions.rs`, `sweep.rs` (the host's retry policy), `destinations.rs`,
+//! `delivered.rs`, `tasks.rs` (task series), `routing.rs` (destination routing), `status.rs`
+//! (what `nanoclaw status` reads), `usage.rs` (the `turn_usage` ledger, written only in the
+//! transaction of a turn's completion or `query_error` row, and its queries), `control.rs`
+//! (the host's interrupt row, the `/model` key), `idempotency.rs` (the API's idempotency keys).
+//!
+//! Rules of every connection: `busy_timeout` first, then WAL, `synchronous=NORMAL`,
+//! `foreign_keys=ON`; 64 cached statements with query-planner stability (QPSG), so a new bound
+//! value never re-prepares a statement. Only the first connection of `SessionDb::open` may create
+//! the file, so a DB deleted under a running process stays deleted. `eligible` applies every gate
+//! in SQL (pending, due, `on_wake` only on the first poll, not an answer to an open question) and
+//! the limit last. A pinned handle (`SessionDb::pinned`) runs its calls on a connection of its
+//! own while that is free; its watcher ignores its own commits.
 
 mod batch;
 mod checkpoint;
@@ -162,7 +186,7 @@ impl Error {
 
     /// True when a write failed for lack of space: `SQLITE_FULL` (the file system returned
     /// ENOSPC, or `max_page_count` was reached), or an I/O error saying the storage is full.
-    /// Writers wait for space on it instead of giving up (docs/decisions.md, "Full disk").
+    /// Writers wait for space on it instead of giving up (docs/decisions/db.md#D-DB-02).
     /// A quota (EDQUOT) reaches SQLite as `SQLITE_IOERR_WRITE`, which is indistinguishable from
     /// a failing disk, so it is not counted here.
     pub fn is_disk_full(&self) -> bool {

@@ -56,8 +56,7 @@ impl SessionDb {
 /// (triggers, whoever writes), so while a later snapshot shows the same stamp the keys are
 /// unchanged and [`Reads::start_keys`] returns them without descending `session_state`: with
 /// many keys that descent is several page reads at every message, since any other
-/// connection's commit empties the reader's page cache (docs/decisions.md, "The keys a query
-/// starts from, kept while their stamp holds").
+/// connection's commit empties the reader's page cache (docs/decisions/db.md#D-DB-09).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StartKeys {
     provider: String,

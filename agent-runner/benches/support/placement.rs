@@ -5,7 +5,7 @@
 //! Why: the host wakes after every write to the DB's files. Left to the scheduler on a 2-CPU
 //! machine, it often runs on the CPU of the process it measures, between that process's own
 //! WAL writes, and a process that writes more pages is interrupted more often
-//! (`docs/decisions.md`, "The host on a CPU of its own"). Pinned, each side has a CPU of its
+//! (`docs/decisions/perf.md#D-PERF-16`). Pinned, each side has a CPU of its
 //! own and the ratio compares the two processes' work alone.
 
 use std::os::unix::process::CommandExt;

@@ -116,7 +116,7 @@ impl Config {
     /// from the file or a default is taken afresh (flags and the environment still win), with
     /// the same checks as [`Config::load`]. Secret files are not read again (a runner that
     /// dropped privileges may not read them): only config.json. For the settings that apply
-    /// while the runner runs (the budgets, docs/decisions.md).
+    /// while the runner runs (the budgets, docs/decisions/loop.md#D-LOOP-05).
     pub fn reread_file(&self) -> Result<Config> {
         let file_values = read_file(&self.file_path, self.named_by)?;
         let mut values = self.values.map.clone();

@@ -9,8 +9,8 @@
 //! Building them is the validation. A mistake stops the load, naming the key, its source and
 //! the fix; only the shapes of `mcpServers`' stdio entries, `cliEnv`, the mock's JSON and
 //! `logFormat` are kept as the settings' error instead, so that `agent-runner config` still
-//! prints such a configuration and every command that runs refuses it (docs/decisions.md,
-//! "Typed configuration"). Nothing outside this module reads a setting by its key.
+//! prints such a configuration and every command that runs refuses it
+//! (docs/decisions/config.md#D-CFG-01). Nothing outside this module reads a setting by its key.
 //!
 //! The folder by layer:
 //! - `fields.rs`: the field table (key, variable, kind, default, range, help) and how a flag's,

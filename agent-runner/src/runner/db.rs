@@ -73,7 +73,7 @@ impl Runner {
     /// [`Runner::call`] on the runtime's own thread: for the per-message calls that take
     /// well under a millisecond (the poll with its claim, the destinations a prompt names, a
     /// query's start, a result's write), where the hand-off to a blocking thread and back cost
-    /// more CPU and latency than the call (docs/decisions.md, "The runner's hot path").
+    /// more CPU and latency than the call (docs/decisions/perf.md#D-PERF-01).
     pub(super) async fn call_inline<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,

@@ -1,6 +1,17 @@
 //! The runner loop (docs/contract/db.md#status): poll (woken by DB changes, with the polls as
 //! fallback), claim, prepare (commands, scripts, attachments, formatting), query the provider, push
 //! follow-ups, and write replies together with the completion of the rows they answer.
+//!
+//! By concern: `poll.rs` (loop and claim; runner commands; the budget hold; the follow-up claim
+//! mid-turn), `prepare.rs` (gates, rendering, what a query starts from), `query.rs` (one attempt
+//! per try; `retry_decision`, a pure function), `turn.rs` (a `Turn` owns one query's state;
+//! `Turn::next` only waits for the next event, `Runner::handle_event` gives it to its one
+//! handler), `deadline.rs` (the progress deadline), `replies.rs` (results, blocks mid-turn,
+//! progress rows, a stopped turn's answer), `approval.rs` over `questions.rs` (asked tool calls
+//! and elicitations), `db.rs` (`RunnerDb`: `call`, `call_inline`, the full-disk wait, the
+//! heartbeat). Besides the shared types here, the files import each other one way only: poll →
+//! db, prepare; turn → deadline, prepare, questions; approval → questions, turn; replies →
+//! prepare, turn; query → turn.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;

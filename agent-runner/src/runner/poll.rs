@@ -317,7 +317,7 @@ impl Runner {
                 }
                 let ids: Vec<String> = eligible.rows.into_iter().map(|r| r.id).collect();
                 // The claim that starts a batch also reads what its query starts from, in its
-                // own transaction (docs/decisions.md, "The query's start read by the claim").
+                // own transaction (docs/decisions/perf.md#D-PERF-11).
                 // The rows' contents are parsed once: in the claim when it may start a batch, else
                 // right after it.
                 let mut parsed = None;

@@ -300,8 +300,8 @@ pub(super) fn read_start(
 
 /// The query's start from what was read: the system prompt's files are re-read now, so
 /// changes made mid-session reach the next query. On the runtime's thread: regular files
-/// only, each capped, so this is bounded (docs/decisions.md, "The query's start on the
-/// runtime's thread"). Also returns the destinations, for the prompt.
+/// only, each capped, so this is bounded (docs/decisions/perf.md#D-PERF-06). Also returns the
+/// destinations, for the prompt.
 pub(super) fn query_start(
     reads: StartReads,
     sources: Option<&PromptSources>,

@@ -6,6 +6,7 @@
 //! `router` (routes, bodies, scope checks; `sse` for events, `openapi` for the document) →
 //! the library's operations on a blocking thread. `listen` and `conn` bound every connection;
 //! `tokens` and `auth` own who may do what; `audit` writes one line per mutating request.
+//! `sessions` maps names to DBs and caches open ones; `errors` maps library errors to statuses.
 
 mod audit;
 mod auth;

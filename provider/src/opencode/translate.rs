@@ -816,8 +816,9 @@ impl Turn {
 }
 
 /// One step's figures as a [`Usage`]: OpenCode's `output` leaves reasoning out, ours counts it
-/// (as the model APIs do); a cost of 0 is unknown, not free (docs/decisions.md: OpenCode
-/// prices a request from its model table, which has no prices for the model we configure).
+/// (as the model APIs do); a cost of 0 is unknown, not free
+/// (docs/decisions/opencode.md#D-OPENCODE-02: OpenCode prices a request from its model table,
+/// which has no prices for the model we configure).
 fn step_usage(figures: &StepFigures, model: Option<&str>) -> Usage {
     Usage {
         input_tokens: figures.input,

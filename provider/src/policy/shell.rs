@@ -3,9 +3,9 @@
 //! commands that wrappers, shells given code and command substitutions run inside it
 //! ([`analyse`]). Lines whose commands the text cannot tell are marked undecidable, with why.
 //!
-//! The line is parsed by tree-sitter-bash (docs/decisions.md, "Bash rules on the parsed command
-//! line"). Bounds come first, so no input can hang the parser or overflow the stack: a line
-//! longer than [`MAX_LINE_BYTES`] or nested deeper than [`MAX_NESTING`] brackets is not parsed,
+//! The line is parsed by tree-sitter-bash (docs/decisions/policy.md#D-POL-03). Bounds come
+//! first, so no input can hang the parser or overflow the stack: a line longer than
+//! [`MAX_LINE_BYTES`] or nested deeper than [`MAX_NESTING`] brackets is not parsed,
 //! a parse stops after [`TIME_BUDGET`], shell code inside shell code (`sh -c`, `eval`, here
 //! documents) goes at most [`MAX_LEVELS`] deep, the parser's work is counted ([`MAX_PARSE_STEPS`]),
 //! and the syntax tree is walked with a stack of its own, not by recursion. Each limit makes the
