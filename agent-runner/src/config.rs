@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use chrono_tz::Tz;
 use credproxy::Api;
-use provider::process::EnvPolicy;
+use procs::EnvPolicy;
 pub use provider::redact::Secret;
 use provider::redact::{self, mask};
 use provider::{

@@ -17,10 +17,8 @@ pub mod media;
 pub mod mock;
 pub mod opencode;
 pub mod policy;
-pub mod process;
 pub mod prompt_xml;
 mod query;
-pub mod reaper;
 pub mod recording;
 pub mod redact;
 pub(crate) mod refusal;
@@ -332,6 +330,12 @@ pub enum ProviderError {
     /// Anything else.
     #[error("{0}")]
     Other(String),
+}
+
+impl From<procs::SpawnError> for ProviderError {
+    fn from(err: procs::SpawnError) -> Self {
+        Self::Spawn(err.0)
+    }
 }
 
 /// A coding-agent CLI driven through one interface.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::process::EnvPolicy;
+use procs::EnvPolicy;
 
 /// An extra MCP server from the config, passed to the CLI beside `nanoclaw`. Its `Debug` masks
 /// secrets ([`crate::redact`]): its environment usually holds a token.

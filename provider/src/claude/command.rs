@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use crate::process::CliCommand;
 use crate::settings::set_default_env;
 use crate::ProviderSettings;
+use procs::CliCommand;
 
 /// Built-in tools that do not fit a headless container session, checked against the `tools` of
 /// a captured `system/init` (Claude Code 2.1.330):

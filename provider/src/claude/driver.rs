@@ -29,12 +29,12 @@ use super::media;
 use super::protocol::{self, OutLine};
 use super::translate::{Signal, Translated, Translator};
 use crate::classify::classify;
-use crate::process::CliProcess;
 use crate::text::shortened;
 use crate::{
     ApprovalAnswer, Control, ErrorClass, InterruptReason, Prompt, PromptId, ProviderError,
     ProviderEvent, ProviderSettings, QueryHandle, QueryInput, Usage,
 };
+use procs::CliProcess;
 
 /// Grace between TERM and KILL when stopping the process group.
 pub(crate) const TERM_GRACE: Duration = Duration::from_secs(2);

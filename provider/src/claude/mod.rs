@@ -53,9 +53,9 @@ use tokio_util::sync::CancellationToken;
 pub use command::DISALLOWED_TOOLS;
 use command::NATIVE_COMMANDS;
 
-use crate::process::resolve_cli;
 use crate::{AgentProvider, AgentQuery, ProviderError, ProviderSettings, QueryInput};
 use driver::Shared;
+use procs::resolve_cli;
 
 /// The setting (env variable) that names the `claude` binary.
 const CLI_PATH_SETTING: &str = "CLAUDE_PATH";
@@ -106,6 +106,7 @@ impl ClaudeProvider {
             CLI_PATH_SETTING,
             None,
         )
+        .map_err(ProviderError::from)
     }
 }
 

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::process::CliCommand;
 use crate::settings::{McpServer, ProviderSettings};
+use procs::CliCommand;
 
 /// Name of the model provider entry we define (`model_providers.nanoclaw`).
 pub(super) const MODEL_PROVIDER: &str = "nanoclaw";

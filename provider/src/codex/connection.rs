@@ -18,10 +18,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::approvals::GATED_METHODS;
 use super::protocol::{answer_server_request, Message, RequestId, RpcErrorBody};
-use crate::process::{CliCommand, CliProcess};
 use crate::recording::Recording;
 use crate::text::head;
 use crate::ProviderError;
+use procs::{CliCommand, CliProcess};
 
 /// How long a control request (`initialize`, `thread/*`, `turn/*`) may take.
 pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);

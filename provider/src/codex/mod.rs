@@ -44,9 +44,9 @@ use futures::future::BoxFuture;
 
 use self::connection::Transcript;
 use self::driver::{rpc_lock, Shared};
-use crate::process::resolve_cli;
 use crate::recording::Recording;
 use crate::{AgentProvider, AgentQuery, ProviderError, ProviderSettings, QueryInput};
+use procs::resolve_cli;
 
 /// The setting (env variable) that names the `codex` binary.
 const CLI_PATH_SETTING: &str = "CODEX_PATH";

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use crate::process::CliCommand;
 use crate::settings::{McpServer, ProviderSettings};
+use procs::CliCommand;
 
 /// Name of the model provider entry we define (`provider.nanoclaw`); models are
 /// `nanoclaw/<model>`.

@@ -12,9 +12,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::process::{CliCommand, CliProcess};
-use crate::reaper::kill_marked;
 use crate::text::shortened;
+use procs::reaper::kill_marked;
+use procs::{CliCommand, CliProcess};
 
 use super::command::SERVER_USER;
 

@@ -72,10 +72,10 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-use crate::process::resolve_cli;
 use crate::recording::Recording;
 use crate::{AgentProvider, AgentQuery, ProviderError, ProviderSettings, QueryInput};
 use driver::{lock, IdClock, Shared};
+use procs::resolve_cli;
 
 /// The setting (env variable) that names the `opencode` binary.
 const CLI_PATH_SETTING: &str = "OPENCODE_PATH";

@@ -1,4 +1,4 @@
-//! Process hygiene shared by every CLI provider: each CLI runs in its own process group with a
+//! Process hygiene of every CLI and script the runner starts: each CLI runs in its own process group with a
 //! parent-death signal, from a cleared, allow-listed environment, and is stopped as a group
 //! (TERM, a grace period, then KILL even if the leader already exited, since members outlive it).
 
@@ -11,7 +11,10 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
-use crate::ProviderError;
+/// A CLI could not be found or started; the message names the setting to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SpawnError(pub String);
 
 /// Environment variables a CLI may inherit from the runner. Everything else is dropped, then
 /// scrub patterns remove secrets even from this list.
@@ -176,7 +179,7 @@ impl CliProcess {
     /// runner dies (`PR_SET_PDEATHSIG`; the race with an already-dead parent is closed by
     /// checking `getppid()`). Call from an async task, never from `spawn_blocking`: the
     /// parent-death signal fires when the spawning thread exits.
-    pub fn spawn(command: &CliCommand) -> Result<Self, ProviderError> {
+    pub fn spawn(command: &CliCommand) -> Result<Self, SpawnError> {
         let mut cmd = Command::new(&command.program);
         cmd.args(&command.args)
             .env_clear()
@@ -205,11 +208,11 @@ impl CliProcess {
         }
         // Registered before the orphan reaper can see it: its exit status is ours.
         let mut child = crate::reaper::spawn_owned(|| cmd.spawn(), Child::id).map_err(|err| {
-            ProviderError::Spawn(format!("cannot start {}: {err}", command.program.display()))
+            SpawnError(format!("cannot start {}: {err}", command.program.display()))
         })?;
         let pid = child
             .id()
-            .ok_or_else(|| ProviderError::Spawn("the CLI exited at once".into()))?;
+            .ok_or_else(|| SpawnError("the CLI exited at once".into()))?;
         let pgid = Pid::from_raw(pid as i32);
         Ok(Self {
             stdin: child.stdin.take(),
@@ -221,12 +224,12 @@ impl CliProcess {
     }
 
     /// The leader's pid (also the process group id).
-    pub(crate) fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.pgid.as_raw() as u32
     }
 
     /// Exit status if the leader has exited.
-    pub(crate) fn try_wait(&mut self) -> Option<ExitStatus> {
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()
     }
 
@@ -274,18 +277,18 @@ impl Drop for CliProcess {
 /// `PATH`, as the runner's config documents), else `PATH`, else the project-local folder
 /// `.cli/node_modules/.bin` found upward from the runner's executable or `local_dir`. The error
 /// names the setting to fix.
-pub(crate) fn resolve_cli(
+pub fn resolve_cli(
     name: &str,
     explicit: Option<&Path>,
     setting: &str,
     local_dir: Option<&Path>,
-) -> Result<PathBuf, ProviderError> {
+) -> Result<PathBuf, SpawnError> {
     if let Some(path) = explicit {
         let text = path.as_os_str().as_encoded_bytes();
         let bare = !text.is_empty() && !text.contains(&b'/');
         if bare {
             return on_path(path).ok_or_else(|| {
-                ProviderError::Spawn(format!(
+                SpawnError(format!(
                     "{setting}={} is not on PATH; fix {setting} (a path, or a command name on \
                      PATH) or install the {name} CLI",
                     path.display()
@@ -295,7 +298,7 @@ pub(crate) fn resolve_cli(
         return if path.is_file() {
             Ok(path.to_path_buf())
         } else {
-            Err(ProviderError::Spawn(format!(
+            Err(SpawnError(format!(
                 "{setting}={} does not name an executable file; fix {setting} or install the {name} CLI",
                 path.display()
             )))
@@ -314,7 +317,7 @@ pub(crate) fn resolve_cli(
             return Ok(candidate);
         }
     }
-    Err(ProviderError::Spawn(format!(
+    Err(SpawnError(format!(
         "the {name} CLI was not found on PATH or in .cli/node_modules/.bin; set {setting} to its path \
          (or run scripts/install-clis.sh)"
     )))
