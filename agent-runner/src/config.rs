@@ -16,9 +16,9 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use chrono_tz::Tz;
 use credproxy::Api;
+pub use logging::redact::Secret;
+use logging::redact::{self, mask};
 use procs::EnvPolicy;
-pub use provider::redact::Secret;
-use provider::redact::{self, mask};
 use provider::{
     Decision, ElicitationMode, McpServer, MockSettings, ProviderKind, ToolPolicy, ToolRule,
 };
@@ -942,7 +942,7 @@ impl Config {
     }
 
     /// A field's value as printed: a secret setting masked whole, any other with the secrets in
-    /// it masked (`provider::redact`: members named like secrets, such as an MCP server's
+    /// it masked (`logging::redact`: members named like secrets, such as an MCP server's
     /// `GITHUB_TOKEN` or a `cliEnv` password, secret arguments, URL passwords).
     fn shown(field: &Field, value: &Value) -> Value {
         match value {
@@ -1118,7 +1118,7 @@ pub struct Settings {
 }
 
 /// Variables for the CLI's environment (`cliEnv`); `Debug` masks the values of names that look
-/// like secrets (`provider::redact`).
+/// like secrets (`logging::redact`).
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct EnvVars(pub BTreeMap<String, String>);
 

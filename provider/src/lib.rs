@@ -20,7 +20,6 @@ pub mod policy;
 pub mod prompt_xml;
 mod query;
 pub mod recording;
-pub mod redact;
 pub(crate) mod refusal;
 pub mod settings;
 mod text;

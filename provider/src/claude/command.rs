@@ -113,7 +113,7 @@ pub(crate) fn write_files(
     let api_key = match settings
         .api_key
         .as_ref()
-        .map(crate::redact::Secret::expose)
+        .map(logging::redact::Secret::expose)
         .filter(|key| !key.is_empty())
     {
         Some(key) => {
@@ -406,7 +406,7 @@ mod tests {
         settings.admin_user_id = Some("admin-1".into());
         settings.model = Some("claude-sonnet-4-5".into());
         settings.base_url = Some("http://127.0.0.1:18080/".into());
-        settings.api_key = Some(crate::redact::Secret::new("sk-test"));
+        settings.api_key = Some(logging::redact::Secret::new("sk-test"));
         settings.extra_dirs = vec!["/workspace/extra/docs".into()];
         settings.extra_mcp_servers.insert(
             "github".into(),
@@ -645,7 +645,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let mut settings = ProviderSettings::for_workspace(dir.path(), "claude");
-        settings.api_key = Some(crate::redact::Secret::new("sk-secret\n"));
+        settings.api_key = Some(logging::redact::Secret::new("sk-secret\n"));
         let launch = Launch {
             resume: None,
             system_prompt: Some("prompt".into()),

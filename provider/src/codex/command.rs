@@ -410,7 +410,7 @@ mod tests {
         s.mcp_tools_path = "/usr/local/bin/mcp-tools".into();
         s.model = Some("fake-model".into());
         s.base_url = Some("http://127.0.0.1:18080/v1".into());
-        s.api_key = Some(crate::redact::Secret::new("sk-test"));
+        s.api_key = Some(logging::redact::Secret::new("sk-test"));
         s.timezone = "America/Los_Angeles".into();
         s.admin_user_id = Some("admin-1".into());
         s.extra_dirs = vec!["/workspace/extra/docs".into()];

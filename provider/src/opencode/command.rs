@@ -365,7 +365,7 @@ mod tests {
         let mut settings = ProviderSettings::for_workspace("/workspace", "opencode");
         settings.mcp_tools_path = PathBuf::from("/usr/local/bin/mcp-tools");
         settings.base_url = Some("http://127.0.0.1:18080/v1".into());
-        settings.api_key = Some(crate::redact::Secret::new("sk-test"));
+        settings.api_key = Some(logging::redact::Secret::new("sk-test"));
         settings.timezone = "Europe/Berlin".into();
         settings.admin_user_id = Some("admin-1".into());
         settings.extra_dirs = vec![PathBuf::from("/workspace/extra/docs")];
@@ -615,7 +615,7 @@ mod tests {
     fn home_gets_key_file_and_npm_markers() {
         let dir = tempfile::tempdir().unwrap();
         let mut settings = ProviderSettings::for_workspace(dir.path(), "opencode");
-        settings.api_key = Some(crate::redact::Secret::new("sk-file"));
+        settings.api_key = Some(logging::redact::Secret::new("sk-file"));
         let key_file = prepare_home(&settings).unwrap().unwrap();
         assert_eq!(std::fs::read_to_string(&key_file).unwrap(), "sk-file");
         use std::os::unix::fs::PermissionsExt;
