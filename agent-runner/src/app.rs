@@ -417,7 +417,7 @@ fn create_provider(
 ) -> Result<Arc<dyn AgentProvider>> {
     let mut provider_settings = provider_settings(settings);
     crate::model_proxy::apply(model_proxy, &mut provider_settings, settings, remote_mcp);
-    provider::create(settings.provider, provider_settings, settings.mock.clone())
+    crate::providers::create(settings.provider, provider_settings, settings.mock.clone())
         .map_err(|err| anyhow::anyhow!("{err}"))
 }
 

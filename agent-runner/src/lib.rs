@@ -14,6 +14,7 @@ pub mod media;
 pub mod model_proxy;
 pub mod privileges;
 pub mod progress;
+mod providers;
 pub mod remote_mcp;
 pub mod reply;
 pub mod runner;

@@ -6,23 +6,16 @@
 //! [`AgentProvider::query`], pushes follow-ups with [`AgentQuery::push`], reads
 //! [`ProviderEvent`]s, and calls [`AgentQuery::end`] once every prompt it sent is answered.
 
-mod activity;
 pub mod archive;
-mod classify;
-pub mod claude;
-pub mod codex;
-mod elicitation;
+pub mod driver;
 mod kind;
 pub mod media;
 pub mod mock;
-pub mod opencode;
 pub mod policy;
 pub mod prompt_xml;
 mod query;
 pub mod recording;
-pub(crate) mod refusal;
 pub mod settings;
-mod text;
 mod usage;
 
 use std::path::PathBuf;
@@ -32,8 +25,7 @@ use futures::future::BoxFuture;
 pub use kind::{ProviderKind, UnknownProvider};
 pub use mock::MockSettings;
 pub use policy::{Decision, ToolPolicy, ToolRule, Verdict};
-pub use query::{AgentQuery, Approver};
-pub(crate) use query::{Control, QueryHandle};
+pub use query::{AgentQuery, Approver, Control, QueryHandle};
 pub use settings::{ElicitationMode, McpServer, ProviderSettings, RemoteMcpServer};
 pub use usage::Usage;
 
@@ -352,19 +344,4 @@ pub trait AgentProvider: Send + Sync {
 
     /// Stops every process the provider started (the whole process group) and waits for them.
     fn shutdown(&self) -> BoxFuture<'_, ()>;
-}
-
-/// Creates the provider of `kind` from the settings every provider shares; `mock` is read only
-/// by the mock (its script, delay and echo mode).
-pub fn create(
-    kind: ProviderKind,
-    settings: ProviderSettings,
-    mock: MockSettings,
-) -> Result<std::sync::Arc<dyn AgentProvider>, ProviderError> {
-    Ok(match kind {
-        ProviderKind::Mock => std::sync::Arc::new(mock::MockProvider::from_settings(mock)),
-        ProviderKind::Claude => std::sync::Arc::new(claude::ClaudeProvider::new(settings)?),
-        ProviderKind::Codex => std::sync::Arc::new(codex::CodexProvider::new(settings)?),
-        ProviderKind::OpenCode => std::sync::Arc::new(opencode::OpenCodeProvider::new(settings)?),
-    })
 }
