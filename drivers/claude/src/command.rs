@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
+use super::quote::shell_quote;
 use procs::CliCommand;
 use provider::settings::set_default_env;
 use provider::ProviderSettings;
@@ -218,11 +219,6 @@ fn hooks(settings: &ProviderSettings) -> Option<Value> {
         }
     }
     Some(hooks)
-}
-
-/// `'text'` for `sh`, with embedded single quotes escaped.
-pub(super) fn shell_quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', r"'\''"))
 }
 
 /// The command line. Every variadic option (`--mcp-config`, `--allowedTools`,
@@ -776,10 +772,5 @@ mod tests {
               "url": "http://127.0.0.1:4000/mcp/docs"
             }"#]]
         .assert_eq(&serde_json::to_string_pretty(&config["mcpServers"]["docs"]).unwrap());
-    }
-
-    #[test]
-    fn shell_quoting() {
-        assert_eq!(shell_quote("/a b/it's"), r"'/a b/it'\''s'");
     }
 }

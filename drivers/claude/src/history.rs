@@ -9,7 +9,7 @@ use std::path::Path;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use super::command::shell_quote;
+use super::quote::shell_quote;
 use provider::archive::model::{nonempty, rfc3339, summary, update_id, Builder};
 use provider::archive::{Role, Transcript};
 use provider::prompt_xml;

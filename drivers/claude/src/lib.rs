@@ -39,10 +39,8 @@ mod driver;
 mod history;
 mod media;
 mod protocol;
+mod quote;
 mod translate;
-
-#[cfg(test)]
-mod tests;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -723,3 +723,6 @@ fn classify_category(category: &str) -> Option<ErrorClass> {
 fn retry_after_secs(delay_ms: Option<u64>) -> Option<u64> {
     delay_ms.map(|ms| ms.div_ceil(1000))
 }
+
+#[cfg(test)]
+mod tests;

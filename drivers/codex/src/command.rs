@@ -86,7 +86,7 @@ pub(super) fn config_args(settings: &ProviderSettings) -> Vec<String> {
     );
 
     // Without a tool policy nobody is there to approve anything, and the container is the
-    // sandbox. With one, Codex hands every call to the driver (`approvals.rs`).
+    // sandbox. With one, Codex hands every call to the driver (`approval.rs`).
     // 0.169 refuses `untrusted` in the config ("no longer supported") but honours it in
     // `thread/start` / `thread/resume`, which set it for the thread; `on-request` here is only
     // the fallback, never `never`.
@@ -169,7 +169,7 @@ pub(super) fn config_args(settings: &ProviderSettings) -> Vec<String> {
 /// every command (known-safe ones included), file change and MCP tool call, and forwards MCP
 /// elicitations instead of declining them.
 pub(super) fn approval_policy(settings: &ProviderSettings) -> &'static str {
-    if super::approvals::gated(&settings.tool_policy, settings.elicitation) {
+    if super::approval::gated(&settings.tool_policy, settings.elicitation) {
         "untrusted"
     } else {
         "never"
@@ -256,7 +256,7 @@ pub(super) fn write_config_file(settings: &ProviderSettings) -> std::io::Result<
     let home = codex_home(settings);
     fsguard::write_private(&home.join("config.toml"), config_file(settings).as_bytes())?;
     let rules = home.join("rules").join(PROMPT_RULES_FILE);
-    if super::approvals::gated(&settings.tool_policy, settings.elicitation) {
+    if super::approval::gated(&settings.tool_policy, settings.elicitation) {
         std::fs::create_dir_all(home.join("rules"))?;
         fsguard::write_private(&rules, prompt_rules().as_bytes())
     } else {

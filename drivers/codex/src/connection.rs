@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 
-use super::approvals::GATED_METHODS;
+use super::approval::GATED_METHODS;
 use super::protocol::{answer_server_request, Message, RequestId, RpcErrorBody};
 use procs::{CliCommand, CliProcess};
 use provider::driver::text::head;

@@ -422,7 +422,7 @@ async fn live_server(shared: &Shared) -> Result<Arc<AppServer>, Failure> {
         .map_err(|err| Failure::process(format!("cannot write codex's config.toml: {err}")))?;
     let command = command::command(&shared.program, settings, std::env::vars());
     let transcript = rpc_lock(&shared.transcript).clone();
-    let gated = super::approvals::gated(&settings.tool_policy, settings.elicitation);
+    let gated = super::approval::gated(&settings.tool_policy, settings.elicitation);
     let server = AppServer::start(&command, transcript, gated)
         .await
         .map_err(|err| Failure::process(err.to_string()))?;

@@ -28,7 +28,7 @@
 //! developer message with `thread/inject_items`. What each thread last received is recorded
 //! under `CODEX_HOME/nanoclaw/instructions/`.
 
-mod approvals;
+mod approval;
 mod archiving;
 mod command;
 mod connection;

@@ -636,7 +636,7 @@ pub(super) fn input_text(input: &[Value]) -> String {
 /// approved; MCP elicitations and user-input requests are declined (questions to the user go
 /// through the ask_user_question tool and the DB instead). `Err` is a JSON-RPC error
 /// (code, message) for requests we cannot serve. Under a tool policy the approval requests are
-/// judged by the query instead (`approvals.rs`), and the legacy ones refused.
+/// judged by the query instead (`approval.rs`), and the legacy ones refused.
 pub(super) fn answer_server_request(method: &str, params: &Value) -> Result<Value, (i64, String)> {
     match method {
         "item/commandExecution/requestApproval" | "item/fileChange/requestApproval" => {

@@ -10,15 +10,13 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
+use super::protocol::MCP_SERVER;
 use procs::CliCommand;
 use provider::settings::{McpServer, ProviderSettings};
 
 /// Name of the model provider entry we define (`provider.nanoclaw`); models are
 /// `nanoclaw/<model>`.
 pub(super) const MODEL_PROVIDER: &str = "nanoclaw";
-
-/// Name of the mcp-tools server; OpenCode shows its tools to the model as `nanoclaw_<tool>`.
-pub(super) const MCP_SERVER: &str = "nanoclaw";
 
 /// Used when no base URL is configured: the public OpenAI API (Chat Completions).
 pub(super) const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -132,9 +130,9 @@ pub(super) fn config(
         external.insert(format!("{}/*", dir.display()), json!("allow"));
     }
     let mut permission = Map::new();
-    // A restricting tool policy replaces the catch-all (`permission.rs`).
+    // A restricting tool policy replaces the catch-all (`approval.rs`).
     let servers = mcp_server_names(settings);
-    match super::permission::config(&settings.tool_policy, &servers) {
+    match super::approval::config(&settings.tool_policy, &servers) {
         Some(entries) => permission.extend(entries),
         None => {
             permission.insert("*".into(), json!("allow"));
@@ -188,11 +186,11 @@ pub(super) fn approval_stop_names(settings: &ProviderSettings) -> Vec<String> {
     settings
         .approval_stop_tools
         .iter()
-        .filter_map(|tool| super::permission::opencode_mcp_name(tool))
+        .filter_map(|tool| super::approval::opencode_mcp_name(tool))
         .collect()
 }
 
-/// The approval-stop plugin's file (`permission::approval_stop_plugin`), written by
+/// The approval-stop plugin's file (`approval::approval_stop_plugin`), written by
 /// [`prepare_home`] when there are approval-stop tools.
 pub(super) fn approval_stop_plugin_file(settings: &ProviderSettings) -> PathBuf {
     state_dir(settings).join("approval-stop.js")
@@ -332,7 +330,7 @@ pub(super) fn prepare_home(settings: &ProviderSettings) -> std::io::Result<Optio
     if !stops.is_empty() {
         write_private(
             &approval_stop_plugin_file(settings),
-            &super::permission::approval_stop_plugin(&stops),
+            &super::approval::approval_stop_plugin(&stops),
         )?;
     }
     let key_file = api_key_file(settings);

@@ -37,7 +37,7 @@
 //!
 //! # Tool policy, approvals, approval stops, remote MCP (issue 16)
 //! A restricting policy becomes OpenCode's `permission` config and every `permission.asked` is
-//! decided by the policy (`permission.rs`): allowed → `once`, denied → `reject` with a message
+//! decided by the policy (`approval.rs`): allowed → `once`, denied → `reject` with a message
 //! (the model reads it, the turn goes on) and `ToolDenied`, asked → `ApprovalRequest`, replied
 //! with the runner's answer; the watchdog waits for it. Approval-stop tools end the turn through
 //! a server plugin that blocks the next model request (`Interrupted { ApprovalStop }`). Remote
@@ -55,27 +55,26 @@
 //! (`archiving.rs`): a side job that starts once the query released the server, so it never
 //! fails or delays a query, and that shutdown waits for briefly before stopping the server.
 
+mod approval;
 mod archiving;
 mod command;
 mod connection;
 mod driver;
 mod history;
-mod permission;
 mod protocol;
+mod server;
+mod tools;
 mod translate;
-
-#[cfg(test)]
-mod tests;
 
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-use driver::{lock, IdClock, Shared};
 use procs::resolve_cli;
 use provider::recording::Recording;
 use provider::{AgentProvider, AgentQuery, ProviderError, ProviderSettings, QueryInput};
+use server::{lock, IdClock, Shared};
 
 /// The setting (env variable) that names the `opencode` binary.
 const CLI_PATH_SETTING: &str = "OPENCODE_PATH";

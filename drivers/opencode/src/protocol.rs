@@ -9,6 +9,9 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+/// Name of the mcp-tools server; OpenCode shows its tools to the model as `nanoclaw_<tool>`.
+pub(super) const MCP_SERVER: &str = "nanoclaw";
+
 /// One item of the `GET /event` stream: `{"id":"evt_…","type":…,"properties":{…}}`.
 #[derive(Debug, Clone, Deserialize)]
 pub(super) struct Envelope {

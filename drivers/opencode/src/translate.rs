@@ -40,9 +40,11 @@ use provider::driver::activity::one_line_summary;
 use provider::driver::classify::classify;
 use provider::{ErrorClass, PromptId, ProviderEvent, Usage};
 
-use super::command::MCP_SERVER;
-use super::permission::{self, Asked};
-use super::protocol::{ErrorInfo, Event, MessageInfo, MessageWithParts, Part, StepFigures};
+use super::approval::{self, Asked};
+use super::protocol::{
+    ErrorInfo, Event, MessageInfo, MessageWithParts, Part, StepFigures, MCP_SERVER,
+};
+use super::tools::{argument_field, canonical_tool};
 
 /// What the driver has to do after an event, besides forwarding provider events.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,7 +140,7 @@ pub(super) struct Turn {
     /// Tool parts already reported as denied or as an approval stop.
     tools_concluded: HashSet<String>,
     /// An approval-stop tool is running: the abort its result brings (the plugin's, see
-    /// `permission::approval_stop_plugin`) ends the turn as an approval stop, not an error.
+    /// `approval::approval_stop_plugin`) ends the turn as an approval stop, not an error.
     stop_running: bool,
     /// The turn ended by an approval stop (reported once).
     stopped: bool,
@@ -365,7 +367,7 @@ impl Turn {
                 Some(asked) => match asked.call_id.clone() {
                     Some(call)
                         if !self.calls.contains_key(&call)
-                            && !permission::is_not_a_tool(&asked.permission) =>
+                            && !approval::is_not_a_tool(&asked.permission) =>
                     {
                         self.early_asks.insert(call, asked);
                         Vec::new()
@@ -608,7 +610,7 @@ impl Turn {
                 if state
                     .error
                     .as_deref()
-                    .is_some_and(permission::is_config_denial) =>
+                    .is_some_and(approval::is_config_denial) =>
             {
                 Output::Event(ProviderEvent::ToolDenied {
                     summary: part.tool_input().and_then(|input| summary(raw, input)),
@@ -833,49 +835,6 @@ fn step_usage(figures: &StepFigures, model: Option<&str>) -> Usage {
     }
 }
 
-/// OpenCode's tool name in the canonical vocabulary: its builtins by their Claude names, an MCP
-/// server's `<server>_<tool>` as `mcp__<server>__<tool>`; other builtins keep their name.
-pub(super) fn canonical_tool(name: &str, mcp_servers: &[String]) -> String {
-    let builtin = match name {
-        "bash" => "Bash",
-        "read" => "Read",
-        "write" => "Write",
-        "edit" => "Edit",
-        "glob" => "Glob",
-        "grep" => "Grep",
-        "webfetch" => "WebFetch",
-        "websearch" => "WebSearch",
-        _ => "",
-    };
-    if !builtin.is_empty() {
-        return builtin.to_owned();
-    }
-    for server in mcp_servers {
-        if let Some(tool) = name
-            .strip_prefix(server.as_str())
-            .and_then(|rest| rest.strip_prefix('_'))
-            .filter(|tool| !tool.is_empty())
-        {
-            return format!("mcp__{server}__{tool}");
-        }
-    }
-    name.to_owned()
-}
-
-/// The argument field of an OpenCode builtin `tool` that says what the call works on (the
-/// command line, the path, the pattern, the URL or the query): the one table for activity
-/// summaries and the tool policy's argument.
-pub(super) fn argument_field(tool: &str) -> Option<&'static str> {
-    Some(match tool {
-        "bash" => "command",
-        "read" | "write" | "edit" => "filePath",
-        "glob" | "grep" => "pattern",
-        "webfetch" => "url",
-        "websearch" => "query",
-        _ => return None,
-    })
-}
-
 /// What a tool call works on, from its arguments, one line cut to the summary's length.
 fn summary(tool: &str, input: &Value) -> Option<String> {
     one_line_summary(input.get(argument_field(tool)?)?.as_str()?)
@@ -938,3 +897,6 @@ fn retry_after_secs(error: &ErrorInfo) -> Option<u64> {
     // Bounded above by a day: a header is input.
     Some(((millis / 1000.0).ceil() as u64).min(86_400))
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use expect_test::{expect, Expect};
 use serde_json::Value;
 
-use super::protocol::{Event, MessageWithParts};
-use super::translate::{Output, Turn};
+use super::{Output, Turn};
+use crate::protocol::{Event, MessageWithParts};
 use provider::ProviderEvent;
 
 fn fixture(name: &str) -> PathBuf {
@@ -675,7 +675,7 @@ fn our_abort_is_not_an_error() {
     turn.set_aborting(true);
     let mut aborted = assistant("msg_a0", "msg_u0", None, true);
     if let Event::MessageUpdated(info) = &mut aborted {
-        info.error = Some(super::protocol::ErrorInfo {
+        info.error = Some(crate::protocol::ErrorInfo {
             name: "MessageAbortedError".into(),
             ..Default::default()
         });

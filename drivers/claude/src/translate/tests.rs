@@ -5,10 +5,10 @@ use std::path::PathBuf;
 
 use expect_test::{expect, Expect};
 
-use super::approval;
-use super::media;
-use super::protocol;
-use super::translate::{Signal, Translator};
+use super::{Signal, Translator};
+use crate::approval;
+use crate::media;
+use crate::protocol;
 use provider::{MediaFile, Prompt, ProviderEvent, ProviderSettings, ToolRule, Usage};
 
 fn fixture(name: &str) -> String {

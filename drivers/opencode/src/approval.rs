@@ -25,7 +25,7 @@ use serde_json::{json, Map, Value};
 use provider::driver::activity::one_line_summary;
 use provider::policy::{Call, Decision, ToolPolicy, ToolRule};
 
-use super::translate::{argument_field, canonical_tool};
+use super::tools::{argument_field, canonical_tool};
 
 /// The canonical builtin tools and OpenCode's permission for each (Write and Edit share `edit`).
 const BUILTINS: [(&str, &str); 8] = [
