@@ -51,6 +51,8 @@ mod render;
 mod store;
 
 #[cfg(any(test, feature = "testing"))]
+// Test support only (the feature `testing`): a fixture that does not parse is a failed test.
+#[allow(clippy::unwrap_used)]
 pub mod fixtures;
 
 pub use model::{Entry, Role, ToolCallSummary, Transcript, TOOL_EXCERPT_CHARS};
