@@ -1,7 +1,8 @@
 //! Where a driver records what it reads and writes (for debugging and for the test fixtures
-//! under `provider/tests/fixtures/`), and which paths the recording hides. A fixture is committed:
-//! it must not carry the recording machine's checkout path (its `target/` build of `mcp-tools`,
-//! its `.cli/` install of the CLI), so each such prefix becomes a placeholder as a line is written.
+//! under each driver crate's `tests/fixtures/`), and which paths the recording hides. A fixture
+//! is committed: it must not carry the recording machine's checkout path (its `target/` build of
+//! `mcp-tools`, its `.cli/` install of the CLI), so each such prefix becomes a placeholder as a
+//! line is written.
 
 use std::path::{Path, PathBuf};
 
