@@ -190,7 +190,7 @@ async fn run(config: Config) -> Result<()> {
     // First: as PID 1 a signal without a handler is dropped, and nothing may be spawned before
     // the runner is the subreaper of its processes.
     let signal = shutdown_signal();
-    if let Err(err) = provider::reaper::init() {
+    if let Err(err) = procs::reaper::init() {
         tracing::warn!("{err}");
     }
     let settings = config.settings()?;
@@ -265,7 +265,7 @@ async fn run(config: Config) -> Result<()> {
     };
     let heartbeat = options.heartbeat;
     // Under the lock, before anything is spawned: what a previous run left behind goes.
-    let leftovers = provider::reaper::Leftovers::start(&db_path, heartbeat)?;
+    let leftovers = procs::reaper::Leftovers::start(&db_path, heartbeat)?;
     let runner = Runner::new(db, provider, options)?;
     let lost = Arc::new(std::sync::Mutex::new(None::<String>));
     let lost_reason = lost.clone();
@@ -420,7 +420,7 @@ fn create_provider(
 ) -> Result<Arc<dyn AgentProvider>> {
     let mut provider_settings = provider_settings(settings);
     crate::model_proxy::apply(model_proxy, &mut provider_settings, settings, remote_mcp);
-    provider::create(settings.provider, provider_settings, settings.mock.clone())
+    crate::providers::create(settings.provider, provider_settings, settings.mock.clone())
         .map_err(|err| anyhow::anyhow!("{err}"))
 }
 

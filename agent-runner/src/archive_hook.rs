@@ -10,7 +10,7 @@
 //! The hook must never get in the way of compaction: whatever goes wrong (bad stdin, a missing
 //! transcript, an unwritable folder, a broken config) is logged on stderr and the process still
 //! exits 0. The provider installs it through `--settings`, see
-//! [`provider::archive::claude_hook_settings`].
+//! [`claude::claude_hook_settings`].
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -151,7 +151,7 @@ pub fn archive(
     );
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the transcript {}", path.display()))?;
-    let mut transcript = archive::from_claude_jsonl(&text);
+    let mut transcript = claude::from_claude_jsonl(&text);
     if transcript.session_id.is_empty() {
         transcript.session_id = hook.session_id.unwrap_or_default();
     }

@@ -29,6 +29,7 @@ pub mod model_proxy;
 pub mod privileges;
 pub mod progress;
 pub mod progress_limits;
+mod providers;
 pub mod remote_mcp;
 pub mod reply;
 pub mod runner;

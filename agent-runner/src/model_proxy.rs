@@ -140,7 +140,7 @@ pub fn apply(
     let api = configured.model_api().map(|m| m.api);
     if let Some(api) = api.filter(|api| proxy.serves(*api)) {
         settings.base_url = Some(proxy.base_url(api));
-        settings.api_key = Some(provider::redact::Secret::new(proxy.token()));
+        settings.api_key = Some(logging::redact::Secret::new(proxy.token()));
     }
     // An operator's HTTP(S)_PROXY (passed to the CLI for the gateway) must not capture the
     // CLI's requests to the loopback proxy; the runner's own client still uses it upstream.
@@ -207,7 +207,7 @@ mod tests {
             settings
                 .api_key
                 .as_ref()
-                .map(provider::redact::Secret::expose),
+                .map(logging::redact::Secret::expose),
             Some(proxy.token())
         );
         assert_eq!(

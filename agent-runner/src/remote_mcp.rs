@@ -18,7 +18,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use provider::redact::{mask, redact_url};
+use logging::redact::{mask, redact_url};
 use serde_json::Value;
 
 /// The name the runner's own MCP server has in every CLI: no configured server may take it.
@@ -479,7 +479,7 @@ mod tests {
             }},
             "stdio": {"command": "npx", "env": {"LOG_LEVEL": "debug"}},
         });
-        let shown = redact(&original, provider::redact::redact_value(&original));
+        let shown = redact(&original, logging::redact::redact_value(&original));
         expect_test::expect![[r#"{"remote":{"headers":{"Authorization":{"env":"REMOTE_TOKEN"},"X-Custom":"lite…**** (20 chars)","X-File":{"file":"/run/secrets/x"}},"type":"http","url":"https://mcp.example/mcp"},"stdio":{"command":"npx","env":{"LOG_LEVEL":"debug"}}}"#]]
             .assert_eq(&shown.to_string());
     }

@@ -10,7 +10,7 @@
 //! forgotten `&` can neither outlive the task nor hold the output pipes open. Those that left the
 //! group (`setsid`) are found by a per-run marker in their environment ([`RUN_MARK_VAR`]) and
 //! killed too; one that also cleared its environment lives until the session stops, when the
-//! runner kills every process it started (see `provider::reaper`).
+//! runner kills every process it started (see `procs::reaper`).
 //!
 //! Stdout and stderr are read concurrently. Each keeps its first `output_cap` bytes and keeps
 //! draining past that (so the script never blocks on a full pipe); the last non-empty stdout line
@@ -24,7 +24,7 @@ use std::process::ExitStatus;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use provider::process::{CliCommand, CliProcess};
+use procs::{CliCommand, CliProcess};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::task::JoinHandle;
@@ -167,10 +167,9 @@ pub async fn run_script(
     };
     drop(process);
     // What left the group (`setsid … &`) still carries the run's marker.
-    let escaped =
-        tokio::task::spawn_blocking(move || provider::reaper::kill_marked(&marker, false))
-            .await
-            .unwrap_or_default();
+    let escaped = tokio::task::spawn_blocking(move || procs::reaper::kill_marked(&marker, false))
+        .await
+        .unwrap_or_default();
     if !escaped.is_empty() {
         tracing::info!(pids = ?escaped, "killed processes a task script left running outside its group");
     }

@@ -141,7 +141,7 @@ fn defaults_to_the_workspace_conversations_folder() {
     let (dir, input) = setup(SESSION);
     // The hook command the Claude provider installs, from `claude_hook_settings`, minus the
     // folder: the default is <workspace>/agent/conversations.
-    let settings = provider::archive::claude_hook_settings(
+    let settings = claude::claude_hook_settings(
         Path::new(env!("CARGO_BIN_EXE_agent-runner")),
         &dir.path().join("agent/conversations"),
         "UTC",

@@ -10,6 +10,9 @@
 //! So [`Stderr`] only queues each event (bounded) for one writer thread and always reports
 //! success: a failed write is ignored, and when the queue is full (stderr not drained) the line
 //! is dropped and counted, the count written before the next line that gets through.
+//!
+//! [`redact`] is the one rule for masking secrets in anything printed (log lines, `Debug` of
+//! settings, `agent-runner config`), so every crate that prints masks the same way.
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +24,7 @@ use tracing_subscriber::fmt::{MakeWriter, SubscriberBuilder};
 use tracing_subscriber::EnvFilter;
 
 mod line;
+pub mod redact;
 
 pub use line::{
     format, set_format, set_session, LineFormat, LogFormat, SpanFields, UnknownLogFormat,

@@ -28,26 +28,16 @@
 //! (the prompt's XML, written and read), `archive/` (`model.rs`, `render.rs`, `store.rs`,
 //! `job.rs`: transcripts, appended and never replaced, through `fsguard`).
 
-mod activity;
 pub mod archive;
-mod classify;
-pub mod claude;
-pub mod codex;
-mod elicitation;
+pub mod driver;
 mod kind;
 pub mod media;
 pub mod mock;
-pub mod opencode;
 pub mod policy;
-pub mod process;
 pub mod prompt_xml;
 mod query;
-pub mod reaper;
 pub mod recording;
-pub mod redact;
-pub(crate) mod refusal;
 pub mod settings;
-mod text;
 mod usage;
 
 use std::path::PathBuf;
@@ -57,8 +47,7 @@ use futures::future::BoxFuture;
 pub use kind::{ProviderKind, UnknownProvider};
 pub use mock::MockSettings;
 pub use policy::{Decision, ToolPolicy, ToolRule, Verdict};
-pub use query::{AgentQuery, Approver};
-pub(crate) use query::{Control, QueryHandle};
+pub use query::{AgentQuery, Approver, Control, QueryHandle};
 pub use settings::{ElicitationMode, McpServer, ProviderSettings, RemoteMcpServer};
 pub use usage::Usage;
 
@@ -356,6 +345,12 @@ pub enum ProviderError {
     Other(String),
 }
 
+impl From<procs::SpawnError> for ProviderError {
+    fn from(err: procs::SpawnError) -> Self {
+        Self::Spawn(err.0)
+    }
+}
+
 /// A coding-agent CLI driven through one interface.
 pub trait AgentProvider: Send + Sync {
     /// `claude`, `codex`, `opencode` or `mock`: also the suffix of the continuation key.
@@ -371,19 +366,4 @@ pub trait AgentProvider: Send + Sync {
 
     /// Stops every process the provider started (the whole process group) and waits for them.
     fn shutdown(&self) -> BoxFuture<'_, ()>;
-}
-
-/// Creates the provider of `kind` from the settings every provider shares; `mock` is read only
-/// by the mock (its script, delay and echo mode).
-pub fn create(
-    kind: ProviderKind,
-    settings: ProviderSettings,
-    mock: MockSettings,
-) -> Result<std::sync::Arc<dyn AgentProvider>, ProviderError> {
-    Ok(match kind {
-        ProviderKind::Mock => std::sync::Arc::new(mock::MockProvider::from_settings(mock)),
-        ProviderKind::Claude => std::sync::Arc::new(claude::ClaudeProvider::new(settings)?),
-        ProviderKind::Codex => std::sync::Arc::new(codex::CodexProvider::new(settings)?),
-        ProviderKind::OpenCode => std::sync::Arc::new(opencode::OpenCodeProvider::new(settings)?),
-    })
 }

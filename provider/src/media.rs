@@ -16,12 +16,12 @@ pub enum NativeKind {
 }
 
 /// Largest image sent natively: its base64 stays within the API's 5 MiB per image.
-pub(crate) const MAX_IMAGE_BYTES: u64 = 5 * 1024 * 1024 / 4 * 3;
+pub const MAX_IMAGE_BYTES: u64 = 5 * 1024 * 1024 / 4 * 3;
 /// Largest PDF sent natively: its base64 (4/3 of it, about 28 MB) leaves room in the 32 MB
 /// request for the conversation.
-pub(crate) const MAX_PDF_BYTES: u64 = 20 * 1024 * 1024;
+pub const MAX_PDF_BYTES: u64 = 20 * 1024 * 1024;
 /// Raw bytes of all the media of one message together (the same request limit).
-pub(crate) const MAX_TOTAL_BYTES: u64 = 24_000_000;
+pub const MAX_TOTAL_BYTES: u64 = 24_000_000;
 
 // The caps hold the API's limits (checked at compile time): an image's base64 within 5 MiB, a
 // PDF's within the 32 MB request, and one PDF within a message's budget.

@@ -395,7 +395,7 @@ async fn run_query(
                         |(MockCall { tool, argument }, undecidable)| ApprovalKind::ToolCall {
                             summary: argument
                                 .as_deref()
-                                .and_then(crate::activity::one_line_summary),
+                                .and_then(crate::driver::activity::one_line_summary),
                             tool,
                             argument,
                             undecidable,

@@ -235,7 +235,7 @@ impl Default for ToolPolicy {
 /// judges, what the runner asks about ([`ApprovalKind::ToolCall`]) and what a refusal reports
 /// ([`ProviderEvent::ToolDenied`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Call {
+pub struct Call {
     /// Canonical tool name.
     pub tool: String,
     /// Short form for the chat and the decision row.
@@ -246,13 +246,13 @@ pub(crate) struct Call {
 
 impl Call {
     /// What `policy` says about this call, with why when it could not be decided.
-    pub(crate) fn judge(&self, policy: &ToolPolicy) -> Verdict {
+    pub fn judge(&self, policy: &ToolPolicy) -> Verdict {
         policy.judge(&self.tool, self.argument.as_deref())
     }
 
     /// The question the runner asks about this call; `undecidable`: the verdict's reason when
     /// the call is asked because its command could not be decided ([`Verdict::undecidable`]).
-    pub(crate) fn ask(self, undecidable: Option<String>) -> ApprovalKind {
+    pub fn ask(self, undecidable: Option<String>) -> ApprovalKind {
         ApprovalKind::ToolCall {
             tool: self.tool,
             summary: self.summary,
@@ -262,7 +262,7 @@ impl Call {
     }
 
     /// The event that reports this call refused by the policy.
-    pub(crate) fn denied(self) -> ProviderEvent {
+    pub fn denied(self) -> ProviderEvent {
         ProviderEvent::ToolDenied {
             tool: self.tool,
             summary: self.summary,

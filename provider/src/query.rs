@@ -7,7 +7,7 @@ use crate::{ApprovalAnswer, ErrorClass, Prompt, PromptId, ProviderError, Provide
 
 /// A control message from the runner to the provider's query task.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Control {
+pub enum Control {
     /// A follow-up prompt for the active query.
     Push {
         /// Its id (1, 2, ...).
@@ -62,16 +62,16 @@ pub struct AgentQuery {
 
 /// The provider's side of one query.
 #[derive(Debug)]
-pub(crate) struct QueryHandle {
+pub struct QueryHandle {
     /// Events to the runner; a send error means the runner dropped the query.
-    pub(crate) events: mpsc::Sender<ProviderEvent>,
+    pub events: mpsc::Sender<ProviderEvent>,
     /// Controls from the runner; `None` means the runner dropped the query (treat as abort).
-    pub(crate) control: mpsc::UnboundedReceiver<Control>,
+    pub control: mpsc::UnboundedReceiver<Control>,
 }
 
 impl AgentQuery {
     /// Creates a connected pair.
-    pub(crate) fn channel() -> (AgentQuery, QueryHandle) {
+    pub fn channel() -> (AgentQuery, QueryHandle) {
         let (event_tx, event_rx) = mpsc::channel(256);
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         (
@@ -123,9 +123,9 @@ impl AgentQuery {
     }
 
     /// Says `hint` instead of the CLI's own advice in the query's authentication errors
-    /// ([`crate::classify::explain_auth`]): every provider's errors pass here on their way to
+    /// ([`crate::driver::classify::explain_auth`]): every provider's errors pass here on their way to
     /// the runner.
-    pub(crate) fn with_auth_hint(mut self, hint: Option<String>) -> Self {
+    pub fn with_auth_hint(mut self, hint: Option<String>) -> Self {
         self.auth_hint = hint;
         self
     }
@@ -144,7 +144,7 @@ impl AgentQuery {
                     usage,
                 },
             ) => ProviderEvent::Error {
-                message: crate::classify::explain_auth(&message, hint),
+                message: crate::driver::classify::explain_auth(&message, hint),
                 retryable,
                 classification: ErrorClass::Auth,
                 ends_turn,

@@ -1,7 +1,8 @@
 //! Where a driver records what it reads and writes (for debugging and for the test fixtures
-//! under `provider/tests/fixtures/`), and which paths the recording hides. A fixture is committed:
-//! it must not carry the recording machine's checkout path (its `target/` build of `mcp-tools`,
-//! its `.cli/` install of the CLI), so each such prefix becomes a placeholder as a line is written.
+//! under each driver crate's `tests/fixtures/`), and which paths the recording hides. A fixture
+//! is committed: it must not carry the recording machine's checkout path (its `target/` build of
+//! `mcp-tools`, its `.cli/` install of the CLI), so each such prefix becomes a placeholder as a
+//! line is written.
 
 use std::path::{Path, PathBuf};
 
@@ -41,7 +42,7 @@ impl Recording {
     }
 
     /// `line` as it is written: every hidden prefix replaced by its placeholder.
-    pub(crate) fn scrub(&self, line: String) -> String {
+    pub fn scrub(&self, line: String) -> String {
         self.hidden
             .iter()
             .fold(line, |line, (prefix, placeholder)| {
@@ -112,8 +113,18 @@ mod tests {
     /// capture scripts, which write [`CHECKOUT_PLACEHOLDER`] instead.
     #[test]
     fn no_fixture_names_a_checkout_path() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        // The archive's fixtures are the core's; each driver crate keeps its CLI's recordings.
+        let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = crate_dir.join("tests/fixtures");
         let mut pending = vec![root.clone()];
+        for driver in ["claude", "codex", "opencode"] {
+            pending.push(
+                crate_dir
+                    .join("../drivers")
+                    .join(driver)
+                    .join("tests/fixtures"),
+            );
+        }
         let mut files = 0;
         let mut offences = Vec::new();
         while let Some(dir) = pending.pop() {

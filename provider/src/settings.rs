@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::process::EnvPolicy;
+use procs::EnvPolicy;
 
 /// An extra MCP server from the config, passed to the CLI beside `nanoclaw`. Its `Debug` masks
-/// secrets ([`crate::redact`]): its environment usually holds a token.
+/// secrets ([`logging::redact`]): its environment usually holds a token.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct McpServer {
     /// Executable.
@@ -26,8 +26,8 @@ impl std::fmt::Debug for McpServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("McpServer")
             .field("command", &self.command)
-            .field("args", &crate::redact::redact_args(&self.args))
-            .field("env", &crate::redact::redact_env(&self.env))
+            .field("args", &logging::redact::redact_args(&self.args))
+            .field("env", &logging::redact::redact_env(&self.env))
             .finish()
     }
 }
@@ -96,7 +96,7 @@ pub struct ProviderSettings {
     pub base_url: Option<String>,
     /// Model API key (`ANTHROPIC_API_KEY` / `OPENAI_API_KEY`); the proxy's session token when
     /// the runner runs a credential proxy, so the CLI never holds the real key.
-    pub api_key: Option<crate::redact::Secret>,
+    pub api_key: Option<logging::redact::Secret>,
     /// Explicit CLI path (`CLAUDE_PATH`, ...); found on PATH or in `.cli/` when `None`.
     pub cli_path: Option<PathBuf>,
     /// Extra MCP servers by name.
@@ -236,4 +236,22 @@ impl ProviderSettings {
 /// `envPassthrough` or `cliEnv`).
 pub fn set_default_env(env: &mut BTreeMap<String, String>, name: &str, value: String) {
     env.entry(name.to_owned()).or_insert(value);
+}
+
+#[cfg(test)]
+mod tests {
+    use logging::redact::Secret;
+
+    /// The API key in the provider settings: a `Debug` of them (a log line, an error) must not
+    /// show it; the drivers read it through `expose`.
+    #[test]
+    fn the_api_key_in_provider_settings_is_masked_when_printed() {
+        let key = "sk-ant-api03-very-secret-key-value";
+        let mut settings = crate::ProviderSettings::for_workspace("/workspace", "claude");
+        settings.api_key = Some(Secret::new(key));
+        let printed = format!("{settings:?} {settings:#?}");
+        assert!(!printed.contains(key), "{printed}");
+        assert!(printed.contains("sk-a…**** (34 chars)"), "{printed}");
+        assert_eq!(settings.api_key.as_ref().map(Secret::expose), Some(key));
+    }
 }

@@ -169,7 +169,7 @@ impl ProviderSpec {
             ModelApi::Anthropic => fake.url(),
             ModelApi::OpenAi => fake.openai_base_url(),
         });
-        settings.api_key = Some(provider::redact::Secret::new(self.api_key));
+        settings.api_key = Some(logging::redact::Secret::new(self.api_key));
         settings.max_retries = 1;
         settings.watchdog = Duration::from_secs(60);
         if self.pass_marker {

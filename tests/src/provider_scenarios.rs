@@ -12,9 +12,9 @@ use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use provider::claude::ClaudeProvider;
-use provider::codex::CodexProvider;
-use provider::opencode::OpenCodeProvider;
+use claude::ClaudeProvider;
+use codex::CodexProvider;
+use opencode::OpenCodeProvider;
 use provider::recording::Recording;
 use provider::{
     AgentProvider, AgentQuery, ErrorClass, Prompt, ProviderError, ProviderEvent, ProviderSettings,

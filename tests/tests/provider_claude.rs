@@ -8,11 +8,12 @@
 //!   loopback-only network namespace (`NANOCLAW_NETNS=0` disables that), so nothing can leave
 //!   the machine; the CLI runs with the traffic-off environment in any case.
 //! * The stream-json fixtures of the unit tests are captured separately
-//!   (`provider/tests/fixtures/claude/capture.py`).
+//!   (`drivers/claude/tests/fixtures/claude/capture.py`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
 
+use claude::ClaudeProvider;
 use e2e::fake_model::{Step, StepUsage};
 use e2e::harness::claude_user_texts as user_texts;
 use e2e::provider_harness::{
@@ -24,7 +25,6 @@ use e2e::provider_scenarios::{
     assert_first_text_reply, setup, start, ApiErrorCase, ExpectedClass, WatchdogCase,
 };
 use e2e::secrets::shell_step;
-use provider::claude::ClaudeProvider;
 use provider::{
     AgentProvider, ApprovalAnswer, ErrorClass, InterruptReason, MediaFile, Prompt, PromptId,
     ProviderEvent, QueryInput, Usage,
@@ -153,7 +153,7 @@ async fn text_reply_with_the_generated_command() {
         .await
         .expect("claude stays alive between queries");
     let tools = request.tool_names();
-    for banned in provider::claude::DISALLOWED_TOOLS {
+    for banned in claude::DISALLOWED_TOOLS {
         assert!(
             !tools.iter().any(|t| t == banned),
             "{banned} offered: {tools:?}"

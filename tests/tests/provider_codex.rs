@@ -8,11 +8,12 @@
 //!   loopback-only network namespace (`NANOCLAW_NETNS=0` disables that), so nothing can leave
 //!   the machine; the CLI runs with the traffic-off configuration in any case.
 //! * Fixtures: with `NANOCLAW_CODEX_CAPTURE=<dir>` each test records the provider's JSON-RPC
-//!   transcript to `<dir>/<test>.jsonl` (see `provider/tests/fixtures/codex/README.md`).
+//!   transcript to `<dir>/<test>.jsonl` (see `drivers/codex/tests/fixtures/codex/README.md`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
+use codex::CodexProvider;
 use e2e::fake_model::{Step, StepUsage};
 use e2e::harness::codex_user_texts as user_texts;
 use e2e::harness::{descendants, live_processes};
@@ -24,7 +25,6 @@ use e2e::provider_scenarios::{
     assert_first_text_reply, resume_after_a_restart, setup, start,
     system_prompt_change_reaches_the_model, ApiErrorCase, ExpectedClass, WatchdogCase,
 };
-use provider::codex::CodexProvider;
 use provider::{AgentProvider, ErrorClass, InterruptReason, Prompt, ProviderEvent, Usage};
 use serde_json::json;
 

@@ -9,7 +9,7 @@
 //!   loopback-only network namespace (`NANOCLAW_NETNS=0` disables that), so nothing can leave
 //!   the machine; the CLI runs with the traffic-off configuration in any case.
 //! * Fixtures: with `NANOCLAW_OPENCODE_CAPTURE=<dir>` each test records what the provider read
-//!   and posted to `<dir>/<test>.jsonl` (see `provider/tests/fixtures/opencode/README.md`).
+//!   and posted to `<dir>/<test>.jsonl` (see `drivers/opencode/tests/fixtures/opencode/README.md`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
@@ -27,7 +27,7 @@ use e2e::provider_scenarios::{
 };
 use e2e::scenarios;
 use e2e::secrets::shell_step;
-use provider::opencode::OpenCodeProvider;
+use opencode::OpenCodeProvider;
 use provider::{
     AgentProvider, AgentQuery, ErrorClass, InterruptReason, Prompt, ProviderEvent, Usage,
 };

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, Context, Result};
 use credproxy::Api;
-use provider::process::EnvPolicy;
-use provider::redact::{self, Secret};
+use procs::EnvPolicy;
+use logging::redact::{self, Secret};
 use provider::{McpServer, MockSettings, ProviderKind};
 
 use super::fields::FIELDS;

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use provider::redact::{self, mask};
+use logging::redact::{self, mask};
 use serde_json::Value;
 
 use super::fields::{Field, FIELDS};
@@ -60,7 +60,7 @@ impl Config {
     }
 
     /// A field's value as printed: a secret setting masked whole, any other with the secrets in
-    /// it masked (`provider::redact`: members named like secrets, such as an MCP server's
+    /// it masked (`logging::redact`: members named like secrets, such as an MCP server's
     /// `GITHUB_TOKEN` or a `cliEnv` password, secret arguments, URL passwords).
     fn shown(field: &Field, value: &Value) -> Value {
         match value {

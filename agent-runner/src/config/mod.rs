@@ -28,7 +28,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-pub use provider::redact::Secret;
+pub use logging::redact::Secret;
 
 use crate::budget::{BudgetLimits, BudgetReload};
 

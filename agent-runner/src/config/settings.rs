@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use chrono_tz::Tz;
 use credproxy::Api;
-use provider::process::EnvPolicy;
-use provider::redact::{self, Secret};
+use procs::EnvPolicy;
+use logging::redact::{self, Secret};
 use provider::{ElicitationMode, McpServer, MockSettings, ProviderKind, ToolPolicy};
 
 use crate::budget::BudgetLimits;
@@ -118,7 +118,7 @@ pub struct Settings {
 }
 
 /// Variables for the CLI's environment (`cliEnv`); `Debug` masks the values of names that look
-/// like secrets (`provider::redact`).
+/// like secrets (`logging::redact`).
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct EnvVars(pub BTreeMap<String, String>);
 

@@ -1,7 +1,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use provider::process::EnvPolicy;
+use procs::EnvPolicy;
 use provider::{Decision, ElicitationMode, ProviderKind, ToolPolicy, ToolRule};
 use serde_json::Value;
 

@@ -1,4 +1,5 @@
-//! Test support shared by the archive's tests and the three history parsers' tests: the
+//! Test support shared by the archive's tests and the three history parsers' tests (feature
+//! `testing` for the driver crates): the
 //! histories captured from the real CLIs (`provider/tests/fixtures/archive/`) and a
 //! one-line-per-entry outline of a transcript.
 
@@ -9,30 +10,22 @@ use expect_test::Expect;
 
 use super::model::one_line;
 use super::{RenderOptions, Transcript};
-use crate::codex::history::from_codex_thread;
-use crate::opencode::history::from_opencode_messages;
 
 /// Claude's session file of a short conversation.
-pub(crate) const CLAUDE: &str = include_str!("../../tests/fixtures/archive/claude_session.jsonl");
+pub const CLAUDE: &str = include_str!("../../tests/fixtures/archive/claude_session.jsonl");
 /// The same session after a `/compact`.
-pub(crate) const CLAUDE_COMPACTED: &str =
+pub const CLAUDE_COMPACTED: &str =
     include_str!("../../tests/fixtures/archive/claude_session_compacted.jsonl");
 /// The JSON Claude passed its `PreCompact` hook.
-pub(crate) const CLAUDE_HOOK: &str =
+pub const CLAUDE_HOOK: &str =
     include_str!("../../tests/fixtures/archive/claude_precompact_hook.json");
-const CODEX: &str = include_str!("../../tests/fixtures/archive/codex_thread_read.json");
-const OPENCODE: &str = include_str!("../../tests/fixtures/archive/opencode_messages.json");
-
-pub(crate) fn codex() -> Transcript {
-    from_codex_thread(&serde_json::from_str(CODEX).unwrap())
-}
-
-pub(crate) fn opencode() -> Transcript {
-    from_opencode_messages(&serde_json::from_str(OPENCODE).unwrap())
-}
+/// `codex app-server`'s `thread/read` of the same conversation.
+pub const CODEX: &str = include_str!("../../tests/fixtures/archive/codex_thread_read.json");
+/// `opencode serve`'s messages of the same conversation.
+pub const OPENCODE: &str = include_str!("../../tests/fixtures/archive/opencode_messages.json");
 
 /// One line per entry, one per tool call.
-pub(crate) fn outline(t: &Transcript) -> String {
+pub fn outline(t: &Transcript) -> String {
     let mut out = format!("{} {} title={:?}\n", t.provider, t.session_id, t.title);
     for e in &t.entries {
         let at =
@@ -65,17 +58,20 @@ pub(crate) fn outline(t: &Transcript) -> String {
     out
 }
 
-pub(crate) fn check(t: &Transcript, expect: Expect) {
+/// Compares a transcript's outline with the expected one.
+pub fn check(t: &Transcript, expect: Expect) {
     expect.assert_eq(&outline(t));
 }
 
-pub(crate) fn at(text: &str) -> DateTime<Utc> {
+/// The instant of an RFC 3339 text.
+pub fn at(text: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(text)
         .unwrap()
         .with_timezone(&Utc)
 }
 
-pub(crate) fn opts(tz: &str, max: usize) -> RenderOptions {
+/// Render options for `tz`, messages cut at `max` characters, archived at a fixed instant.
+pub fn opts(tz: &str, max: usize) -> RenderOptions {
     RenderOptions {
         max_message_chars: max,
         ..RenderOptions::new(tz.parse().unwrap(), at("2026-11-21T20:30:00Z"))

@@ -14,13 +14,13 @@ use super::{archive_new_entries, parse_tz, RenderOptions, Transcript};
 use crate::ProviderSettings;
 
 /// The longest an archive waits for the CLI to hand over its history.
-pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The longest stopping the CLI waits for a running archive.
-pub(crate) const STOP_WAIT: Duration = Duration::from_secs(15);
+pub const STOP_WAIT: Duration = Duration::from_secs(15);
 
 /// An archive's work, as [`Archives`] queues it.
-pub(crate) trait ArchiveJob {
+pub trait ArchiveJob {
     /// The history (thread, session) the job reads: a later job of the same history covers an
     /// earlier one.
     fn history(&self) -> &str;
@@ -34,7 +34,7 @@ pub(crate) trait ArchiveJob {
 /// behind with every query, its own turns waiting behind the reads). Jobs of other histories
 /// (a new thread or session after `/clear` or a restart) wait beside it, in order.
 #[derive(Debug)]
-pub(crate) struct Archives<J> {
+pub struct Archives<J> {
     /// Held by the archive that runs.
     lock: Arc<Mutex<()>>,
     /// The jobs to run when the running archive ends, at most one per history.
@@ -54,12 +54,12 @@ impl<J: ArchiveJob> Archives<J> {
     /// Takes the archive lock at once when it is free. A query calls this before it closes its
     /// stream, so that whatever the runner does next (stop the provider, start another session)
     /// finds the archive of this query already under way.
-    pub(crate) fn reserve(&self) -> Option<OwnedMutexGuard<()>> {
+    pub fn reserve(&self) -> Option<OwnedMutexGuard<()>> {
         Arc::clone(&self.lock).try_lock_owned().ok()
     }
 
     /// Waits (at most [`STOP_WAIT`]) until no archive runs; before `cli` is stopped.
-    pub(crate) async fn wait_idle(&self, cli: &str) {
+    pub async fn wait_idle(&self, cli: &str) {
         if tokio::time::timeout(STOP_WAIT, self.lock.lock())
             .await
             .is_err()
@@ -74,12 +74,8 @@ impl<J: ArchiveJob> Archives<J> {
     /// Archives `job` with `archive`: now when `guard` (from [`Archives::reserve`]) or the lock
     /// can be had, else queued for the archive that runs, which runs it when it ends. Whoever
     /// holds the lock looks for a waiting job after letting go of it, so no job is left behind.
-    pub(crate) async fn run<F, Fut>(
-        &self,
-        guard: Option<OwnedMutexGuard<()>>,
-        job: J,
-        mut archive: F,
-    ) where
+    pub async fn run<F, Fut>(&self, guard: Option<OwnedMutexGuard<()>>, job: J, mut archive: F)
+    where
         F: FnMut(J) -> Fut,
         Fut: Future<Output = ()>,
     {
@@ -123,13 +119,13 @@ impl<J: ArchiveJob> Archives<J> {
 }
 
 /// The conversations folder (`/workspace/agent/conversations`).
-pub(crate) fn conversations_dir(settings: &ProviderSettings) -> PathBuf {
+pub fn conversations_dir(settings: &ProviderSettings) -> PathBuf {
     settings.agent_dir.join("conversations")
 }
 
 /// The id of the last entry an archive of `cli`'s session `session_id` holds (see
 /// [`super::archived_through`]), read off the async workers.
-pub(crate) async fn archived_through(
+pub async fn archived_through(
     settings: &ProviderSettings,
     cli: &str,
     session_id: &str,
@@ -143,7 +139,7 @@ pub(crate) async fn archived_through(
 
 /// Parses the history with `parse` and writes what no earlier archive of `session_id` holds,
 /// off the async workers. Logs the outcome; never fails.
-pub(crate) async fn write_new_entries(
+pub async fn write_new_entries(
     settings: &ProviderSettings,
     cli: &str,
     session_id: &str,

@@ -45,16 +45,17 @@
 //! archives everything again: a duplicate rather than a loss. Archiving is a side job: log its
 //! error and carry on, never fail the query.
 
-pub(crate) mod job;
-pub(crate) mod model;
+pub mod job;
+pub mod model;
 mod render;
 mod store;
 
-#[cfg(test)]
-pub(crate) mod fixtures;
+#[cfg(any(test, feature = "testing"))]
+// Test support only (the feature `testing`): a fixture that does not parse is a failed test.
+#[allow(clippy::unwrap_used)]
+pub mod fixtures;
 
-pub use crate::claude::history::{claude_hook_settings, from_claude_jsonl};
 pub use model::{Entry, Role, ToolCallSummary, Transcript, TOOL_EXCERPT_CHARS};
-pub use render::{parse_tz, render_markdown, RenderOptions, MAX_MESSAGE_CHARS};
-pub(crate) use store::{archive_new_entries, archived_through};
+pub use render::{parse_tz, render_markdown, RenderOptions, MAX_MESSAGE_CHARS, THROUGH_MARKER};
+pub use store::{archive_new_entries, archived_through};
 pub use store::{write_archive, write_archive_with};

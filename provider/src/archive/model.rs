@@ -109,7 +109,7 @@ impl Transcript {
     /// calls after it), so an entry read from part of a history is only known whole when
     /// another entry comes before it. Readers of the newest part of a history read further
     /// back until this holds.
-    pub(crate) fn holds_whole(&self, id: &str) -> bool {
+    pub fn holds_whole(&self, id: &str) -> bool {
         self.entries
             .iter()
             .rposition(|e| e.id.as_deref() == Some(id))
@@ -149,7 +149,7 @@ impl Transcript {
 /// The human text of a prompt: for the runner's XML (docs/contract/prompt.md) the text content
 /// of the first `<message>` element, without quoted messages and attachment notes; otherwise the
 /// text with every tag removed. Entities are decoded and whitespace collapsed.
-pub(crate) fn prompt_text(prompt: &str) -> String {
+pub fn prompt_text(prompt: &str) -> String {
     let body = prompt_xml::element_content(prompt, "message").unwrap_or(prompt);
     let mut text = body.to_owned();
     while let Some(quote) = Scanner::new(&text).first_element(0, "quoted_message") {
@@ -182,7 +182,7 @@ fn prompt_senders(prompt: &str) -> Option<String> {
 }
 
 /// Whitespace runs collapsed to one space, at most `max` characters (`…` marks a cut).
-pub(crate) fn one_line(text: &str, max: usize) -> String {
+pub fn one_line(text: &str, max: usize) -> String {
     let joined = text.split_whitespace().collect::<Vec<_>>().join(" ");
     match joined.char_indices().nth(max.saturating_sub(1)) {
         Some((cut, _)) if joined.chars().count() > max => format!("{}…", &joined[..cut]),
@@ -191,7 +191,7 @@ pub(crate) fn one_line(text: &str, max: usize) -> String {
 }
 
 /// A JSON value as a one-line excerpt: a string as itself, anything else as compact JSON.
-pub(crate) fn value_excerpt(value: &Value) -> String {
+pub fn value_excerpt(value: &Value) -> String {
     match value {
         Value::Null => String::new(),
         Value::String(s) => one_line(s, TOOL_EXCERPT_CHARS),
@@ -203,13 +203,15 @@ pub(crate) fn value_excerpt(value: &Value) -> String {
 /// order (text after a tool call starts a new entry, so the order survives), tool results find
 /// their call by id.
 #[derive(Default)]
-pub(crate) struct Builder {
-    pub(crate) entries: Vec<Entry>,
+pub struct Builder {
+    /// The entries collected so far, in order.
+    pub entries: Vec<Entry>,
     calls: HashMap<String, (usize, usize)>,
 }
 
 impl Builder {
-    pub(crate) fn user(&mut self, text: &str, at: Option<DateTime<Utc>>, id: Option<&str>) {
+    /// A user prompt (the runner's XML, read back into text and senders).
+    pub fn user(&mut self, text: &str, at: Option<DateTime<Utc>>, id: Option<&str>) {
         if text.trim().is_empty() {
             return;
         }
@@ -218,7 +220,8 @@ impl Builder {
         self.push(entry, at, id);
     }
 
-    pub(crate) fn system(
+    /// A system entry (a compaction summary, a notice).
+    pub fn system(
         &mut self,
         text: &str,
         at: Option<DateTime<Utc>>,
@@ -230,7 +233,8 @@ impl Builder {
         self.push(entry, at, id);
     }
 
-    pub(crate) fn assistant(&mut self, text: &str, at: Option<DateTime<Utc>>, id: Option<&str>) {
+    /// Assistant text: joins the current assistant entry unless a tool call came after it.
+    pub fn assistant(&mut self, text: &str, at: Option<DateTime<Utc>>, id: Option<&str>) {
         let text = text.trim();
         if text.is_empty() {
             return;
@@ -246,7 +250,8 @@ impl Builder {
         self.push(Entry::new(Role::Assistant, text), at, id);
     }
 
-    pub(crate) fn tool(
+    /// A tool call of the current assistant entry.
+    pub fn tool(
         &mut self,
         call_id: Option<&str>,
         call: ToolCallSummary,
@@ -271,7 +276,8 @@ impl Builder {
         entry.tool_calls.push(call);
     }
 
-    pub(crate) fn output(
+    /// A tool's result, matched to its call by id.
+    pub fn output(
         &mut self,
         call_id: &str,
         output: &str,
@@ -308,14 +314,14 @@ impl Builder {
 }
 
 /// Makes `id` the entry's id (the last record merged into it), when there is one.
-pub(crate) fn update_id(entry: &mut Entry, id: Option<&str>) {
+pub fn update_id(entry: &mut Entry, id: Option<&str>) {
     if let Some(id) = id {
         entry.id = Some(id.to_owned());
     }
 }
 
 /// A tool call with its input as an excerpt and no result yet.
-pub(crate) fn summary(name: impl Into<String>, input: &Value) -> ToolCallSummary {
+pub fn summary(name: impl Into<String>, input: &Value) -> ToolCallSummary {
     ToolCallSummary {
         name: name.into(),
         input_excerpt: value_excerpt(input),
@@ -325,24 +331,24 @@ pub(crate) fn summary(name: impl Into<String>, input: &Value) -> ToolCallSummary
 }
 
 /// A time from Unix milliseconds.
-pub(crate) fn millis(value: &Value) -> Option<DateTime<Utc>> {
+pub fn millis(value: &Value) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp_millis(value.as_i64()?)
 }
 
 /// A time from Unix seconds.
-pub(crate) fn seconds(value: &Value) -> Option<DateTime<Utc>> {
+pub fn seconds(value: &Value) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp(value.as_i64()?, 0)
 }
 
 /// A time from an RFC 3339 string.
-pub(crate) fn rfc3339(value: &Value) -> Option<DateTime<Utc>> {
+pub fn rfc3339(value: &Value) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(value.as_str()?)
         .ok()
         .map(|t| t.with_timezone(&Utc))
 }
 
 /// A string value, trimmed, when it is not empty.
-pub(crate) fn nonempty(value: &Value) -> Option<String> {
+pub fn nonempty(value: &Value) -> Option<String> {
     value
         .as_str()
         .map(str::trim)

@@ -19,7 +19,7 @@ pub const MAX_MESSAGE_CHARS: usize = 4_000;
 pub(crate) const HEADER_MARKER: &str = "<!-- nanoclaw-archive ";
 
 /// Closes every archive write: `<!-- nanoclaw-archive-through {"entry":…} -->`.
-pub(crate) const THROUGH_MARKER: &str = "<!-- nanoclaw-archive-through ";
+pub const THROUGH_MARKER: &str = "<!-- nanoclaw-archive-through ";
 
 /// How [`render_markdown`] formats.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,7 +129,7 @@ pub(crate) fn render_entries(entries: &[Entry], opts: &RenderOptions) -> String 
         previous = Some((entry.role, speaker));
         let text = entry.text.trim();
         if !text.is_empty() {
-            let body = crate::text::head(text, opts.max_message_chars);
+            let body = crate::driver::text::head(text, opts.max_message_chars);
             let more = text[body.len()..].chars().count();
             if entry.role == Role::User && body.starts_with('<') {
                 let fence = fence_for(body);
@@ -182,166 +182,8 @@ fn fence_for(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use expect_test::expect;
-
     use super::*;
-    use crate::archive::fixtures::{codex, opencode, opts, CLAUDE};
-    use crate::archive::from_claude_jsonl;
-
-    #[test]
-    fn renders_the_claude_session() {
-        let md = render_markdown(
-            &from_claude_jsonl(CLAUDE),
-            &opts("America/Los_Angeles", 120),
-        );
-        expect![[r#"
-            <!-- nanoclaw-archive {"provider":"claude","session":"1c42be55-1c59-4cda-b3df-58149ba01880"} -->
-            # Can you check the build & tell me if it's green?
-
-            - Provider: claude
-            - Session: 1c42be55-1c59-4cda-b3df-58149ba01880
-            - Archived: 2026-11-21 12:30 (America/Los_Angeles)
-            - Started: 2026-11-21 04:17
-
-            ---
-
-            ### John, Jane — 2026-11-21 04:17
-
-            ```xml
-            <context timezone="UTC" />
-            <messages>
-            <message id="2" from="slack-main" sender="John" time="Feb 4, 2026, 10:00 AM">Can y
-            ```
-
-            [… 161 more characters]
-
-            ### Assistant — 2026-11-21 04:17
-
-            - 🔧 mcp__nanoclaw__send_message({"text":"Hi team! Checking the build now."}) → message sent
-            - 🔧 Bash({"command":"sleep 2; echo build ok","description":"check the build"}) → build ok
-
-            ### John — 2026-11-21 04:17
-
-            ```xml
-            <context timezone="UTC" />
-            <message id="6" sender="John" time="Feb 4, 2026, 10:05 AM">Thanks! Anything else?</message>
-            ```
-
-            ### Assistant — 2026-11-21 04:17
-
-            The build is green: `echo build ok` printed build ok. All checks passed. All checks passed. All checks passed. All check
-
-            [… 4683 more characters]
-
-            ### Jane — 2026-11-21 04:17
-
-            ```xml
-            <context timezone="UTC" />
-            <message id="8" sender="Jane" time="Feb 4, 2026, 10:07 AM">Great, see you tomorrow</message>
-            ```
-
-            ### Assistant — 2026-11-21 04:17
-
-            Nothing else for now.
-
-            <!-- nanoclaw-archive-through {"entry":"5cff14ea-6c8e-42a2-b716-93a9d91f4f93"} -->
-        "#]].assert_eq(&md);
-        // With the default limit, the 4,803-character answer keeps its first 4,000.
-        let md = render_markdown(&from_claude_jsonl(CLAUDE), &opts("UTC", MAX_MESSAGE_CHARS));
-        assert!(md.contains("\n[… 803 more characters]\n"), "{md}");
-    }
-
-    #[test]
-    fn renders_the_codex_thread() {
-        let mut options = opts("Europe/Berlin", MAX_MESSAGE_CHARS);
-        options.assistant_name = Some("Andy".into());
-        expect![[r#"
-            <!-- nanoclaw-archive {"provider":"codex","session":"01a1fe0a-f503-74f0-ba0e-e1241b980a77"} -->
-            # Can you check the build & tell me if it's green?
-
-            - Provider: codex
-            - Session: 01a1fe0a-f503-74f0-ba0e-e1241b980a77
-            - Archived: 2026-11-21 21:30 (Europe/Berlin)
-            - Started: 2026-11-21 13:18
-
-            ---
-
-            ### John, Jane — 2026-11-21 13:18
-
-            ```xml
-            <context timezone="UTC" />
-            <messages>
-            <message id="2" from="slack-main" sender="John" time="Feb 4, 2026, 10:00 AM">Can you check the build &amp; tell me if it's green?</message>
-            <message id="4" sender="Jane" time="Feb 4, 2026, 10:01 AM">And say hi to the team</message>
-            </messages>
-            ```
-
-            ### Andy — 2026-11-21 13:18
-
-            - 🔧 mcp__nanoclaw__send_message({"text":"Hi team! Checking the build now."}) → message sent
-            - 🔧 shell(/bin/bash -lc 'echo build ok') → build ok
-
-            The build is green: `echo build ok` printed build ok.
-
-            ### John — 2026-11-21 13:18
-
-            ```xml
-            <context timezone="UTC" />
-            <message id="6" sender="John" time="Feb 4, 2026, 10:05 AM">Thanks! Anything else?</message>
-            ```
-
-            ### Andy — 2026-11-21 13:18
-
-            Nothing else for now.
-
-            <!-- nanoclaw-archive-through {"entry":"msg_fake10"} -->
-        "#]].assert_eq(&render_markdown(&codex(), &options));
-    }
-
-    #[test]
-    fn renders_the_opencode_session() {
-        expect![[r#"
-            <!-- nanoclaw-archive {"provider":"opencode","session":"ses_e01f4e94fffeKFELGILgUCv7Se"} -->
-            # Can you check the build & tell me if it's green?
-
-            - Provider: opencode
-            - Session: ses_e01f4e94fffeKFELGILgUCv7Se
-            - Archived: 2026-11-21 20:30 (UTC)
-            - Started: 2026-11-21 12:18
-
-            ---
-
-            ### John, Jane — 2026-11-21 12:18
-
-            ```xml
-            <context timezone="UTC" />
-            <messages>
-            <message id="2" from="slack-main" sender="John" time="Feb 4, 2026, 10:00 AM">Can you check the build &amp; tell me if it's green?</message>
-            <message id="4" sender="Jane" time="Feb 4, 2026, 10:01 AM">And say hi to the team</message>
-            </messages>
-            ```
-
-            ### Assistant — 2026-11-21 12:18
-
-            - 🔧 nanoclaw_send_message({"text":"Hi team! Checking the build now."}) → message sent
-            - 🔧 bash({"command":"echo build ok","description":"check the build"}) → build ok
-
-            The build is green: `echo build ok` printed build ok.
-
-            ### John — 2026-11-21 12:18
-
-            ```xml
-            <context timezone="UTC" />
-            <message id="6" sender="John" time="Feb 4, 2026, 10:05 AM">Thanks! Anything else?</message>
-            ```
-
-            ### Assistant — 2026-11-21 12:18
-
-            Nothing else for now.
-
-            <!-- nanoclaw-archive-through {"entry":"msg_1fe0b2ad90012w5HMG3wswiU2v"} -->
-        "#]].assert_eq(&render_markdown(&opencode(), &opts("UTC", MAX_MESSAGE_CHARS)));
-    }
+    use crate::archive::fixtures::opts;
 
     #[test]
     fn user_prompts_with_backticks_get_a_longer_fence() {
