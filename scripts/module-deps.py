@@ -407,8 +407,10 @@ def main():
             # crate-wide vocabulary such as `Error`): every file may name it, so it is left out.
             graph = {a: {b for b in bs if b != ()} for a, bs in graph.items() if a != ()}
             for comp in sccs(graph):
-                loops.append(" -> ".join(label(m) for m in one_loop(graph, comp))
-                             + f"  ({len(comp)} files)")
+                shown = one_loop(graph, comp)
+                rest = [label(m) for m in comp if m not in shown]
+                loops.append(" -> ".join(label(m) for m in shown) + f"  ({len(comp)} files"
+                             + (f"; also {', '.join(rest)})" if rest else ")"))
             for a in sorted(graph):
                 for b in sorted(graph[a]):
                     if len(b) < len(a) and a[:len(b)] == b:
