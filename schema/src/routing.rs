@@ -15,7 +15,7 @@
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension};
 
-use crate::destinations::find_destination;
+pub use crate::destinations::find_destination;
 use crate::{Error, Routing, SessionDb};
 
 /// What a destination name resolved to.
