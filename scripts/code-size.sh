@@ -5,9 +5,10 @@
 #
 # Production code: the `.rs` files of a member crate outside its `tests/` and `benches/`
 # folders, without the items marked `#[cfg(test)]` (the `mod tests` blocks, and the files a
-# `#[cfg(test)] mod name;` declares). A function's length runs from its `fn` line to its closing
-# brace; a file's length is its line count less its test items. Comments and string literals
-# are skipped when matching braces.
+# `#[cfg(test)] mod name;` declares). The e2e crate (folder `tests/`) is test support, measured
+# only when named by --crate. A function's length runs from its `fn` line to its closing brace;
+# a file's length is its line count less its test items. Comments and string literals are
+# skipped when matching braces.
 #
 # Usage: scripts/code-size.sh [--crate NAME]... [--max-fn N] [--max-file N]
 #   --crate NAME  only that member crate (by package name or folder); repeatable.
@@ -22,7 +23,7 @@ while [ $# -gt 0 ]; do
         --crate) crates+=("${2:?--crate needs a name}"); shift 2 ;;
         --max-fn) max_fn="${2:?--max-fn needs a number}"; shift 2 ;;
         --max-file) max_file="${2:?--max-file needs a number}"; shift 2 ;;
-        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "code-size: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -180,7 +181,14 @@ def sources(folder):
                 yield os.path.join(root, name)
 
 
-crates = [(n, f) for n, f in members() if not wanted or n in wanted or f in wanted]
+# The e2e crate (folder `tests/`) is test support: its library is the harness, the fake model
+# and the scenario bodies the integration tests share, built only for tests. It is measured
+# only when named with --crate (docs/decisions/repo.md#D-REPO-03).
+TEST_SUPPORT = {"tests"}
+crates = [
+    (n, f) for n, f in members()
+    if (n in wanted or f in wanted) or (not wanted and f not in TEST_SUPPORT)
+]
 unknown = wanted - {n for n, _ in crates} - {f for _, f in crates}
 if unknown:
     sys.exit(f"code-size: no member crate named {', '.join(sorted(unknown))}")

@@ -528,36 +528,9 @@ async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
             format!("credential proxy: no {api} upstream is configured for this session (set its API key)"),
         );
     };
-    if !inner.open.load(Ordering::SeqCst) {
-        return error(
-            Some(api),
-            StatusCode::UNAUTHORIZED,
-            "authentication_error",
-            "credential proxy: the session has ended; its token is no longer valid".into(),
-        );
-    }
-    let scheme = match presented_token(&parts.headers) {
-        None => {
-            return error(
-                Some(api),
-                StatusCode::UNAUTHORIZED,
-                "authentication_error",
-                "credential proxy: no session token; send it as x-api-key or Authorization: Bearer"
-                    .into(),
-            )
-        }
-        Some((token, scheme)) => {
-            if !constant_time_eq(token.as_bytes(), inner.token.as_bytes()) {
-                tracing::warn!(path = %path, "credential proxy: refused a request with a wrong session token");
-                return error(
-                    Some(api),
-                    StatusCode::UNAUTHORIZED,
-                    "authentication_error",
-                    "credential proxy: wrong session token (tokens are valid for one run of one session)".into(),
-                );
-            }
-            scheme
-        }
+    let scheme = match session_token(&inner, api, &parts.headers, path) {
+        Ok(scheme) => scheme,
+        Err(refused) => return *refused,
     };
     let Some(url) = target_url(
         &upstream.base_url,
@@ -592,29 +565,11 @@ async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
         // it was (some gateways refuse chunked uploads), and the client sends exactly that many.
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
     }
-    let (name, value) = match (api, scheme) {
-        (Api::Anthropic, Scheme::ApiKeyHeader) => (
-            HeaderName::from_static("x-api-key"),
-            upstream.api_key.clone(),
-        ),
-        _ => (
-            header::AUTHORIZATION,
-            format!("Bearer {}", upstream.api_key),
-        ),
-    };
-    match HeaderValue::from_str(&value) {
-        Ok(mut value) => {
-            value.set_sensitive(true);
+    match upstream_auth(api, scheme, upstream) {
+        Ok((name, value)) => {
             headers.insert(name, value);
         }
-        Err(_) => {
-            return error(
-                Some(api),
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "api_error",
-                format!("credential proxy: the configured {api} API key is not a valid header value; fix the key setting"),
-            )
-        }
+        Err(refused) => return *refused,
     }
     tracing::debug!(method = %parts.method, endpoint = %endpoint, "credential proxy: forwarding");
     let upstream_response = match send(&inner, parts.method.clone(), url, headers, body).await {
@@ -634,6 +589,76 @@ async fn handle(State(inner): State<Arc<Inner>>, request: Request) -> Response {
         upstream_response,
         format!("the model gateway at {endpoint}"),
     )
+}
+
+/// The scheme the client presented the session's token in, or the refusal: the session ended,
+/// no token, or a wrong one.
+fn session_token(
+    inner: &Inner,
+    api: Api,
+    headers: &HeaderMap,
+    path: &str,
+) -> Result<Scheme, Box<Response>> {
+    if !inner.open.load(Ordering::SeqCst) {
+        return Err(Box::new(error(
+            Some(api),
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "credential proxy: the session has ended; its token is no longer valid".into(),
+        )));
+    }
+    match presented_token(headers) {
+        None => Err(Box::new(error(
+            Some(api),
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "credential proxy: no session token; send it as x-api-key or Authorization: Bearer"
+                .into(),
+        ))),
+        Some((token, scheme)) => {
+            if !constant_time_eq(token.as_bytes(), inner.token.as_bytes()) {
+                tracing::warn!(path = %path, "credential proxy: refused a request with a wrong session token");
+                return Err(Box::new(error(
+                    Some(api),
+                    StatusCode::UNAUTHORIZED,
+                    "authentication_error",
+                    "credential proxy: wrong session token (tokens are valid for one run of one session)".into(),
+                )));
+            }
+            Ok(scheme)
+        }
+    }
+}
+
+/// The upstream's own credential, in the header the client used for the session token (an
+/// Anthropic client's `x-api-key`, else `Authorization: Bearer`), marked sensitive.
+fn upstream_auth(
+    api: Api,
+    scheme: Scheme,
+    upstream: &Upstream,
+) -> Result<(HeaderName, HeaderValue), Box<Response>> {
+    let (name, value) = match (api, scheme) {
+        (Api::Anthropic, Scheme::ApiKeyHeader) => (
+            HeaderName::from_static("x-api-key"),
+            upstream.api_key.clone(),
+        ),
+        _ => (
+            header::AUTHORIZATION,
+            format!("Bearer {}", upstream.api_key),
+        ),
+    };
+    match HeaderValue::from_str(&value) {
+        Ok(mut value) => {
+            value.set_sensitive(true);
+            Ok((name, value))
+        }
+        Err(_) => Err(Box::new(error(
+                Some(api),
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "api_error",
+                format!("credential proxy: the configured {api} API key is not a valid header value; fix the key setting"),
+        ))),
+    }
 }
 
 /// The request's `content-length`, when it has one that parses.

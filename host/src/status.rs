@@ -617,6 +617,45 @@ fn secs_text(secs: Option<i64>) -> String {
     secs.map_or_else(|| "?".to_owned(), format_duration)
 }
 
+/// The `last error` line's text: when, the seq, its class and messages, and an excerpt.
+fn last_error_text(error: &LastError, now: DateTime<Utc>) -> String {
+    let seq = error
+        .seq
+        .map_or_else(|| "?".to_owned(), |seq| seq.to_string());
+    let when = match parse_ts(&error.at) {
+        Ok(at) => format!("{} ({})", error.at, ago(at, now)),
+        Err(_) => format!("{:?}", error.at),
+    };
+    let ids = if error.message_ids.is_empty() {
+        String::new()
+    } else {
+        format!(" for {}", error.message_ids.join(", "))
+    };
+    format!(
+        "{when}, seq {seq}: {}{ids}: {}",
+        error.classification.as_deref().unwrap_or("error"),
+        excerpt(&error.message, 160)
+    )
+}
+
+/// One task's line under `tasks`: its series, status, next run, recurrence and prompt.
+fn task_text(task: &TaskSeries, now: DateTime<Utc>) -> String {
+    let when = match task.next_run.as_deref() {
+        None => "now".to_owned(),
+        Some(at) => match parse_ts(at) {
+            Ok(parsed) if parsed > now => format!("{at} ({})", until(parsed, now)),
+            Ok(parsed) => format!("{at} (due, {})", ago(parsed, now)),
+            Err(_) => format!("{at:?} (unreadable)"),
+        },
+    };
+    let mut text = format!("  {}  {}  next {when}", task.series_id, task.status);
+    if let Some(recurrence) = &task.recurrence {
+        text.push_str(&format!("  every {recurrence:?}"));
+    }
+    text.push_str(&format!("  {:?}", task.prompt));
+    text
+}
+
 impl StatusReport {
     /// The report as readable text, relative times measured from `now`.
     pub fn render(&self, now: DateTime<Utc>) -> String {
@@ -673,26 +712,7 @@ impl StatusReport {
             );
         }
         if let Some(error) = &self.last_error {
-            let seq = error
-                .seq
-                .map_or_else(|| "?".to_owned(), |seq| seq.to_string());
-            let when = match parse_ts(&error.at) {
-                Ok(at) => format!("{} ({})", error.at, ago(at, now)),
-                Err(_) => format!("{:?}", error.at),
-            };
-            let ids = if error.message_ids.is_empty() {
-                String::new()
-            } else {
-                format!(" for {}", error.message_ids.join(", "))
-            };
-            line(
-                "last error",
-                format!(
-                    "{when}, seq {seq}: {}{ids}: {}",
-                    error.classification.as_deref().unwrap_or("error"),
-                    excerpt(&error.message, 160)
-                ),
-            );
+            line("last error", last_error_text(error, now));
         }
         match self
             .next_due
@@ -713,20 +733,7 @@ impl StatusReport {
         } else {
             line("tasks", self.tasks.len().to_string());
             for task in &self.tasks {
-                let when = match task.next_run.as_deref() {
-                    None => "now".to_owned(),
-                    Some(at) => match parse_ts(at) {
-                        Ok(parsed) if parsed > now => format!("{at} ({})", until(parsed, now)),
-                        Ok(parsed) => format!("{at} (due, {})", ago(parsed, now)),
-                        Err(_) => format!("{at:?} (unreadable)"),
-                    },
-                };
-                let mut text = format!("  {}  {}  next {when}", task.series_id, task.status);
-                if let Some(recurrence) = &task.recurrence {
-                    text.push_str(&format!("  every {recurrence:?}"));
-                }
-                text.push_str(&format!("  {:?}", task.prompt));
-                line("", text);
+                line("", task_text(task, now));
             }
         }
         line(

@@ -15,9 +15,6 @@ use crate::runner_state::set_idle_tx;
 use crate::time::now_ts;
 use crate::{Error, SessionDb};
 
-/// The `session_state` key that held the batch before it moved into `runner_state`.
-const LEGACY_KEY: &str = "current_batch";
-
 impl SessionDb {
     /// The batch the runner is working on, if any. Any storage type reads as text, so a value
     /// of the wrong type is a batch that does not parse, not a failed read.
@@ -126,19 +123,6 @@ pub(crate) fn finish_batch_tx(
     let inserted = report.map(|row| insert_out_tx(tx, row)).transpose()?;
     set_idle_tx(tx)?;
     Ok(inserted)
-}
-
-/// Migration, when `runner_state.current_batch` was just added to an older DB: the batch an
-/// older runner stored as a `session_state` key moves into the column (the sweep then still
-/// spares its rows), and the key goes.
-pub(crate) fn move_batch_from_session_state_tx(tx: &Transaction<'_>) -> Result<(), Error> {
-    tx.execute(
-        "UPDATE runner_state SET current_batch =
-           (SELECT value FROM session_state WHERE key = ?1) WHERE id = 1",
-        [LEGACY_KEY],
-    )?;
-    tx.execute("DELETE FROM session_state WHERE key = ?1", [LEGACY_KEY])?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -298,7 +298,7 @@ impl SessionDb {
                     );
                     tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))?;
                     if (*table, *column) == ("runner_state", "current_batch") {
-                        crate::batch::move_batch_from_session_state_tx(tx)?;
+                        crate::sql::move_batch_from_session_state_tx(tx)?;
                     }
                 }
             }

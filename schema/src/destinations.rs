@@ -5,15 +5,28 @@ use rusqlite::{params, Connection, OptionalExtension};
 use crate::rows::{Destination, Routing};
 use crate::{Error, SessionDb};
 
+/// The destination called `name` among `all`: the exact name, else the only one whose name
+/// differs by case. `None` when none or several match.
+pub fn find_destination<'a>(all: &'a [Destination], name: &str) -> Option<&'a Destination> {
+    if let Some(exact) = all.iter().find(|d| d.name == name) {
+        return Some(exact);
+    }
+    let mut folded = all.iter().filter(|d| d.name.eq_ignore_ascii_case(name));
+    match (folded.next(), folded.next()) {
+        (Some(only), None) => Some(only),
+        _ => None,
+    }
+}
+
 impl SessionDb {
     /// Every destination, by name.
     pub fn destinations(&self) -> Result<Vec<Destination>, Error> {
         destinations_in(&*self.conn()?)
     }
 
-    /// One destination by name, matched as [`crate::find_destination`] does.
+    /// One destination by name, matched as [`find_destination`] does.
     pub fn destination(&self, name: &str) -> Result<Option<Destination>, Error> {
-        Ok(crate::find_destination(&self.destinations()?, name).cloned())
+        Ok(find_destination(&self.destinations()?, name).cloned())
     }
 
     /// Inserts or replaces a destination (host).

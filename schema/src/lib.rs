@@ -61,10 +61,11 @@ pub use content::{
     TaskContent, WebhookContent,
 };
 pub use db::{OpenOptions, SessionDb};
+pub use destinations::find_destination;
 pub use idempotency::IdempotentInsert;
 pub use queue::{ClaimStarted, Eligible, QueueCounts};
 pub use reads::Reads;
-pub use routing::{find_destination, DestinationRoute};
+pub use routing::DestinationRoute;
 pub use rows::*;
 pub use state::{continuation_key, StartKeys};
 pub use sweep::{SweepPolicy, SweepReport};

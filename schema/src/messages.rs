@@ -85,10 +85,7 @@ impl SessionDb {
     pub fn messages_in_with_status(&self, status: InStatus) -> Result<Vec<MessageIn>, Error> {
         let conn = self.conn()?;
         let select = format!("SELECT {IN_COLUMNS} FROM messages_in m");
-        let sql = format!(
-            "{} ORDER BY seq",
-            crate::queue::with_status(&select, status)
-        );
+        let sql = format!("{} ORDER BY seq", crate::sql::with_status(&select, status));
         let mut stmt = conn.prepare_cached(&sql)?;
         let rows = usable_rows(stmt.query_map([], MessageIn::read)?)?;
         Ok(rows)

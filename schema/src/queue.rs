@@ -12,7 +12,7 @@ use crate::messages::{insert_out_tx, split_rows};
 use crate::rows::{
     lossy_text, CurrentBatch, InRow, InStatus, MessageIn, NewMessageOut, OutKind, UnusableRow,
 };
-use crate::sql::IN_COLUMNS;
+use crate::sql::{with_status, IN_COLUMNS};
 use crate::time::{format_ts, now_ts, parse_ts};
 use crate::{Error, Reads, SessionDb};
 
@@ -354,11 +354,4 @@ pub(crate) fn count_with_status(
         [],
         |r| r.get(0),
     )
-}
-
-/// `select` (with no WHERE) limited to the `messages_in` rows with `status`, named in the text:
-/// SQLite uses the partial status index only for a status it can read in the statement (see
-/// `crate::sql::INDEXES`); a bound parameter reads every row ever received.
-pub(crate) fn with_status(select: &str, status: InStatus) -> String {
-    format!("{select} WHERE status = '{}'", status.as_str())
 }

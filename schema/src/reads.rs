@@ -28,11 +28,6 @@ impl<'c> Reads<'c> {
         crate::destinations::destinations_in(self.conn)
     }
 
-    /// A `session_state` value ([`SessionDb::state`]).
-    pub fn state(&self, key: &str) -> Result<Option<String>, Error> {
-        crate::state::read_state(self.conn, key)
-    }
-
     /// The highest seq of both message tables ([`SessionDb::max_seq`]).
     pub fn max_seq(&self) -> Result<i64, Error> {
         crate::messages::highest_seq(self.conn)

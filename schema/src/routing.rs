@@ -15,7 +15,8 @@
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OptionalExtension};
 
-use crate::{Destination, Error, Routing, SessionDb};
+pub use crate::destinations::find_destination;
+use crate::{Error, Routing, SessionDb};
 
 /// What a destination name resolved to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,19 +34,6 @@ pub enum DestinationRoute {
         /// Every destination name, for an error that lists them.
         known: Vec<String>,
     },
-}
-
-/// The destination called `name` among `all`: the exact name, else the only one whose name
-/// differs by case. `None` when none or several match.
-pub fn find_destination<'a>(all: &'a [Destination], name: &str) -> Option<&'a Destination> {
-    if let Some(exact) = all.iter().find(|d| d.name == name) {
-        return Some(exact);
-    }
-    let mut folded = all.iter().filter(|d| d.name.eq_ignore_ascii_case(name));
-    match (folded.next(), folded.next()) {
-        (Some(only), None) => Some(only),
-        _ => None,
-    }
 }
 
 impl SessionDb {

@@ -1,5 +1,10 @@
 //! The schema of docs/contract/db.md, its indexes, and the column migrations for older DBs.
 
+use rusqlite::Transaction;
+
+use crate::rows::InStatus;
+use crate::Error;
+
 /// Tables and indexes, idempotent.
 ///
 /// `turn_usage.id` is a plain `INTEGER PRIMARY KEY`: with `AUTOINCREMENT` every ledger row also
@@ -153,6 +158,29 @@ pub(crate) const IN_COLUMNS: &str =
 /// Columns of `messages_out`, in the order `MessageOut::from_row` reads them.
 pub(crate) const OUT_COLUMNS: &str =
     "id, seq, in_reply_to, timestamp, deliver_after, kind, platform_id, channel_type, thread_id, content";
+
+/// The `session_state` key that held the batch before it moved into `runner_state`.
+const LEGACY_KEY: &str = "current_batch";
+
+/// Migration, when `runner_state.current_batch` was just added to an older DB: the batch an
+/// older runner stored as a `session_state` key moves into the column (the sweep then still
+/// spares its rows), and the key goes.
+pub(crate) fn move_batch_from_session_state_tx(tx: &Transaction<'_>) -> Result<(), Error> {
+    tx.execute(
+        "UPDATE runner_state SET current_batch =
+           (SELECT value FROM session_state WHERE key = ?1) WHERE id = 1",
+        [LEGACY_KEY],
+    )?;
+    tx.execute("DELETE FROM session_state WHERE key = ?1", [LEGACY_KEY])?;
+    Ok(())
+}
+
+/// `select` (with no WHERE) limited to the `messages_in` rows with `status`, named in the text:
+/// SQLite uses the partial status index only for a status it can read in the statement (see
+/// `crate::sql::INDEXES`); a bound parameter reads every row ever received.
+pub(crate) fn with_status(select: &str, status: InStatus) -> String {
+    format!("{select} WHERE status = '{}'", status.as_str())
+}
 
 #[cfg(test)]
 mod tests {

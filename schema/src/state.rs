@@ -71,6 +71,11 @@ pub struct StartKeys {
 }
 
 impl Reads<'_> {
+    /// A `session_state` value ([`SessionDb::state`]).
+    pub fn state(&self, key: &str) -> Result<Option<String>, Error> {
+        read_state(self.conn(), key)
+    }
+
     /// The keys a query of `provider` starts from: `known` itself when it was read for the
     /// same provider under the stamp this snapshot shows, else read now.
     pub fn start_keys(

@@ -35,8 +35,7 @@ const RECHECK_DELAYS_MS: [u64; 6] = [1, 3, 10, 30, 100, 300];
 /// The environment variable that forces the fallback (`poll`), for tests and benchmarks.
 pub const WATCH_MODE_VAR: &str = "NANOCLAW_WATCH";
 
-/// How often the fallback looks at the `-wal` file (a `stat`, no SQL unless it changed).
-pub const POLL_INTERVAL: Duration = Duration::from_millis(5);
+pub use wal_stat::POLL_INTERVAL;
 
 /// How a [`DbWatcher`] learns of commits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

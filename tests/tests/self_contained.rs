@@ -276,3 +276,178 @@ fn is_recorded_capture(file: &Path) -> bool {
     );
     in_fixtures && recorded
 }
+
+/// ARCHITECTURE.md's table of crates (the one headed `| crate | path | public modules |`) names
+/// every workspace member of the root Cargo.toml, by package name and folder, with the `pub mod`
+/// items of its `src/lib.rs`: a crate or public module added, moved or made private without the
+/// map following fails here, naming the difference.
+#[test]
+fn architecture_lists_every_crate_and_its_public_modules() {
+    let root = repository_root();
+    let read = |path: &Path| {
+        std::fs::read_to_string(root.join(path))
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+    };
+    let mut actual = Vec::new();
+    for folder in workspace_members(&read(Path::new("Cargo.toml"))) {
+        let manifest = read(&Path::new(&folder).join("Cargo.toml"));
+        let name = package_name(&manifest)
+            .unwrap_or_else(|| panic!("{folder}/Cargo.toml has no [package] name"));
+        let lib = root.join(&folder).join("src/lib.rs");
+        let modules = match std::fs::read_to_string(&lib) {
+            Ok(text) => public_modules(&text),
+            Err(_) => Vec::new(),
+        };
+        actual.push((name, folder, modules));
+    }
+    actual.sort();
+    let mut listed = crate_table(&read(Path::new("ARCHITECTURE.md")))
+        .expect("ARCHITECTURE.md has a table headed `| crate | path | public modules |`");
+    listed.sort();
+    let show = |rows: &[(String, String, Vec<String>)]| {
+        rows.iter()
+            .map(|(name, path, modules)| format!("{name} {path}: {}\n", modules.join(", ")))
+            .collect::<String>()
+    };
+    assert_eq!(
+        show(&listed),
+        show(&actual),
+        "ARCHITECTURE.md's crate table (left) differs from Cargo.toml and each src/lib.rs (right)"
+    );
+}
+
+#[test]
+fn the_crate_table_parser_reads_the_documented_shape() {
+    let doc = "intro\n\n| Crate | Path | Public modules |\n|---|:--|---|\n\
+               | `schema` | `schema/` | `db`, `rows` |\n| | | `cron` |\n\
+               | `logging` | logging | — |\n\nafter\n";
+    assert_eq!(
+        crate_table(doc),
+        Some(vec![
+            (
+                "schema".into(),
+                "schema".into(),
+                vec!["cron".into(), "db".into(), "rows".into()]
+            ),
+            ("logging".into(), "logging".into(), vec![]),
+        ])
+    );
+    assert_eq!(
+        crate_table("| crate | path |\n|---|---|\n| a | a |\n"),
+        None
+    );
+    let lib =
+        "//! pub mod not_this;\npub mod db;\n#[cfg(feature = \"x\")]\npub mod testing {\n    \
+               pub mod inner;\n}\npub(crate) mod private;\nmod hidden;\n";
+    assert_eq!(
+        public_modules(lib),
+        vec!["db".to_string(), "testing".to_string()]
+    );
+    let cargo =
+        "[workspace]\nresolver = \"2\"\nmembers = [\"a\",\n  \"b/c\"]\n[workspace.package]\n";
+    assert_eq!(
+        workspace_members(cargo),
+        vec!["a".to_string(), "b/c".to_string()]
+    );
+    assert_eq!(
+        package_name("[package]\nname = \"e2e\"\n[[bin]]\nname = \"x\"\n"),
+        Some("e2e".to_string())
+    );
+}
+
+/// The `members = [...]` folders of a workspace manifest.
+fn workspace_members(manifest: &str) -> Vec<String> {
+    let Some(start) = manifest.find("members") else {
+        return Vec::new();
+    };
+    let rest = &manifest[start..];
+    let (Some(open), Some(close)) = (rest.find('['), rest.find(']')) else {
+        return Vec::new();
+    };
+    rest[open + 1..close]
+        .split(',')
+        .map(|item| item.trim().trim_matches('"').to_string())
+        .filter(|item| !item.is_empty())
+        .collect()
+}
+
+/// The `name` of a manifest's `[package]` section.
+fn package_name(manifest: &str) -> Option<String> {
+    let mut in_package = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_package = line == "[package]";
+        } else if in_package {
+            if let Some(value) = line.strip_prefix("name") {
+                let value = value.trim_start().strip_prefix('=')?.trim();
+                return Some(value.trim_matches('"').to_string());
+            }
+        }
+    }
+    None
+}
+
+/// The names of a lib.rs's top-level `pub mod` items (inline or in files), sorted.
+fn public_modules(lib: &str) -> Vec<String> {
+    let mut names: Vec<String> = lib
+        .lines()
+        .filter_map(|line| line.strip_prefix("pub mod "))
+        .map(|rest| {
+            rest.chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect::<String>()
+        })
+        .filter(|name| !name.is_empty())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The rows of the first Markdown table whose header cells are `crate`, `path` and `public
+/// modules` (any case): (crate, path without a trailing `/`, modules sorted). Backticks are
+/// dropped; modules are comma-separated, and `—`, `-` or an empty cell means none; a row whose
+/// crate and path cells are empty adds its modules to the row above.
+fn crate_table(doc: &str) -> Option<Vec<(String, String, Vec<String>)>> {
+    let cells = |line: &str| -> Vec<String> {
+        let line = line.trim().trim_start_matches('|').trim_end_matches('|');
+        line.split('|')
+            .map(|cell| cell.replace('`', "").trim().to_string())
+            .collect()
+    };
+    let mut lines = doc.lines();
+    lines.by_ref().find(|line| {
+        let header: Vec<String> = cells(line).iter().map(|c| c.to_lowercase()).collect();
+        line.trim_start().starts_with('|') && header == ["crate", "path", "public modules"]
+    })?;
+    let mut rows: Vec<(String, String, Vec<String>)> = Vec::new();
+    for line in lines {
+        if !line.trim_start().starts_with('|') {
+            break;
+        }
+        let row = cells(line);
+        if row
+            .iter()
+            .all(|c| c.chars().all(|ch| matches!(ch, '-' | ':' | ' ')))
+        {
+            continue; // the separator row
+        }
+        let [name, path, modules] = <[String; 3]>::try_from(row).ok()?;
+        let modules = modules
+            .split(',')
+            .map(|m| m.trim().to_string())
+            .filter(|m| !m.is_empty() && m != "—" && m != "-");
+        match rows.last_mut() {
+            // A row with no crate and no path continues the one above (short lines).
+            Some((_, _, above)) if name.is_empty() && path.is_empty() => above.extend(modules),
+            _ => rows.push((
+                name,
+                path.trim_end_matches('/').to_string(),
+                modules.collect(),
+            )),
+        }
+    }
+    for (_, _, modules) in &mut rows {
+        modules.sort();
+    }
+    Some(rows)
+}

@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{watch, Semaphore};
 
 use super::conn::{Activity, Guarded, Registry};
-use super::Limits;
+use super::limits::Limits;
 
 /// The most a connection's read buffer may hold (the request head must fit in it).
 const READ_BUFFER_MAX: usize = 64 * 1024;

@@ -14,7 +14,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
 use super::shortage::{Shortage, Step};
-use super::POLL_INTERVAL;
+use super::wal_stat::POLL_INTERVAL;
 
 /// Bytes read per `read(2)`: room for about a hundred events with the `-wal` file's name.
 const BUFFER_BYTES: usize = 4096;

@@ -6,7 +6,7 @@ use std::fmt;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::POLL_INTERVAL;
+use super::wal_stat::POLL_INTERVAL;
 
 /// What was being set up when inotify failed.
 #[derive(Debug, Clone, Copy)]

@@ -12,6 +12,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
+/// How often the fallback looks at the `-wal` file (a `stat`, no SQL unless it changed).
+pub const POLL_INTERVAL: Duration = Duration::from_millis(5);
+
 /// How long after its last write the `-wal` file is confirmed on every tick (several coarse
 /// clock ticks, so a second commit within the first's tick is still seen).
 const RECENT_WRITE: Duration = Duration::from_millis(50);
