@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use anyhow::{bail, Context, Result};
 use credproxy::Api;
-use procs::EnvPolicy;
 use logging::redact::{self, Secret};
+use procs::EnvPolicy;
 use provider::{McpServer, MockSettings, ProviderKind};
 
 use super::fields::FIELDS;

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use chrono_tz::Tz;
 use credproxy::Api;
-use procs::EnvPolicy;
 use logging::redact::{self, Secret};
+use procs::EnvPolicy;
 use provider::{ElicitationMode, McpServer, MockSettings, ProviderKind, ToolPolicy};
 
 use crate::budget::BudgetLimits;
