@@ -574,10 +574,7 @@ fn cmd_health(db_path: &std::path::Path, as_json: bool, args: &HealthArgs) -> Re
         Duration::from_secs(args.max_turn_silence),
     );
     let verdict = schema::health::check(db_path, &limits, Utc::now());
-    let refused = matches!(
-        verdict,
-        Err(schema::health::Unhealthy::SharedFilesystem(_))
-    );
+    let refused = matches!(verdict, Err(schema::health::Unhealthy::SharedFilesystem(_)));
     let code = output::health(&host::status::HealthReport::from_verdict(verdict), as_json)?;
     Ok(if refused {
         ExitCode::from(fsguard::SHARED_FILESYSTEM_EXIT)
