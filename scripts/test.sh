@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
 # The project's test command (README, .ci/run): installs the pinned CLIs into .cli/ and the test
 # tools into .tools/ (bindfs, the Kubernetes manifest validator; reused when present), validates
-# container/k8s/, checks formatting and lints, runs the README's demo, then every test (the test
-# runner's summary is the last line).
+# container/k8s/, checks formatting and lints, runs the README's demo, then every test; its last
+# lines are the test runner's summary, then the run's elapsed time and the size of target/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 
 step() { printf '\n==> %s\n' "$*"; }
+
+# The figures issue 42 bounds (at most 10 minutes on 2 cores, target/ under 4 GiB), printed
+# however the run ends.
+started=$(date +%s)
+report() {
+  local elapsed=$(($(date +%s) - started))
+  printf '\n==> elapsed %dm%02ds; %s: %s\n' "$((elapsed / 60))" "$((elapsed % 60))" \
+    "${CARGO_TARGET_DIR:-target}" "$(du -sh "${CARGO_TARGET_DIR:-target}" 2>/dev/null | cut -f1)"
+}
+trap report EXIT
 
 # A clean CI build writes each crate once: incremental caches only cost disk there (about 2.5 GiB
 # of the ~7 GiB a from-scratch run wrote) and time.
@@ -92,7 +102,7 @@ if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --no-fail-fast ${NANOCLAW_TEST_THREADS:+--test-threads "$NANOCLAW_TEST_THREADS"}
 else
   output=$(mktemp)
-  trap 'rm -f "$output"' EXIT
+  trap 'rm -f "$output"; report' EXIT
   cargo test --workspace --no-fail-fast 2>&1 | tee "$output"
   # One closing line for CI: the sum of every test binary's result line.
   awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?/) p += $(i-1); if ($i ~ /^failed;?/) f += $(i-1); if ($i ~ /^ignored;?/) s += $(i-1) } }

@@ -37,7 +37,7 @@
 //! - **RSS** (`VmRSS`) after 1,000 and after 10,000 sequential messages, runner (mock) and
 //!   floor: the growth should stay under 1 MiB.
 //! - **RSS with a real CLI** (Codex by default, against the fake model of
-//!   `tests/src/fake_model.rs` on 127.0.0.1, inside a loopback-only network namespace when one
+//!   `tests/src/fake_model/` on 127.0.0.1, inside a loopback-only network namespace when one
 //!   can be made): the runner process only, the CLI's memory aside, after
 //!   `RUNNER_BENCH_CLI_MESSAGES / 10` and after `RUNNER_BENCH_CLI_MESSAGES` messages, with the
 //!   RSS at every tenth between (default 1,000, ~2 minutes; 10,000 take ~23 minutes with Codex,

@@ -9,7 +9,7 @@ use provider::mock::{MockCall, MockPart, MockStep};
 use schema::{MessageOut, NewMessageIn};
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 
 use common::{routing, text_of, Fixture};
 

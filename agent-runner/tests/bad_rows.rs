@@ -2,8 +2,7 @@
 //! types sit before good ones, and every good one is still answered exactly once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/binary.rs"]
-mod binary;
+use crate::binary;
 
 use binary::wait_until;
 

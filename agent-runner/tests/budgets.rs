@@ -20,7 +20,7 @@ use provider::{ErrorClass, Usage};
 use schema::{MessageOut, NewMessageIn};
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 
 use common::Fixture;
 

@@ -5,10 +5,7 @@
 //! The bigger run is `cargo bench -p agent-runner --bench chaos`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/binary.rs"]
-mod binary;
-#[path = "support/chaos.rs"]
-mod chaos;
+use crate::chaos_run as chaos;
 
 #[test]
 fn sigkills_at_random_moments_lose_and_duplicate_nothing() {

@@ -16,8 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[path = "support/dockerfile.rs"]
-mod dockerfile;
+use crate::dockerfile;
 use dockerfile::instructions;
 
 use nix::sys::signal::{kill, Signal};

@@ -11,8 +11,7 @@
 //! database pages.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/binary.rs"]
-mod binary;
+use crate::binary;
 
 use std::path::{Path, PathBuf};
 use std::process::Child;

@@ -3,8 +3,7 @@
 //! exit (releasing its lock), and one runner owns a DB by identity, whatever name reaches it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/binary.rs"]
-mod binary;
+use crate::binary;
 
 use std::path::Path;
 use std::process::{Child, ExitStatus};

@@ -10,8 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-#[path = "support/binary.rs"]
-mod binary;
+use crate::binary;
 
 const MARKER: &str = "host-secret-dumpable-6615";
 /// How long a process may take to start: a debug build beside the whole suite on 2 cores.

@@ -2,8 +2,7 @@
 //! run beside a live runner (it takes no lock and starts nothing).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/binary.rs"]
-mod binary;
+use crate::binary;
 
 use std::path::Path;
 use std::process::{Child, Command, Output};

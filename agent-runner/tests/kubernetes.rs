@@ -16,8 +16,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-#[path = "support/dockerfile.rs"]
-mod dockerfile;
+use crate::dockerfile;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -6,8 +6,7 @@
 //! stops on SIGTERM.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/binary.rs"]
-mod binary;
+use crate::binary;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

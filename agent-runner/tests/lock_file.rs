@@ -3,8 +3,7 @@
 //! session DB included).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/binary.rs"]
-mod binary;
+use crate::binary;
 
 use std::time::Duration;
 

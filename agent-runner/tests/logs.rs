@@ -4,8 +4,7 @@
 //! once, and the Claude CLI's argument line kept out of the INFO log.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/binary.rs"]
-mod binary;
+use crate::binary;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

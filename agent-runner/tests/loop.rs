@@ -12,7 +12,7 @@ use schema::time::format_ts;
 use schema::{Destination, MessageOut, NewMessageIn, NewMessageOut, OutKind, Routing};
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 
 use common::{chat, routing, text_of, Fixture};
 

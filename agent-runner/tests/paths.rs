@@ -5,8 +5,7 @@
 //! shows the paths the runner uses.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/binary.rs"]
-mod binary;
+use crate::binary;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

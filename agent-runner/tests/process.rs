@@ -2,8 +2,7 @@
 //! a concurrent writer hammering the DB.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/binary.rs"]
-mod binary;
+use crate::binary;
 
 use binary::wait_until;
 

@@ -5,8 +5,7 @@
 //! and skips that case.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/binary.rs"]
-mod binary;
+use crate::binary;
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};

@@ -32,7 +32,7 @@ use schema::time::{format_ts, parse_ts};
 use schema::{MessageIn, NewMessageIn, OpenOptions, Routing, SessionDb};
 use serde_json::json;
 
-mod common;
+use crate::common;
 
 use common::Fixture;
 

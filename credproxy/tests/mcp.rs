@@ -4,7 +4,7 @@
 //! are not followed and no error carries a secret.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

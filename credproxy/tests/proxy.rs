@@ -3,7 +3,7 @@
 //! an unreachable gateway is a 502 naming the endpoint.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

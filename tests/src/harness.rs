@@ -158,6 +158,7 @@ pub fn netns_prefix() -> Option<&'static [&'static str]> {
 /// current test binary inside a fresh loopback-only network namespace, asserts it passed there,
 /// and returns false.
 pub fn run_in_loopback_netns(test: &str) -> bool {
+    let test = &qualified_test_name(test);
     if std::env::var_os("NANOCLAW_IN_NETNS").is_some() {
         eprintln!("[{test}] running inside a loopback-only network namespace");
         return true;
@@ -199,6 +200,17 @@ pub fn run_in_loopback_netns(test: &str) -> bool {
         "{test} did not run inside the namespace"
     );
     false
+}
+
+/// The full libtest name of the running test `test` (its bare function name): its module path
+/// too (`e2e_mock::mock_session_through_the_harness`), which `--exact` needs now that a crate's
+/// test files are modules of one binary (issue 42). libtest runs each test on a thread named
+/// after its full name; `test` itself when the thread says otherwise.
+pub fn qualified_test_name(test: &str) -> String {
+    match std::thread::current().name() {
+        Some(name) if name == test || name.ends_with(&format!("::{test}")) => name.to_owned(),
+        _ => test.to_owned(),
+    }
 }
 
 /// Runs the test `test` (exact name, alone, `--nocapture`) of the test binary `exe` with `env`,

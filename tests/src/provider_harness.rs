@@ -37,7 +37,8 @@ use serde_json::{json, Value};
 
 use crate::fake_model::{FakeModel, LoggedRequest};
 use crate::harness::{
-    mcp_tools, netns_prefix, print_requests, provider_cli, ran_exactly, rerun_exact, FAKE_MODEL,
+    mcp_tools, netns_prefix, print_requests, provider_cli, qualified_test_name, ran_exactly,
+    rerun_exact, FAKE_MODEL,
 };
 
 /// The system prompt of [`input`].
@@ -62,6 +63,7 @@ pub fn in_child(test: &str) -> bool {
     if std::env::var_os("NANOCLAW_IN_CHILD").is_some() {
         return true;
     }
+    let test = &qualified_test_name(test);
     let prefix = if std::env::var("NANOCLAW_NETNS").as_deref() == Ok("0") {
         None
     } else {

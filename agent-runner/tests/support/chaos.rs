@@ -7,6 +7,7 @@
 //! `in_reply_to` = its id. Exactly once holds because a reply and the completion of the row it
 //! answers are one transaction (`SessionDb::complete_at`): a kill before the commit leaves the row
 //! `processing` (reset at the next start, answered again), a kill after it leaves nothing to do.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
 use std::path::Path;

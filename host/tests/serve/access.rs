@@ -6,7 +6,7 @@ use host::serve::Limits;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::support::{client, db_state, make_root, TestServer};
+use crate::serve::support::{client, db_state, make_root, TestServer};
 
 async fn code(response: reqwest::Response) -> (StatusCode, String) {
     let status = response.status();

@@ -5,7 +5,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::{db_state, make_root, TestServer};
+use crate::serve::support::{db_state, make_root, TestServer};
 
 /// Sends `head` (request line and headers, without the blank line) and `body` on a fresh
 /// connection, exactly as written; returns the status and the JSON body.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::{client, make_root};
+use crate::serve::support::{client, make_root};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_audits_writes_and_stops_on_sigterm() {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use host::serve::Limits;
 use serde_json::Value;
 
-use crate::support::{agent_reply, client, make_root, TestServer};
+use crate::serve::support::{agent_reply, client, make_root, TestServer};
 
 /// The ```sh blocks of the `## Examples` section of api.md.
 fn example_blocks() -> Vec<String> {

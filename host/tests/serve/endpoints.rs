@@ -5,7 +5,7 @@ use host::serve::Limits;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::support::{agent_reply, client, make_root, redact, TestServer};
+use crate::serve::support::{agent_reply, client, make_root, redact, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_endpoint_answers_its_object() {

@@ -9,7 +9,7 @@ use schema::RunnerStatus;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{agent_reply, client, make_root, TestServer};
+use crate::serve::support::{agent_reply, client, make_root, TestServer};
 
 /// One parsed event.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,7 +5,7 @@ use host::serve::Limits;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::support::{client, db_state, make_root, TestServer};
+use crate::serve::support::{client, db_state, make_root, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeated_key_replays_the_first_answer_across_a_restart() {

@@ -7,7 +7,7 @@ use host::serve::Limits;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::{client, make_root, TestServer};
+use crate::serve::support::{client, make_root, TestServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_dripping_its_headers_is_dropped_by_the_header_timeout() {
@@ -150,7 +150,7 @@ async fn a_db_locked_by_another_process_is_503_with_retry_after() {
     // Opened (and migrated) once while the DB is free.
     assert_eq!(send().await.unwrap().status(), 201);
     let db = server.db("alpha");
-    let before = crate::support::db_state(&db);
+    let before = crate::serve::support::db_state(&db);
     // Another process holds the write lock.
     let holder = rusqlite::Connection::open(root.join("alpha/session.db")).unwrap();
     holder.execute_batch("BEGIN IMMEDIATE").unwrap();
@@ -166,7 +166,7 @@ async fn a_db_locked_by_another_process_is_503_with_retry_after() {
         started.elapsed()
     );
     holder.execute_batch("ROLLBACK").unwrap();
-    assert_eq!(crate::support::db_state(&db), before);
+    assert_eq!(crate::serve::support::db_state(&db), before);
     // Free again: the retry goes through.
     assert_eq!(send().await.unwrap().status(), 201);
     server.stop().await;
@@ -182,7 +182,7 @@ async fn a_body_that_does_not_arrive_in_time_is_refused_and_writes_nothing() {
     };
     let server = TestServer::start(&root, limits).await;
     let db = server.db("alpha");
-    let before = crate::support::db_state(&db);
+    let before = crate::serve::support::db_state(&db);
     let mut slow = TcpStream::connect(server.addr).await.unwrap();
     let body = br#"{"text":"slow body"}"#;
     let head = format!(
@@ -218,7 +218,7 @@ async fn a_body_that_does_not_arrive_in_time_is_refused_and_writes_nothing() {
         waited >= Duration::from_millis(700) && waited < Duration::from_secs(5),
         "{waited:?}"
     );
-    assert_eq!(crate::support::db_state(&db), before);
+    assert_eq!(crate::serve::support::db_state(&db), before);
     server.stop().await;
 }
 

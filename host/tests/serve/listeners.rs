@@ -8,7 +8,7 @@ use host::serve::{Limits, Listen, ServeConfig, Served, Server};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::make_root;
+use crate::serve::support::make_root;
 
 fn config(root: &std::path::Path, listen: Listen) -> ServeConfig {
     ServeConfig {
