@@ -134,13 +134,18 @@ offline_build() {
     "$DOCKER" import "$rootfs" "$base" >/dev/null
   fi
 
-  local target="${CARGO_TARGET_DIR:-$ROOT/target}/release"
+  # The cargo profile of the binaries: release (the default, fat LTO), or e.g. dev for a quick
+  # image of a change (NANOCLAW_IMAGE_PROFILE=dev; the binaries are stripped either way).
+  local profile="${NANOCLAW_IMAGE_PROFILE:-release}"
+  local profile_dir="$profile"
+  [[ "$profile" != dev ]] || profile_dir=debug
+  local target="${CARGO_TARGET_DIR:-$ROOT/target}/$profile_dir"
   local context="$cache/context"
   if [[ -n "$DRY_RUN" ]]; then
-    printf 'cargo build --release --locked -p agent-runner -p mcp-tools -p host\n'
+    printf 'cargo build --profile %s --locked -p agent-runner -p mcp-tools -p host\n' "$profile"
   else
-    log "release binaries: cargo build --release --locked -p agent-runner -p mcp-tools -p host"
-    cargo build --release --locked -p agent-runner -p mcp-tools -p host >&2
+    log "binaries: cargo build --profile $profile --locked -p agent-runner -p mcp-tools -p host"
+    cargo build --profile "$profile" --locked -p agent-runner -p mcp-tools -p host >&2
     rm -rf "$context"
     mkdir -p "$context/bin" "$context/scripts"
     for bin in agent-runner mcp-tools nanoclaw; do

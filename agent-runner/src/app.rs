@@ -140,7 +140,12 @@ fn health(config: &Config, args: &HealthArgs) -> Result<()> {
     // As root with runAs (the image's probes), read as the runner's user: a root-owned `-shm`
     // file left by the check would lock the runner out of its own DB.
     if settings.run_as.is_some() && nix::unistd::Uid::effective().is_root() {
-        crate::privileges::drop_privileges(settings.run_as.as_deref(), &settings.workspace)?;
+        // A DEBUG line: the image's HEALTHCHECK runs this every 30 s (issue 43, D10).
+        crate::privileges::drop_privileges_logged(
+            settings.run_as.as_deref(),
+            &settings.workspace,
+            crate::privileges::Announce::Debug,
+        )?;
     }
     // config.json unreadable by root here (issue 43, D1): read as the runAs user.
     let settings = if config.file_deferred() {
