@@ -960,3 +960,51 @@ fn the_readme_engine_setup_uses_the_contracts_flags_consistently() {
         );
     }
 }
+
+/// container/k8s/pod.yaml's security context (root with every capability dropped but SETUID
+/// and SETGID) on a `0700` session folder of the agent's user: root cannot read config.json
+/// there, and the runner never needs it to (issue 43, D1). `agent-runner health`, the pod's
+/// probe, reads the file after its drop to runAs and reaches the DB. Without the fix it exits
+/// with "reading .../config.json: Permission denied". Needs root (the CI's user) and setpriv
+/// (util-linux); says so and checks nothing otherwise.
+#[test]
+fn a_root_without_dac_override_reads_config_json_as_the_agent_user() {
+    if !nix::unistd::Uid::effective().is_root() {
+        eprintln!("SKIPPED: needs root to chown the workspace to uid 1000 and drop capabilities");
+        return;
+    }
+    let ws = Workspace::new();
+    let chown = Command::new("chown")
+        .args(["-R", "1000:1000"])
+        .arg(ws.path())
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let mode = |path: &Path, mode: u32| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    mode(ws.path(), 0o700);
+    mode(&ws.path().join("config.json"), 0o600);
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        "--bounding-set=-dac_override,-dac_read_search,-fowner",
+        "--inh-caps=-all",
+        "--",
+        env!("CARGO_BIN_EXE_agent-runner"),
+        "--workspace",
+    ])
+    .arg(ws.path())
+    .arg("health")
+    .env_clear()
+    .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+    .env("NANOCLAW_RUN_AS", "1000:1000")
+    .env("RUST_LOG", "info")
+    .stdin(Stdio::null());
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("Permission denied"), "{stderr}");
+    // Past the configuration, as uid 1000: the DB's verdict (no runner has started on it).
+    assert!(stderr.contains("no runner has started on"), "{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+}
