@@ -131,7 +131,8 @@ offline_build() {
     printf '%q import %q %q\n' "$DOCKER" "$rootfs" "$base"
   elif ! "$DOCKER" image inspect "$base" >/dev/null 2>&1; then
     log "importing $rootfs as $base"
-    "$DOCKER" import "$rootfs" "$base" >/dev/null
+    "$DOCKER" import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+      "$rootfs" "$base" >/dev/null
   fi
 
   # The cargo profile of the binaries: release (the default, fat LTO), or e.g. dev for a quick
