@@ -247,6 +247,15 @@ health_command() {
 }
 check "agent-runner health (docker exec), no INFO line" health_command
 
+# Root's `docker exec` has root's home, not the agent's (D9).
+exec_home() {
+  local home
+  home="$("$ENGINE" exec "$DEMO_NAME" sh -c 'echo "$HOME"')"
+  echo "HOME in docker exec: $home"
+  [[ "$home" == /root ]]
+}
+check "docker exec as root has HOME=/root (D9)" exec_home
+
 healthcheck_status() {
   local status=
   for _ in $(seq 1 30); do

@@ -367,7 +367,8 @@ fn the_image_runs_agent_runner_as_pid_1_dropping_to_a_non_root_user() {
         assert!(env.contains(setting), "ENV lacks {setting}: {env}");
     }
     // Env outranks config.json: an image default for these would override a session's config.json.
-    for unset in ["AGENT_PROVIDER=", "TZ="] {
+    // And no HOME: root's `docker exec` would get the agent's home (issue 43, D9).
+    for unset in ["AGENT_PROVIDER=", "TZ=", "HOME="] {
         assert!(
             !env.split_whitespace().any(|w| w.starts_with(unset)),
             "ENV sets {unset}: {env}"
