@@ -19,6 +19,7 @@
 #   scripts/image-test.sh                    # docker (the default engine)
 #   scripts/image-test.sh --engine podman    # podman (runc, explicit ulimits)
 #   scripts/image-test.sh --keep             # keep the image afterwards (its base stays cached)
+#   IMAGE_TEST_VERBOSE=1 scripts/image-test.sh   # print every check's output, not only a failure's
 #
 # When no engine answers, it installs one from Debian's packages (docker.io or podman) and, for
 # docker, starts a daemon of its own for the run with the settings this kind of machine needs
@@ -101,6 +102,7 @@ check() {
   if [[ "$status" -eq 0 ]]; then
     PASSED=$((PASSED + 1))
     printf '[image-test] ok    %-58s %6ss\n' "$name" "$(since "$start")"
+    [[ -z "${IMAGE_TEST_VERBOSE:-}" ]] || sed 's/^/    | /' "$out"
   else
     FAILED=$((FAILED + 1))
     FAILURES+=("$name")
@@ -211,7 +213,7 @@ check "the image keeps its HEALTHCHECK" healthcheck_kept
 help_of() {
   local bin="$1" out
   out="$(run --rm --entrypoint "/usr/local/bin/$bin" "$IMAGE" --help)"
-  printf '%s\n' "$out" | head -n 3
+  head -n 3 <<<"$out"
   grep -qi 'usage' <<<"$out"
 }
 for bin in agent-runner mcp-tools nanoclaw; do
@@ -222,7 +224,7 @@ done
 # The mock demo: the runner in the image on a bind-mounted folder, nanoclaw on the host.
 # ---------------------------------------------------------------------------------------------
 DEMO="$WORK/demo"
-DEMO_NAME="nanoclaw-$RUN_ID-demo"
+DEMO_NAME="nanoclaw-$RUN_ID-bind"
 demo() {
   mkdir -p "$DEMO"
   "$NANOCLAW" init --workspace "$DEMO" --routing demo:chat-1
