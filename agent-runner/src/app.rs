@@ -221,10 +221,8 @@ async fn run(config: Config) -> Result<()> {
             "config.json read after the drop to runAs (root may not read it here: no CAP_DAC_OVERRIDE)"
         );
         let settings = config.settings()?;
-        let remote_mcp = crate::remote_mcp::resolve(
-            &settings.remote_mcp_servers,
-            &std::env::vars().collect(),
-        )?;
+        let remote_mcp =
+            crate::remote_mcp::resolve(&settings.remote_mcp_servers, &std::env::vars().collect())?;
         (config, settings, remote_mcp)
     } else {
         (config, settings, remote_mcp)
