@@ -208,7 +208,7 @@ else
   # through the buildx plugin and, without it, fails in BuildKit's own words (issue 43, D5).
   if [[ "$(basename "$DOCKER")" == docker ]] && ! "$DOCKER" buildx version >/dev/null 2>&1 \
     && ! "$DOCKER" version --format '{{.Client.Version}}' 2>/dev/null | grep -q '^20\.'; then
-    die "'$DOCKER' has no buildx plugin, which this build needs (BuildKit cache mounts): install it (Debian: docker-buildx; Docker's packages: docker-buildx-plugin), or build with --offline, which needs no BuildKit"
+    die "'$DOCKER' has no buildx plugin, which this build needs (BuildKit cache mounts): install it (Docker's packages: docker-buildx-plugin; Debian 12 has none), use Debian's own docker.io client (/usr/bin/docker, BuildKit built in: DOCKER=/usr/bin/docker), or build with --offline, which needs no BuildKit"
   fi
   log "building $TAG (CLIs: $CLIS; ${BUILD_ARGS[*]})"
   DOCKER_BUILDKIT=1 "${CMD[@]}"
