@@ -93,6 +93,23 @@ step "the README demo"
 # from the workspace's and compiled about 100 crates again (74 s of a CI run).
 NANOCLAW_BIN_DIR="${CARGO_TARGET_DIR:-target}/debug" bash scripts/demo.sh
 
+# The container image, built by the offline path and run by a real engine (scripts/image-test.sh:
+# it installs and starts one from Debian's packages when none runs, as root). Where no engine can
+# run, it says why and the run goes on, loudly marked as without the image checks.
+step "the container image: build (offline path) and run (scripts/image-test.sh)"
+# The dev profile's binaries (the test build above made most of them; a release build with fat LTO
+# would add minutes), stripped like release ones; the base file system cached outside the clone,
+# so a CI run on the same machine reuses it.
+image_test_status=0
+NANOCLAW_IMAGE_PROFILE="${NANOCLAW_IMAGE_PROFILE:-dev}" \
+  NANOCLAW_IMAGE_CACHE="${NANOCLAW_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nanoclaw-image}" \
+  bash scripts/image-test.sh || image_test_status=$?
+if [ "$image_test_status" -eq 77 ]; then
+  printf '\n!!! SKIPPED: the container image checks (scripts/image-test.sh): no container engine can run here (the reason is printed above) !!!\n\n'
+elif [ "$image_test_status" -ne 0 ]; then
+  exit "$image_test_status"
+fi
+
 step "tests"
 # cargo-nextest (when installed) runs the test binaries side by side, which matters here: the
 # end-to-end suites spend most of their time waiting on real CLIs. Plain `cargo test` otherwise.

@@ -140,8 +140,19 @@ fn health(config: &Config, args: &HealthArgs) -> Result<()> {
     // As root with runAs (the image's probes), read as the runner's user: a root-owned `-shm`
     // file left by the check would lock the runner out of its own DB.
     if settings.run_as.is_some() && nix::unistd::Uid::effective().is_root() {
-        crate::privileges::drop_privileges(settings.run_as.as_deref(), &settings.workspace)?;
+        // A DEBUG line: the image's HEALTHCHECK runs this every 30 s (issue 43, D10).
+        crate::privileges::drop_privileges_logged(
+            settings.run_as.as_deref(),
+            &settings.workspace,
+            crate::privileges::Announce::Debug,
+        )?;
     }
+    // config.json unreadable by root here (issue 43, D1): read as the runAs user.
+    let settings = if config.file_deferred() {
+        config.reread_file()?.settings()?
+    } else {
+        settings
+    };
     let mut limits = schema::health::HealthLimits::for_heartbeat(
         settings.heartbeat,
         settings.health_max_turn_silence,
@@ -201,6 +212,21 @@ async fn run(config: Config) -> Result<()> {
     // The configuration and its secret files are read (`load_config`); nothing is opened or
     // started yet, so everything from here on happens as the `runAs` user.
     crate::privileges::drop_privileges(settings.run_as.as_deref(), &settings.workspace)?;
+    let (config, settings, remote_mcp) = if config.file_deferred() {
+        // Root could not read config.json (no CAP_DAC_OVERRIDE, a 0700 folder of the agent's
+        // user): read now, as that user; root's DAC powers are never needed for it (issue 43).
+        let config = config.reread_file()?;
+        tracing::info!(
+            file = %settings.workspace.join("config.json").display(),
+            "config.json read after the drop to runAs (root may not read it here: no CAP_DAC_OVERRIDE)"
+        );
+        let settings = config.settings()?;
+        let remote_mcp =
+            crate::remote_mcp::resolve(&settings.remote_mcp_servers, &std::env::vars().collect())?;
+        (config, settings, remote_mcp)
+    } else {
+        (config, settings, remote_mcp)
+    };
     for warning in config.exposed_secrets() {
         tracing::warn!("{warning}");
     }

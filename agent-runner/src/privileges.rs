@@ -154,6 +154,25 @@ pub enum Outcome {
 /// and before anything is opened or started. Logs what it did, and warns when `workspace` is not
 /// writable by the new user (the DB could not be opened).
 pub fn drop_privileges(run_as: Option<&str>, workspace: &Path) -> Result<Outcome, PrivilegeError> {
+    drop_privileges_logged(run_as, workspace, Announce::Info)
+}
+
+/// How [`drop_privileges_logged`] reports a successful drop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Announce {
+    /// An INFO line: the runner's start, once.
+    Info,
+    /// A DEBUG line: a command run again and again (`agent-runner health`, the image's
+    /// HEALTHCHECK every 30 s), whose drop is no news (issue 43, D10).
+    Debug,
+}
+
+/// [`drop_privileges`], with the level of the line that reports the drop.
+pub fn drop_privileges_logged(
+    run_as: Option<&str>,
+    workspace: &Path,
+    announce: Announce,
+) -> Result<Outcome, PrivilegeError> {
     let euid = Uid::effective().as_raw();
     let Some(spec) = run_as.map(str::trim).filter(|s| !s.is_empty()) else {
         if euid == 0 {
@@ -205,12 +224,21 @@ pub fn drop_privileges(run_as: Option<&str>, workspace: &Path) -> Result<Outcome
             gid: target.gid,
         });
     }
-    tracing::info!(
-        uid = target.uid,
-        gid = target.gid,
-        run_as = spec,
-        "dropped root privileges (configuration and secret files already read)"
-    );
+    if announce == Announce::Info {
+        tracing::info!(
+            uid = target.uid,
+            gid = target.gid,
+            run_as = spec,
+            "dropped root privileges (configuration and secret files already read)"
+        );
+    } else {
+        tracing::debug!(
+            uid = target.uid,
+            gid = target.gid,
+            run_as = spec,
+            "dropped root privileges"
+        );
+    }
     if nix::unistd::access(workspace, AccessFlags::W_OK).is_err() {
         tracing::warn!(
             workspace = %workspace.display(),

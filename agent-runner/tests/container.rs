@@ -231,6 +231,15 @@ fn build_sh_selects_the_clis_of_the_image() {
 #[test]
 fn the_image_runs_agent_runner_as_pid_1_dropping_to_a_non_root_user() {
     let dockerfile = read("container/Dockerfile");
+    // No `# syntax=` directive: it makes every BuildKit build pull a frontend image from a
+    // registry, and nothing in the file needs more than the built-in one (issue 43, D4).
+    assert!(
+        !dockerfile.lines().any(|line| line
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with("# syntax")),
+        "container/Dockerfile has a # syntax= directive"
+    );
     let all = instructions(&dockerfile);
     let last = |keyword: &str| {
         all.iter()
@@ -366,7 +375,8 @@ fn the_image_runs_agent_runner_as_pid_1_dropping_to_a_non_root_user() {
         assert!(env.contains(setting), "ENV lacks {setting}: {env}");
     }
     // Env outranks config.json: an image default for these would override a session's config.json.
-    for unset in ["AGENT_PROVIDER=", "TZ="] {
+    // And no HOME: root's `docker exec` would get the agent's home (issue 43, D9).
+    for unset in ["AGENT_PROVIDER=", "TZ=", "HOME="] {
         assert!(
             !env.split_whitespace().any(|w| w.starts_with(unset)),
             "ENV sets {unset}: {env}"
@@ -382,7 +392,8 @@ fn the_ignore_file_and_the_kubernetes_example_hold_what_they_promise() {
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .collect();
-    for needed in ["/target", "/.git", "/.cli", "/.demo"] {
+    // Without a leading `/`, which Buildah/Podman's --ignorefile does not strip (issue 43, D3).
+    for needed in ["target", ".git", ".cli", ".demo", ".cache"] {
         assert!(
             patterns.contains(&needed),
             "{needed} is not ignored: {patterns:?}"
@@ -958,4 +969,52 @@ fn the_readme_engine_setup_uses_the_contracts_flags_consistently() {
             "{client:?}"
         );
     }
+}
+
+/// container/k8s/pod.yaml's security context (root with every capability dropped but SETUID
+/// and SETGID) on a `0700` session folder of the agent's user: root cannot read config.json
+/// there, and the runner never needs it to (issue 43, D1). `agent-runner health`, the pod's
+/// probe, reads the file after its drop to runAs and reaches the DB. Without the fix it exits
+/// with "reading .../config.json: Permission denied". Needs root (the CI's user) and setpriv
+/// (util-linux); says so and checks nothing otherwise.
+#[test]
+fn a_root_without_dac_override_reads_config_json_as_the_agent_user() {
+    if !nix::unistd::Uid::effective().is_root() {
+        eprintln!("SKIPPED: needs root to chown the workspace to uid 1000 and drop capabilities");
+        return;
+    }
+    let ws = Workspace::new();
+    let chown = Command::new("chown")
+        .args(["-R", "1000:1000"])
+        .arg(ws.path())
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let mode = |path: &Path, mode: u32| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    mode(ws.path(), 0o700);
+    mode(&ws.path().join("config.json"), 0o600);
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        "--bounding-set=-dac_override,-dac_read_search,-fowner",
+        "--inh-caps=-all",
+        "--",
+        env!("CARGO_BIN_EXE_agent-runner"),
+        "--workspace",
+    ])
+    .arg(ws.path())
+    .arg("health")
+    .env_clear()
+    .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+    .env("NANOCLAW_RUN_AS", "1000:1000")
+    .env("RUST_LOG", "info")
+    .stdin(Stdio::null());
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("Permission denied"), "{stderr}");
+    // Past the configuration, as uid 1000: the DB's verdict (no runner has started on it).
+    assert!(stderr.contains("no runner has started on"), "{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
 }

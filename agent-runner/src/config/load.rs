@@ -70,7 +70,15 @@ impl Config {
             ),
             (None, None) => (workspace.join("config.json"), None),
         };
-        let file_values = read_file(&config_file, named_by)?;
+        // Root without CAP_DAC_OVERRIDE may not read a config.json in the agent user's `0700`
+        // folder; the runner reads it after the drop to that user (issue 43, D1).
+        let (file_values, file_deferred) = match read_file(&config_file, named_by) {
+            Ok(values) => (values, false),
+            Err(err) if permission_denied(&err) && nix::unistd::Uid::effective().is_root() => {
+                (None, true)
+            }
+            Err(err) => return Err(err),
+        };
         let mut values = BTreeMap::new();
         for field in FIELDS {
             let flag = inputs.flags.iter().rev().find(|(key, _)| key == field.key);
@@ -109,6 +117,7 @@ impl Config {
             settings: Settings::build(&values)?,
             values,
             misspelled: misspelled_variables(inputs.env.keys().map(String::as_str)),
+            file_deferred,
         })
     }
 
@@ -142,9 +151,19 @@ impl Config {
             config_file: file_values.is_some().then(|| self.file_path.clone()),
             settings: Settings::build(&values)?,
             values,
+            file_deferred: false,
             ..self.clone()
         })
     }
+}
+
+/// The error is an I/O permission error (EACCES/EPERM) somewhere in its chain.
+fn permission_denied(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)
+    })
 }
 
 /// Reads config.json. Only the default file may be absent: a file named by `--config` or

@@ -78,12 +78,23 @@ pub struct Config {
     /// Warnings about the environment's misspelled setting variables
     /// ([`load::misspelled_variables`]).
     misspelled: Vec<String>,
+    /// config.json could not be read as root for want of root's DAC powers (a root without
+    /// `CAP_DAC_OVERRIDE`, e.g. a pod with every capability dropped, on a `0700` session folder
+    /// of the agent's user): it is read after the drop to `runAs` ([`Config::file_deferred`]).
+    file_deferred: bool,
     /// The typed settings, built from `values` by [`Config::load`]; or the error of a shape
     /// only a command that runs refuses, as text (`{:#}`: the key and the form expected).
     settings: std::result::Result<Settings, String>,
 }
 
 impl Config {
+    /// True when config.json was left unread because root may not read it here (no
+    /// `CAP_DAC_OVERRIDE`): the runner reads it with [`Config::reread_file`] once it runs as the
+    /// `runAs` user, who can. Root's DAC powers are never needed to read what that user can.
+    pub fn file_deferred(&self) -> bool {
+        self.file_deferred
+    }
+
     /// The typed settings, built once by [`Config::load`] (and [`Config::reread_file`]). Fails
     /// where a value's shape cannot become its type (`mcpServers`, `cliEnv`, `mockScript`,
     /// `mockUsage`, `logFormat`), naming the key: every command that runs refuses it, and
