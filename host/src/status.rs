@@ -250,94 +250,17 @@ pub struct BudgetNow {
 
 /// Gathers the report at `now`, judging health by `limits`.
 pub fn status(db: &SessionDb, now: DateTime<Utc>, limits: &HealthLimits) -> Result<StatusReport> {
-    let age = |stored: &str| parse_ts(stored).ok().map(|at| (now - at).num_seconds());
     let state = db.runner_state().context("reading runner_state")?;
     let counts = db.counts(now).context("counting messages_in")?;
     let verdict = health::verdict(db.path(), state.as_ref(), counts.processing, limits, now);
-    let runner = state.as_ref().map(|state| {
-        let waiting_on = state.waiting();
-        let last_event = health::turn_last_event(state);
-        RunnerReport {
-            since: state.updated_at.clone(),
-            since_secs: age(&state.updated_at).map(|secs| secs.max(0)),
-            last_event_age_secs: last_event
-                .as_ref()
-                .and_then(|e| age(&e.at))
-                .map(|s| s.max(0)),
-            last_event,
-            turn_silence_secs: health::turn_silence_secs(state, now),
-            waiting_secs: waiting_on
-                .as_ref()
-                .and_then(|w| age(&w.since))
-                .map(|secs| secs.max(0)),
-            waiting_on,
-            heartbeat_stale: matches!(verdict, Err(health::Unhealthy::StaleHeartbeat { .. })),
-            status: state.status.clone(),
-            pid: state.pid,
-            provider: state.provider.clone(),
-            current_tool: state.current_tool.clone(),
-            heartbeat_at: state.heartbeat_at.clone(),
-            heartbeat_age_secs: age(&state.heartbeat_at),
-        }
-    });
-    let mut processing: Vec<ProcessingRow> = db
-        .messages_in_with_status(InStatus::Processing)
-        .context("reading processing rows")?
-        .into_iter()
-        .map(|row| ProcessingRow {
-            since_secs: row
-                .status_changed
-                .as_deref()
-                .and_then(age)
-                .map(|s| s.max(0)),
-            since: row.status_changed,
-            id: row.id,
-            seq: row.seq,
-            kind: row.kind,
-            tries: row.tries,
-        })
-        .collect();
-    processing.sort_by_key(|row| std::cmp::Reverse(row.since_secs));
-    let last_error = db
-        .last_system_out("query_error")
-        .context("reading the last query_error")?
-        .map(|row| {
-            let content: Value = serde_json::from_str(&row.content).unwrap_or_default();
-            let payload = content.get("payload").unwrap_or(&content);
-            let text = |key: &str| payload.get(key).and_then(Value::as_str).map(str::to_owned);
-            LastError {
-                seq: row.seq,
-                age_secs: age(&row.timestamp),
-                at: row.timestamp,
-                classification: text("classification"),
-                retryable: payload.get("retryable").and_then(Value::as_bool),
-                message: text("message").unwrap_or_default(),
-                message_ids: payload
-                    .get("messageIds")
-                    .and_then(Value::as_array)
-                    .map(|ids| ids.iter().map(crate::answer::value_text).collect())
-                    .unwrap_or_default(),
-                retry_at: text("retryAt"),
-            }
-        });
+    let heartbeat_stale = matches!(verdict, Err(health::Unhealthy::StaleHeartbeat { .. }));
+    let runner = state
+        .as_ref()
+        .map(|state| runner_report(state, heartbeat_stale, now));
+    let processing = processing_rows(db, now)?;
+    let last_error = last_query_error(db, now)?;
     let next_due = db.next_due().context("reading the next due time")?;
-    let mut tasks: Vec<TaskSeries> = Vec::new();
-    for status in [InStatus::Pending, InStatus::Paused] {
-        let rows = db
-            .messages_in_with_status(status)
-            .context("reading task rows")?;
-        tasks.extend(
-            rows.iter()
-                .filter(|row| row.kind == "task")
-                .map(task_series),
-        );
-    }
-    tasks.sort_by_key(|task| {
-        task.next_run
-            .as_deref()
-            .and_then(|at| parse_ts(at).ok())
-            .unwrap_or(DateTime::<Utc>::MIN_UTC)
-    });
+    let tasks = task_list(db)?;
     let destinations = db
         .destinations()
         .context("reading destinations")?
@@ -387,6 +310,115 @@ pub fn status(db: &SessionDb, now: DateTime<Utc>, limits: &HealthLimits) -> Resu
         budget,
         usage,
     })
+}
+
+/// Seconds from the stored timestamp `stored` to `now`; `None` when it does not parse.
+fn age_secs(stored: &str, now: DateTime<Utc>) -> Option<i64> {
+    parse_ts(stored).ok().map(|at| (now - at).num_seconds())
+}
+
+/// The runner's row as the report shows it.
+fn runner_report(
+    state: &schema::RunnerState,
+    heartbeat_stale: bool,
+    now: DateTime<Utc>,
+) -> RunnerReport {
+    let age = |stored: &str| age_secs(stored, now);
+    let waiting_on = state.waiting();
+    let last_event = health::turn_last_event(state);
+    RunnerReport {
+        since: state.updated_at.clone(),
+        since_secs: age(&state.updated_at).map(|secs| secs.max(0)),
+        last_event_age_secs: last_event
+            .as_ref()
+            .and_then(|e| age(&e.at))
+            .map(|s| s.max(0)),
+        last_event,
+        turn_silence_secs: health::turn_silence_secs(state, now),
+        waiting_secs: waiting_on
+            .as_ref()
+            .and_then(|w| age(&w.since))
+            .map(|secs| secs.max(0)),
+        waiting_on,
+        heartbeat_stale,
+        status: state.status.clone(),
+        pid: state.pid,
+        provider: state.provider.clone(),
+        current_tool: state.current_tool.clone(),
+        heartbeat_at: state.heartbeat_at.clone(),
+        heartbeat_age_secs: age(&state.heartbeat_at),
+    }
+}
+
+/// The `processing` rows, the longest-held first.
+fn processing_rows(db: &SessionDb, now: DateTime<Utc>) -> Result<Vec<ProcessingRow>> {
+    let mut processing: Vec<ProcessingRow> = db
+        .messages_in_with_status(InStatus::Processing)
+        .context("reading processing rows")?
+        .into_iter()
+        .map(|row| ProcessingRow {
+            since_secs: row
+                .status_changed
+                .as_deref()
+                .and_then(|stored| age_secs(stored, now))
+                .map(|s| s.max(0)),
+            since: row.status_changed,
+            id: row.id,
+            seq: row.seq,
+            kind: row.kind,
+            tries: row.tries,
+        })
+        .collect();
+    processing.sort_by_key(|row| std::cmp::Reverse(row.since_secs));
+    Ok(processing)
+}
+
+/// The newest `query_error` system row, read tolerantly.
+fn last_query_error(db: &SessionDb, now: DateTime<Utc>) -> Result<Option<LastError>> {
+    Ok(db
+        .last_system_out("query_error")
+        .context("reading the last query_error")?
+        .map(|row| {
+            let content: Value = serde_json::from_str(&row.content).unwrap_or_default();
+            let payload = content.get("payload").unwrap_or(&content);
+            let text = |key: &str| payload.get(key).and_then(Value::as_str).map(str::to_owned);
+            LastError {
+                seq: row.seq,
+                age_secs: age_secs(&row.timestamp, now),
+                at: row.timestamp,
+                classification: text("classification"),
+                retryable: payload.get("retryable").and_then(Value::as_bool),
+                message: text("message").unwrap_or_default(),
+                message_ids: payload
+                    .get("messageIds")
+                    .and_then(Value::as_array)
+                    .map(|ids| ids.iter().map(crate::answer::value_text).collect())
+                    .unwrap_or_default(),
+                retry_at: text("retryAt"),
+            }
+        }))
+}
+
+/// The pending and paused task series, the soonest first.
+fn task_list(db: &SessionDb) -> Result<Vec<TaskSeries>> {
+    let mut tasks: Vec<TaskSeries> = Vec::new();
+    for status in [InStatus::Pending, InStatus::Paused] {
+        let rows = db
+            .messages_in_with_status(status)
+            .context("reading task rows")?;
+        tasks.extend(
+            rows.iter()
+                .filter(|row| row.kind == "task")
+                .map(task_series),
+        );
+    }
+    tasks.sort_by_key(|task| {
+        task.next_run
+            .as_deref()
+            .and_then(|at| parse_ts(at).ok())
+            .unwrap_or(DateTime::<Utc>::MIN_UTC)
+    });
+    Ok(tasks)
 }
 
 /// The newest `progress` row naming a tool, when it was written in the turn running since

@@ -339,21 +339,8 @@ async fn run_query(
     let mut answered: PromptId = 0;
     loop {
         let Some((id, prompt)) = queue.pop_front() else {
-            if ended {
+            if ended || !idle(&mut handle, &mut queue, answered).await {
                 return;
-            }
-            match handle.control.recv().await {
-                Some(Control::Push { id, prompt }) => queue.push_back((id, prompt)),
-                Some(Control::End) | None => return,
-                Some(Control::Abort) => {
-                    let _ = handle.events.send(aborted(None)).await;
-                    return;
-                }
-                Some(Control::Interrupt) => {
-                    let _ = handle.events.send(interrupted(answered, None)).await;
-                    return;
-                }
-                Some(Control::Approval { .. }) => {}
             }
             continue;
         };
@@ -365,20 +352,7 @@ async fn run_query(
             },
             MockStep::Reply { text, delay } => (text, delay),
             MockStep::Parts { parts, text, delay } => {
-                for part in parts {
-                    let event = match part {
-                        MockPart::Text { text } => ProviderEvent::Text { text },
-                        MockPart::Tool { tool, summary } => ProviderEvent::Activity {
-                            tool: Some(tool),
-                            summary,
-                        },
-                        MockPart::Denied { denied, summary } => ProviderEvent::ToolDenied {
-                            tool: denied,
-                            summary,
-                        },
-                    };
-                    let _ = handle.events.send(event).await;
-                }
+                send_parts(&handle, parts).await;
                 (text, delay)
             }
             MockStep::Ask {
@@ -389,22 +363,9 @@ async fn run_query(
                 delay,
                 undecidable,
             } => {
-                let calls = std::iter::once((MockCall { tool, argument }, undecidable))
-                    .chain(parallel.into_iter().map(|call| (call, None)))
-                    .map(
-                        |(MockCall { tool, argument }, undecidable)| ApprovalKind::ToolCall {
-                            summary: argument
-                                .as_deref()
-                                .and_then(crate::driver::activity::one_line_summary),
-                            tool,
-                            argument,
-                            undecidable,
-                        },
-                    )
-                    .collect();
                 let asking = Asking {
                     id,
-                    kinds: calls,
+                    kinds: tool_calls(MockCall { tool, argument }, undecidable, parallel),
                     notice,
                 };
                 match asked(&mut handle, asking, &mut queue, &mut ended, usage.clone()).await {
@@ -432,42 +393,7 @@ async fn run_query(
                 }
             }
             MockStep::ApprovalStop { tool, until_push } => {
-                let _ = handle
-                    .events
-                    .send(ProviderEvent::Activity {
-                        tool: Some(tool),
-                        summary: None,
-                    })
-                    .await;
-                // The tool runs until a prompt is pushed; the push stays queued, unseen.
-                let mut running = until_push;
-                while running {
-                    match handle.control.recv().await {
-                        Some(Control::Push { id, prompt }) => {
-                            queue.push_back((id, prompt));
-                            running = false;
-                        }
-                        // No push can come any more: the tool returns.
-                        Some(Control::End) => running = false,
-                        Some(Control::Approval { .. }) => {}
-                        Some(Control::Interrupt) => {
-                            let _ = handle.events.send(interrupted(id, usage)).await;
-                            return;
-                        }
-                        Some(Control::Abort) | None => {
-                            let _ = handle.events.send(aborted(usage)).await;
-                            return;
-                        }
-                    }
-                }
-                let _ = handle
-                    .events
-                    .send(ProviderEvent::Interrupted {
-                        covers: id,
-                        usage,
-                        reason: InterruptReason::ApprovalStop,
-                    })
-                    .await;
+                approval_stop(&mut handle, &mut queue, id, tool, until_push, usage).await;
                 return;
             }
             MockStep::Fail {
@@ -486,52 +412,174 @@ async fn run_query(
                 return;
             }
         };
-        let _ = handle
-            .events
-            .send(ProviderEvent::Activity {
-                tool: None,
-                summary: None,
-            })
-            .await;
-        // No timer for a zero delay: tokio rounds any sleep up to its next 1 ms tick, which was
-        // most of the benchmark's insert → reply time. Controls sent meanwhile wait in the
-        // channel for the loop above.
-        let thinking = sleep(delay);
-        tokio::pin!(thinking);
-        while !delay.is_zero() {
-            tokio::select! {
-                _ = &mut thinking => break,
-                control = handle.control.recv() => match control {
-                    Some(Control::Push { id, prompt }) => queue.push_back((id, prompt)),
-                    Some(Control::End) => ended = true,
-                    // The model saw this prompt (and what it answered before); queued pushes
-                    // were not consumed.
-                    Some(Control::Interrupt) => {
-                        let _ = handle.events.send(interrupted(id, usage)).await;
-                        return;
-                    }
-                    Some(Control::Approval { .. }) => {}
-                    Some(Control::Abort) | None => {
-                        let _ = handle.events.send(aborted(usage)).await;
-                        return;
-                    }
-                },
-            }
-        }
-        if handle
-            .events
-            .send(ProviderEvent::Result {
-                text,
-                covers: id,
-                usage,
-            })
-            .await
-            .is_err()
-        {
+        if !answer(&mut handle, &mut queue, &mut ended, delay, id, text, usage).await {
             return;
         }
         answered = id;
     }
+}
+
+/// Sends a `Parts` step's parts, in order.
+async fn send_parts(handle: &QueryHandle, parts: Vec<MockPart>) {
+    for part in parts {
+        let event = match part {
+            MockPart::Text { text } => ProviderEvent::Text { text },
+            MockPart::Tool { tool, summary } => ProviderEvent::Activity {
+                tool: Some(tool),
+                summary,
+            },
+            MockPart::Denied { denied, summary } => ProviderEvent::ToolDenied {
+                tool: denied,
+                summary,
+            },
+        };
+        let _ = handle.events.send(event).await;
+    }
+}
+
+/// The approval requests of an `Ask` step: its own call first, then the parallel ones.
+fn tool_calls(
+    first: MockCall,
+    undecidable: Option<String>,
+    parallel: Vec<MockCall>,
+) -> Vec<ApprovalKind> {
+    std::iter::once((first, undecidable))
+        .chain(parallel.into_iter().map(|call| (call, None)))
+        .map(
+            |(MockCall { tool, argument }, undecidable)| ApprovalKind::ToolCall {
+                summary: argument
+                    .as_deref()
+                    .and_then(crate::driver::activity::one_line_summary),
+                tool,
+                argument,
+                undecidable,
+            },
+        )
+        .collect()
+}
+
+/// Between prompts: waits for the next control. `false` when the query ends.
+async fn idle(
+    handle: &mut QueryHandle,
+    queue: &mut VecDeque<(PromptId, Prompt)>,
+    answered: PromptId,
+) -> bool {
+    match handle.control.recv().await {
+        Some(Control::Push { id, prompt }) => queue.push_back((id, prompt)),
+        Some(Control::End) | None => return false,
+        Some(Control::Abort) => {
+            let _ = handle.events.send(aborted(None)).await;
+            return false;
+        }
+        Some(Control::Interrupt) => {
+            let _ = handle.events.send(interrupted(answered, None)).await;
+            return false;
+        }
+        Some(Control::Approval { .. }) => {}
+    }
+    true
+}
+
+/// An `ApprovalStop` step: the tool runs (until a push when `until_push`), then the turn
+/// stops as the approval policy would.
+async fn approval_stop(
+    handle: &mut QueryHandle,
+    queue: &mut VecDeque<(PromptId, Prompt)>,
+    id: PromptId,
+    tool: String,
+    until_push: bool,
+    usage: Option<Usage>,
+) {
+    let _ = handle
+        .events
+        .send(ProviderEvent::Activity {
+            tool: Some(tool),
+            summary: None,
+        })
+        .await;
+    // The tool runs until a prompt is pushed; the push stays queued, unseen.
+    let mut running = until_push;
+    while running {
+        match handle.control.recv().await {
+            Some(Control::Push { id, prompt }) => {
+                queue.push_back((id, prompt));
+                running = false;
+            }
+            // No push can come any more: the tool returns.
+            Some(Control::End) => running = false,
+            Some(Control::Approval { .. }) => {}
+            Some(Control::Interrupt) => {
+                let _ = handle.events.send(interrupted(id, usage)).await;
+                return;
+            }
+            Some(Control::Abort) | None => {
+                let _ = handle.events.send(aborted(usage)).await;
+                return;
+            }
+        }
+    }
+    let _ = handle
+        .events
+        .send(ProviderEvent::Interrupted {
+            covers: id,
+            usage,
+            reason: InterruptReason::ApprovalStop,
+        })
+        .await;
+}
+
+/// Answers prompt `id` with `text`: liveness, `delay` of thinking (taking controls meanwhile),
+/// then the result. `false` when the turn or the query ended early.
+async fn answer(
+    handle: &mut QueryHandle,
+    queue: &mut VecDeque<(PromptId, Prompt)>,
+    ended: &mut bool,
+    delay: Duration,
+    id: PromptId,
+    text: String,
+    usage: Option<Usage>,
+) -> bool {
+    let _ = handle
+        .events
+        .send(ProviderEvent::Activity {
+            tool: None,
+            summary: None,
+        })
+        .await;
+    // No timer for a zero delay: tokio rounds any sleep up to its next 1 ms tick, which was
+    // most of the benchmark's insert → reply time. Controls sent meanwhile wait in the
+    // channel for the loop above.
+    let thinking = sleep(delay);
+    tokio::pin!(thinking);
+    while !delay.is_zero() {
+        tokio::select! {
+            _ = &mut thinking => break,
+            control = handle.control.recv() => match control {
+                Some(Control::Push { id, prompt }) => queue.push_back((id, prompt)),
+                Some(Control::End) => *ended = true,
+                // The model saw this prompt (and what it answered before); queued pushes
+                // were not consumed.
+                Some(Control::Interrupt) => {
+                    let _ = handle.events.send(interrupted(id, usage)).await;
+                    return false;
+                }
+                Some(Control::Approval { .. }) => {}
+                Some(Control::Abort) | None => {
+                    let _ = handle.events.send(aborted(usage)).await;
+                    return false;
+                }
+            },
+        }
+    }
+    handle
+        .events
+        .send(ProviderEvent::Result {
+            text,
+            covers: id,
+            usage,
+        })
+        .await
+        .is_ok()
 }
 
 /// What one step asks at once.

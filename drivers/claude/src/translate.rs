@@ -256,130 +256,18 @@ impl Translator {
 
     fn on_system(&mut self, system: SystemLine) -> Translated {
         match system.subtype.as_str() {
-            "init" => {
-                let mut events = Vec::new();
-                if let Some(id) = system.session_id.filter(|id| !id.is_empty()) {
-                    if self.session.as_deref() != Some(id.as_str()) {
-                        self.session = Some(id.clone());
-                        events.push(ProviderEvent::Init { session_id: id });
-                    }
-                }
-                for server in system
-                    .mcp_servers
-                    .iter()
-                    .filter(|s| s.status != "connected")
-                {
-                    tracing::warn!(server = %server.name, status = %server.status, "MCP server not connected");
-                    events.push(ProviderEvent::Progress {
-                        message: format!("MCP server {} is {}", server.name, server.status),
-                    });
-                }
-                Translated {
-                    events,
-                    signal: None,
-                }
-            }
-            "api_retry" => {
-                let category = system
-                    .error
-                    .as_ref()
-                    .and_then(Value::as_str)
-                    .unwrap_or("unknown");
-                let status = system
-                    .error_status
-                    .map_or_else(|| "no response".to_owned(), |s| format!("HTTP {s}"));
-                let message = format!(
-                    "model API error ({status}, {category}); claude retries ({}/{}) in {} ms",
-                    system.attempt.unwrap_or(0),
-                    system.max_retries.unwrap_or(0),
-                    system.retry_delay_ms.unwrap_or(0),
-                );
-                let mut classification = classify_category(category).unwrap_or_else(|| {
-                    classify(system.error_status, "", None).unwrap_or(ErrorClass::Api)
-                });
-                if let ErrorClass::RateLimited { .. } = classification {
-                    self.rate_limit_delay_ms = system.retry_delay_ms;
-                    classification = ErrorClass::RateLimited {
-                        retry_after_secs: retry_after_secs(system.retry_delay_ms),
-                    };
-                }
-                Translated::event(ProviderEvent::Error {
-                    message,
-                    retryable: true,
-                    classification,
-                    ends_turn: false,
-                    usage: None,
-                })
-            }
-            "api_error" => {
-                let error = system.error.unwrap_or_default();
-                let status = error
-                    .get("status")
-                    .and_then(Value::as_u64)
-                    .and_then(|s| u16::try_from(s).ok());
-                let message = error
-                    .get("formatted")
-                    .or_else(|| error.get("message"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("model API error")
-                    .to_owned();
-                Translated::event(ProviderEvent::Error {
-                    message,
-                    retryable: true,
-                    classification: classify(status, "", None).unwrap_or(ErrorClass::Api),
-                    ends_turn: false,
-                    usage: None,
-                })
-            }
-            "status" => {
-                if let Some(result) = system.compact_result {
-                    let message = match system.compact_error {
-                        Some(error) => format!("compaction {result}: {error}"),
-                        None => format!("compaction {result}"),
-                    };
-                    Translated::event(ProviderEvent::Progress { message })
-                } else if system.status.as_deref() == Some("compacting") {
-                    Translated::event(ProviderEvent::Progress {
-                        message: "compacting the conversation".into(),
-                    })
-                } else {
-                    Translated::activity()
-                }
-            }
-            "compact_boundary" => {
-                let meta = system.compact_metadata.unwrap_or_default();
-                let mut message = format!(
-                    "conversation compacted ({})",
-                    meta.trigger.as_deref().unwrap_or("unknown trigger")
-                );
-                if let Some(pre) = meta.pre_tokens {
-                    message.push_str(&format!(", {pre} tokens before"));
-                }
-                if let Some(post) = meta.post_tokens {
-                    message.push_str(&format!(", {post} after"));
-                }
-                Translated::event(ProviderEvent::Progress { message })
-            }
+            "init" => self.on_init(system),
+            "api_retry" => self.on_api_retry(system),
+            "api_error" => on_api_error(system),
+            "status" => on_status(system),
+            "compact_boundary" => on_compact_boundary(system),
             "informational" if system.level.as_deref() == Some("warning") => {
                 Translated::event(ProviderEvent::Progress {
                     message: system.content.unwrap_or_default(),
                 })
             }
             // The CLI refused a call by its own rule (`--disallowedTools`).
-            "permission_denied" => {
-                let tool = system
-                    .extra
-                    .get("tool_name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned();
-                let summary = system
-                    .extra
-                    .get("tool_use_id")
-                    .and_then(Value::as_str)
-                    .and_then(|id| self.summaries.get(id).cloned().flatten());
-                Translated::event(ProviderEvent::ToolDenied { tool, summary })
-            }
+            "permission_denied" => self.on_permission_denied(&system),
             "model_fallback" | "model_refusal_fallback" | "model_refusal_no_fallback" => {
                 Translated::event(ProviderEvent::Progress {
                     message: format!("claude reported {}", system.subtype),
@@ -390,6 +278,80 @@ impl Translator {
                 Translated::activity()
             }
         }
+    }
+
+    /// `system/init`: the session id (once per change) and any MCP server not connected.
+    fn on_init(&mut self, system: SystemLine) -> Translated {
+        let mut events = Vec::new();
+        if let Some(id) = system.session_id.filter(|id| !id.is_empty()) {
+            if self.session.as_deref() != Some(id.as_str()) {
+                self.session = Some(id.clone());
+                events.push(ProviderEvent::Init { session_id: id });
+            }
+        }
+        for server in system
+            .mcp_servers
+            .iter()
+            .filter(|s| s.status != "connected")
+        {
+            tracing::warn!(server = %server.name, status = %server.status, "MCP server not connected");
+            events.push(ProviderEvent::Progress {
+                message: format!("MCP server {} is {}", server.name, server.status),
+            });
+        }
+        Translated {
+            events,
+            signal: None,
+        }
+    }
+
+    /// `system/api_retry`: the CLI retries the model API itself; a rate limit keeps its delay.
+    fn on_api_retry(&mut self, system: SystemLine) -> Translated {
+        let category = system
+            .error
+            .as_ref()
+            .and_then(Value::as_str)
+            .unwrap_or("unknown");
+        let status = system
+            .error_status
+            .map_or_else(|| "no response".to_owned(), |s| format!("HTTP {s}"));
+        let message = format!(
+            "model API error ({status}, {category}); claude retries ({}/{}) in {} ms",
+            system.attempt.unwrap_or(0),
+            system.max_retries.unwrap_or(0),
+            system.retry_delay_ms.unwrap_or(0),
+        );
+        let mut classification = classify_category(category)
+            .unwrap_or_else(|| classify(system.error_status, "", None).unwrap_or(ErrorClass::Api));
+        if let ErrorClass::RateLimited { .. } = classification {
+            self.rate_limit_delay_ms = system.retry_delay_ms;
+            classification = ErrorClass::RateLimited {
+                retry_after_secs: retry_after_secs(system.retry_delay_ms),
+            };
+        }
+        Translated::event(ProviderEvent::Error {
+            message,
+            retryable: true,
+            classification,
+            ends_turn: false,
+            usage: None,
+        })
+    }
+
+    /// `system/permission_denied`: the tool and, when known, its call's summary.
+    fn on_permission_denied(&self, system: &SystemLine) -> Translated {
+        let tool = system
+            .extra
+            .get("tool_name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let summary = system
+            .extra
+            .get("tool_use_id")
+            .and_then(Value::as_str)
+            .and_then(|id| self.summaries.get(id).cloned().flatten());
+        Translated::event(ProviderEvent::ToolDenied { tool, summary })
     }
 
     fn on_assistant(&mut self, line: MessageLine) -> Translated {
@@ -608,6 +570,61 @@ impl Translator {
         };
         self.consumed = self.consumed.max(consumed);
     }
+}
+
+/// `system/api_error`: a model API error the CLI reports and retries.
+fn on_api_error(system: SystemLine) -> Translated {
+    let error = system.error.unwrap_or_default();
+    let status = error
+        .get("status")
+        .and_then(Value::as_u64)
+        .and_then(|s| u16::try_from(s).ok());
+    let message = error
+        .get("formatted")
+        .or_else(|| error.get("message"))
+        .and_then(Value::as_str)
+        .unwrap_or("model API error")
+        .to_owned();
+    Translated::event(ProviderEvent::Error {
+        message,
+        retryable: true,
+        classification: classify(status, "", None).unwrap_or(ErrorClass::Api),
+        ends_turn: false,
+        usage: None,
+    })
+}
+
+/// `system/status`: compaction starting or its result; otherwise liveness.
+fn on_status(system: SystemLine) -> Translated {
+    if let Some(result) = system.compact_result {
+        let message = match system.compact_error {
+            Some(error) => format!("compaction {result}: {error}"),
+            None => format!("compaction {result}"),
+        };
+        Translated::event(ProviderEvent::Progress { message })
+    } else if system.status.as_deref() == Some("compacting") {
+        Translated::event(ProviderEvent::Progress {
+            message: "compacting the conversation".into(),
+        })
+    } else {
+        Translated::activity()
+    }
+}
+
+/// `system/compact_boundary`: the conversation was compacted, with its token counts.
+fn on_compact_boundary(system: SystemLine) -> Translated {
+    let meta = system.compact_metadata.unwrap_or_default();
+    let mut message = format!(
+        "conversation compacted ({})",
+        meta.trigger.as_deref().unwrap_or("unknown trigger")
+    );
+    if let Some(pre) = meta.pre_tokens {
+        message.push_str(&format!(", {pre} tokens before"));
+    }
+    if let Some(post) = meta.post_tokens {
+        message.push_str(&format!(", {post} after"));
+    }
+    Translated::event(ProviderEvent::Progress { message })
 }
 
 /// What the turn a result ends cost (module docs, "What a turn cost"); `None` when the line

@@ -61,110 +61,34 @@ impl Failure {
 }
 
 pub(super) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle: QueryHandle) {
-    let mut server = match live_server(&shared).await {
+    let server = match session_server(&shared, &input).await {
         Ok(server) => server,
         Err(failure) => {
             let _ = handle.events.send(error_event(failure)).await;
             return;
         }
     };
-    // One session per process: a thread stays loaded (with its MCP servers) after
-    // `thread/unsubscribe` (measured), so another session (after `/clear`) gets a fresh process.
-    let other_session = {
-        let threads = rpc_lock(&server.threads);
-        !threads.is_empty()
-            && !input
-                .continuation
-                .as_ref()
-                .is_some_and(|id| threads.contains_key(id))
-    };
-    if other_session {
-        tracing::info!(
-            pid = server.pid(),
-            "another session: restarting codex app-server"
-        );
-        // The previous session's archive reads its thread from this process.
-        shared.archive.wait_idle("codex").await;
-        server.terminate().await;
-        forget_server(&shared, &server).await;
-        server = match live_server(&shared).await {
-            Ok(server) => server,
-            Err(failure) => {
-                let _ = handle.events.send(error_event(failure)).await;
-                return;
-            }
-        };
-    }
     // One query at a time on the connection; a previous query that is still winding down (an
     // abort waiting for its turn to end) finishes first.
     let mut incoming = server.incoming.lock().await;
-    // Notifications left from an earlier query (late thread status, token usage) are stale; an
-    // approval request nobody judged is declined.
-    while let Ok(stale) = incoming.try_recv() {
-        if let Incoming::ServerRequest {
-            method,
-            pending: Some((id, _)),
-        } = &stale
-        {
-            tracing::info!(%method, "approval request between queries: declined");
-            let refusal = if method.starts_with("mcpServer/") {
-                serde_json::json!({ "action": "decline", "content": null, "_meta": null })
-            } else {
-                serde_json::json!({ "decision": "decline" })
-            };
-            server.respond(id.clone(), refusal);
-        }
-        if matches!(stale, Incoming::Exited) {
-            let _ = handle
-                .events
-                .send(error_event(Failure::process(
-                    "the codex app-server process exited",
-                )))
-                .await;
-            return;
-        }
-    }
-    let (thread_id, thread_model) = match open_thread(&shared, &server, &input, &handle).await {
-        Ok(opened) => opened,
-        Err(failure) => {
-            let _ = handle.events.send(error_event(failure)).await;
-            return;
-        }
-    };
-    if handle
-        .events
-        .send(ProviderEvent::Init {
-            session_id: thread_id.clone(),
-        })
-        .await
-        .is_err()
-    {
+    let Some((thread_id, thread_model)) =
+        open_session(&shared, &server, &mut incoming, &input, &handle).await
+    else {
         return;
-    }
-
+    };
     let settings = &shared.settings;
     // Sent with every turn: `turn/start`'s model sticks to the thread, so a query without a
     // choice of its own goes back to the configured model (and an unknown one is not kept).
     let turn_model = input.model.clone().or_else(|| settings.model.clone());
-    let mut state = QueryState::new(input.prompt, settings.codex_steer)
-        .with_max_turns(settings.max_turns_per_query)
-        .with_model(turn_model.clone().or(thread_model))
-        .with_approvals(
-            settings.tool_policy.clone(),
-            settings.elicitation,
-            settings.approval_stop_tools.clone(),
-        );
+    let mut state = query_state(settings, input.prompt, turn_model.clone().or(thread_model));
     let mut actions: std::collections::VecDeque<Action> = state.begin().into();
-    let tick = (settings.watchdog / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
-    let mut ticker = tokio::time::interval(tick);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticker = watchdog_ticker(settings);
     let mut control_open = true;
     let mut abort_started: Option<Instant> = None;
     let mut stop_started: Option<Instant> = None;
     // The watchdog measures silence since the later of Codex's last output and our last
     // request: an app-server idle between queries is not a hung turn.
     let mut last_request = Instant::now();
-
     loop {
         // Perform everything the state machine asked for, in order.
         while let Some(action) = actions.pop_front() {
@@ -178,60 +102,20 @@ pub(super) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
                 }
                 Action::StartTurn { input } => {
                     last_request = Instant::now();
-                    let mut params = serde_json::json!({ "threadId": thread_id, "input": input });
-                    if let Some(model) = &turn_model {
-                        params["model"] = Value::from(model.as_str());
-                    }
-                    let next = match server.request("turn/start", params).await {
-                        Ok(result) => match serde_json::from_value::<TurnResponse>(result) {
-                            Ok(response) => state.on_turn_started(response.turn.id, Instant::now()),
-                            Err(err) => state.on_request_failed(
-                                format!("unexpected turn/start answer: {err}"),
-                                ErrorClass::Other,
-                                true,
-                            ),
-                        },
-                        Err(err) => request_failed(&mut state, &server, "turn/start", err).await,
-                    };
-                    actions.extend(next);
+                    let model = turn_model.as_deref();
+                    actions.extend(start_turn(&mut state, &server, &thread_id, model, input).await);
                 }
                 Action::Steer { turn_id, id, input } => {
                     last_request = Instant::now();
-                    let params = serde_json::json!({ "threadId": thread_id, "expectedTurnId": turn_id, "input": input });
-                    match server.request("turn/steer", params).await {
-                        Ok(_) => {}
-                        Err(RpcError::Server(body)) => {
-                            tracing::info!(id, error = %body.message, "turn/steer refused; the push goes to the next turn");
-                            actions.extend(state.on_steer_failed(id));
-                        }
-                        Err(err) => actions
-                            .extend(request_failed(&mut state, &server, "turn/steer", err).await),
-                    }
+                    let next = steer(&mut state, &server, &thread_id, turn_id, id, input).await;
+                    actions.extend(next);
                 }
                 Action::Interrupt { turn_id } => {
-                    let delay = *rpc_lock(&shared.interrupt_delay);
-                    if !delay.is_zero() {
-                        tokio::time::sleep(delay).await;
-                    }
-                    let params = serde_json::json!({ "threadId": thread_id, "turnId": turn_id });
-                    match server.request("turn/interrupt", params).await {
-                        Ok(_) => {}
-                        // The turn ended meanwhile; its turn/completed is on the way.
-                        Err(RpcError::Server(body)) => {
-                            tracing::debug!(error = %body.message, "turn/interrupt refused")
-                        }
-                        Err(err) => actions.extend(
-                            request_failed(&mut state, &server, "turn/interrupt", err).await,
-                        ),
-                    }
+                    let next = interrupt(&shared, &mut state, &server, &thread_id, turn_id).await;
+                    actions.extend(next);
                 }
                 Action::Respond { id, result } => server.respond(id, result),
-                Action::Note { text } => {
-                    let params = protocol::inject_instructions_params(&thread_id, &text);
-                    if let Err(err) = server.request("thread/inject_items", params).await {
-                        tracing::warn!(%err, "could not add the approval-stop note to the thread");
-                    }
-                }
+                Action::Note { text } => note(&server, &thread_id, &text).await,
                 Action::Close => {}
             }
         }
@@ -241,14 +125,7 @@ pub(super) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
             let guard = shared.archive.reserve();
             drop(incoming);
             drop(handle);
-            let job = archiving::Job {
-                server: Arc::clone(&server),
-                thread_id,
-            };
-            shared
-                .archive
-                .run(guard, job, |job| archiving::archive_thread(settings, job))
-                .await;
+            archive(&shared, guard, &server, thread_id).await;
             return;
         }
         if state.aborting() && abort_started.is_none() {
@@ -269,76 +146,321 @@ pub(super) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
                 actions.extend(state.on_control(control, Instant::now()));
             }
             message = incoming.recv() => {
-                let now = Instant::now();
-                match message {
-                    Some(Incoming::Notification { method, params }) => {
-                        if belongs_to(&params, &thread_id) {
-                            actions.extend(state.on_notification(&method, &params, now));
-                        }
-                    }
-                    Some(Incoming::ServerRequest { method, pending }) => {
-                        actions.extend(state.on_server_request(&method, pending, now))
-                    }
-                    Some(Incoming::Exited) | None => {
-                        let detail = exit_detail(&server).await;
-                        forget_server(&shared, &server).await;
-                        actions.extend(state.on_exit(&detail));
-                    }
-                }
+                actions.extend(on_incoming(&shared, &server, &mut state, &thread_id, message).await);
             }
             _ = ticker.tick() => {
                 let now = Instant::now();
                 if stop_started.is_some_and(|since| now.duration_since(since) > STOP_DEADLINE) {
-                    tracing::warn!("codex did not end the stopped turn in time; stopping app-server");
-                    // Forgotten first, so the next query starts a new process (resuming the
-                    // thread) instead of reusing this one.
-                    forget_server(&shared, &server).await;
-                    for action in state.on_stop_timeout() {
-                        if let Action::Emit(event) = action {
-                            let _ = handle.events.send(event).await;
-                        }
-                    }
+                    stop_timed_out(&shared, &server, &mut state, &handle).await;
                     drop(incoming);
                     drop(handle);
                     server.terminate().await;
                     return;
                 }
-                if let Some(since) = abort_started {
-                    if now.duration_since(since) > ABORT_DEADLINE {
-                        tracing::warn!("codex did not end the aborted turn in time; stopping app-server");
-                        server.terminate().await;
-                        forget_server(&shared, &server).await;
-                        return;
-                    }
+                if abort_started.is_some_and(|since| now.duration_since(since) > ABORT_DEADLINE) {
+                    tracing::warn!("codex did not end the aborted turn in time; stopping app-server");
+                    server.terminate().await;
+                    forget_server(&shared, &server).await;
+                    return;
                 }
                 // While an approval waits for the user, Codex waits too: its silence is not a hang.
                 if state.turn_active() && !state.aborting() && !state.awaiting_approval() {
-                    let limit = if state.tool_running() {
-                        settings.watchdog.max(settings.tool_timeout + command::TOOL_TIMEOUT_MARGIN + TOOL_WATCHDOG_MARGIN)
-                    } else {
-                        settings.watchdog
-                    };
+                    let limit = watchdog_limit(settings, &state);
                     let silence = server.silence().min(last_request.elapsed());
                     if silence > limit {
                         tracing::warn!(silent_secs = silence.as_secs(), "codex watchdog fired; stopping app-server");
                         server.terminate().await;
                         forget_server(&shared, &server).await;
-                        let _ = handle
-                            .events
-                            .send(ProviderEvent::Error {
-                                message: format!("codex produced no output for {}s during a turn", silence.as_secs()),
-                                retryable: true,
-                                classification: ErrorClass::Watchdog,
-                                ends_turn: true,
-                                usage: state.take_usage(),
-                            })
-                            .await;
+                        let _ = handle.events.send(watchdog_error(silence, &mut state)).await;
                         return;
                     }
                 }
                 actions.extend(state.on_tick(now));
             }
         }
+    }
+}
+
+/// Readies the connection for this query and opens its thread: the thread's id and model, or
+/// `None` when the query already ended (its error sent, or the runner gone).
+async fn open_session(
+    shared: &Shared,
+    server: &AppServer,
+    incoming: &mut tokio::sync::mpsc::UnboundedReceiver<Incoming>,
+    input: &QueryInput,
+    handle: &QueryHandle,
+) -> Option<(String, Option<String>)> {
+    if !drain_stale(server, incoming) {
+        let _ = handle
+            .events
+            .send(error_event(Failure::process(
+                "the codex app-server process exited",
+            )))
+            .await;
+        return None;
+    }
+    let (thread_id, thread_model) = match open_thread(shared, server, input, handle).await {
+        Ok(opened) => opened,
+        Err(failure) => {
+            let _ = handle.events.send(error_event(failure)).await;
+            return None;
+        }
+    };
+    handle
+        .events
+        .send(ProviderEvent::Init {
+            session_id: thread_id.clone(),
+        })
+        .await
+        .ok()?;
+    Some((thread_id, thread_model))
+}
+
+/// The state machine of a query answering `prompt` with `model`, under `settings`.
+fn query_state(
+    settings: &ProviderSettings,
+    prompt: provider::Prompt,
+    model: Option<String>,
+) -> QueryState {
+    QueryState::new(prompt, settings.codex_steer)
+        .with_max_turns(settings.max_turns_per_query)
+        .with_model(model)
+        .with_approvals(
+            settings.tool_policy.clone(),
+            settings.elicitation,
+            settings.approval_stop_tools.clone(),
+        )
+}
+
+/// Adds the approval-stop note to the thread; a failure is logged, the query goes on.
+async fn note(server: &AppServer, thread_id: &str, text: &str) {
+    let params = protocol::inject_instructions_params(thread_id, text);
+    if let Err(err) = server.request("thread/inject_items", params).await {
+        tracing::warn!(%err, "could not add the approval-stop note to the thread");
+    }
+}
+
+/// Archives the closed query's thread, holding `guard` (taken before the stream closed).
+async fn archive(
+    shared: &Shared,
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+    server: &Arc<AppServer>,
+    thread_id: String,
+) {
+    let job = archiving::Job {
+        server: Arc::clone(server),
+        thread_id,
+    };
+    let settings = &shared.settings;
+    shared
+        .archive
+        .run(guard, job, |job| archiving::archive_thread(settings, job))
+        .await;
+}
+
+/// The app-server for this query: a live one, or a fresh one when the live one holds another
+/// session's thread.
+async fn session_server(shared: &Shared, input: &QueryInput) -> Result<Arc<AppServer>, Failure> {
+    let server = live_server(shared).await?;
+    // One session per process: a thread stays loaded (with its MCP servers) after
+    // `thread/unsubscribe` (measured), so another session (after `/clear`) gets a fresh process.
+    let other_session = {
+        let threads = rpc_lock(&server.threads);
+        !threads.is_empty()
+            && !input
+                .continuation
+                .as_ref()
+                .is_some_and(|id| threads.contains_key(id))
+    };
+    if !other_session {
+        return Ok(server);
+    }
+    tracing::info!(
+        pid = server.pid(),
+        "another session: restarting codex app-server"
+    );
+    // The previous session's archive reads its thread from this process.
+    shared.archive.wait_idle("codex").await;
+    server.terminate().await;
+    forget_server(shared, &server).await;
+    live_server(shared).await
+}
+
+/// Drops what an earlier query left (late thread status, token usage: stale) and declines an
+/// approval request nobody judged. `false` when the app-server exited meanwhile.
+fn drain_stale(
+    server: &AppServer,
+    incoming: &mut tokio::sync::mpsc::UnboundedReceiver<Incoming>,
+) -> bool {
+    while let Ok(stale) = incoming.try_recv() {
+        if let Incoming::ServerRequest {
+            method,
+            pending: Some((id, _)),
+        } = &stale
+        {
+            tracing::info!(%method, "approval request between queries: declined");
+            let refusal = if method.starts_with("mcpServer/") {
+                serde_json::json!({ "action": "decline", "content": null, "_meta": null })
+            } else {
+                serde_json::json!({ "decision": "decline" })
+            };
+            server.respond(id.clone(), refusal);
+        }
+        if matches!(stale, Incoming::Exited) {
+            return false;
+        }
+    }
+    true
+}
+
+/// `turn/start` on `thread_id` with `input` (and the query's model): what the state machine
+/// does next.
+async fn start_turn(
+    state: &mut QueryState,
+    server: &AppServer,
+    thread_id: &str,
+    model: Option<&str>,
+    input: Vec<Value>,
+) -> Vec<Action> {
+    let mut params = serde_json::json!({ "threadId": thread_id, "input": input });
+    if let Some(model) = model {
+        params["model"] = Value::from(model);
+    }
+    match server.request("turn/start", params).await {
+        Ok(result) => match serde_json::from_value::<TurnResponse>(result) {
+            Ok(response) => state.on_turn_started(response.turn.id, Instant::now()),
+            Err(err) => state.on_request_failed(
+                format!("unexpected turn/start answer: {err}"),
+                ErrorClass::Other,
+                true,
+            ),
+        },
+        Err(err) => request_failed(state, server, "turn/start", err).await,
+    }
+}
+
+/// `turn/interrupt` of `turn_id` (after the test-only delay): what the state machine does next.
+async fn interrupt(
+    shared: &Shared,
+    state: &mut QueryState,
+    server: &AppServer,
+    thread_id: &str,
+    turn_id: String,
+) -> Vec<Action> {
+    let delay = *rpc_lock(&shared.interrupt_delay);
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let params = serde_json::json!({ "threadId": thread_id, "turnId": turn_id });
+    match server.request("turn/interrupt", params).await {
+        Ok(_) => Vec::new(),
+        // The turn ended meanwhile; its turn/completed is on the way.
+        Err(RpcError::Server(body)) => {
+            tracing::debug!(error = %body.message, "turn/interrupt refused");
+            Vec::new()
+        }
+        Err(err) => request_failed(state, server, "turn/interrupt", err).await,
+    }
+}
+
+/// `turn/steer` of `input` into `turn_id`; a refusal sends push `id` to the next turn.
+async fn steer(
+    state: &mut QueryState,
+    server: &AppServer,
+    thread_id: &str,
+    turn_id: String,
+    id: provider::PromptId,
+    input: Vec<Value>,
+) -> Vec<Action> {
+    let params =
+        serde_json::json!({ "threadId": thread_id, "expectedTurnId": turn_id, "input": input });
+    match server.request("turn/steer", params).await {
+        Ok(_) => Vec::new(),
+        Err(RpcError::Server(body)) => {
+            tracing::info!(id, error = %body.message, "turn/steer refused; the push goes to the next turn");
+            state.on_steer_failed(id)
+        }
+        Err(err) => request_failed(state, server, "turn/steer", err).await,
+    }
+}
+
+/// What the app-server sent (`None`: its stream ended): what the state machine does next.
+async fn on_incoming(
+    shared: &Shared,
+    server: &Arc<AppServer>,
+    state: &mut QueryState,
+    thread_id: &str,
+    message: Option<Incoming>,
+) -> Vec<Action> {
+    let now = Instant::now();
+    match message {
+        Some(Incoming::Notification { method, params }) => {
+            if belongs_to(&params, thread_id) {
+                state.on_notification(&method, &params, now)
+            } else {
+                Vec::new()
+            }
+        }
+        Some(Incoming::ServerRequest { method, pending }) => {
+            state.on_server_request(&method, pending, now)
+        }
+        Some(Incoming::Exited) | None => {
+            let detail = exit_detail(server).await;
+            forget_server(shared, server).await;
+            state.on_exit(&detail)
+        }
+    }
+}
+
+/// A stopped turn did not end in time: forgets the app-server and sends the turn's last events.
+async fn stop_timed_out(
+    shared: &Shared,
+    server: &Arc<AppServer>,
+    state: &mut QueryState,
+    handle: &QueryHandle,
+) {
+    tracing::warn!("codex did not end the stopped turn in time; stopping app-server");
+    // Forgotten first, so the next query starts a new process (resuming the thread) instead of
+    // reusing this one.
+    forget_server(shared, server).await;
+    for action in state.on_stop_timeout() {
+        if let Action::Emit(event) = action {
+            let _ = handle.events.send(event).await;
+        }
+    }
+}
+
+/// The watchdog's clock: a quarter of its limit, between 100 ms and 1 s; late ticks are not
+/// made up.
+fn watchdog_ticker(settings: &ProviderSettings) -> tokio::time::Interval {
+    let tick = (settings.watchdog / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
+    let mut ticker = tokio::time::interval(tick);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker
+}
+
+/// The silence the watchdog allows now: a running tool gets its own timeout and margins.
+fn watchdog_limit(settings: &ProviderSettings, state: &QueryState) -> Duration {
+    if state.tool_running() {
+        settings
+            .watchdog
+            .max(settings.tool_timeout + command::TOOL_TIMEOUT_MARGIN + TOOL_WATCHDOG_MARGIN)
+    } else {
+        settings.watchdog
+    }
+}
+
+/// The error a fired watchdog ends the turn with.
+fn watchdog_error(silence: Duration, state: &mut QueryState) -> ProviderEvent {
+    ProviderEvent::Error {
+        message: format!(
+            "codex produced no output for {}s during a turn",
+            silence.as_secs()
+        ),
+        retryable: true,
+        classification: ErrorClass::Watchdog,
+        ends_turn: true,
+        usage: state.take_usage(),
     }
 }
 

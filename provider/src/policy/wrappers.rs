@@ -148,10 +148,7 @@ pub(super) fn normalise(name: &str, args: &[Word]) -> Result<Vec<String>, String
 
 /// What `name` run with `args` runs in turn (nothing for a program that is no wrapper).
 pub(super) fn inner(name: &str, args: &[Word]) -> Vec<Inner> {
-    let command = |at: usize| match args.get(at..) {
-        Some(rest) if !rest.is_empty() => vec![Inner::Command(rest.to_vec())],
-        _ => Vec::new(),
-    };
+    let command = |at: usize| command_from(args, at);
     match name {
         "sh" | "bash" | "dash" | "zsh" | "ksh" | "mksh" | "ash" | "yash" | "posh" | "fish"
         | "rbash" => shell(name, args),
@@ -162,13 +159,7 @@ pub(super) fn inner(name: &str, args: &[Word]) -> Vec<Inner> {
         ))],
         "exec" => command(options(args, "a", &[])),
         "command" | "builtin" | "nohup" | "busybox" => command(options(args, "", &[])),
-        "trap" => {
-            let at = options(args, "", &[]);
-            match args.get(at..) {
-                Some([action, _signal, ..]) if !action.is("-") => vec![Inner::Code(action.clone())],
-                _ => Vec::new(),
-            }
-        }
+        "trap" => trap(args),
         "env" => env(args),
         "nice" => command(options(args, "n", &["--adjustment"])),
         "time" => command(options(args, "fo", &["--format", "--output"])),
@@ -176,6 +167,137 @@ pub(super) fn inner(name: &str, args: &[Word]) -> Vec<Inner> {
         "stdbuf" => command(options(args, "ioe", &["--input", "--output", "--error"])),
         "chroot" => command(options(args, "", &["--userspec", "--groups"]).saturating_add(1)),
         "setsid" => command(options(args, "", &[])),
+        "ionice" | "taskset" | "chrt" | "prlimit" => scheduler(name, args),
+        "setpriv" => command(options(args, "", SETPRIV_VALUE_OPTIONS)),
+        "unshare" => command(options(args, "SGRw", UNSHARE_VALUE_OPTIONS)),
+        "nsenter" => command(options(
+            args,
+            "tSGnN",
+            &["--target", "--setuid", "--setgid", "--env"],
+        )),
+        "flock" => flock(args),
+        "runuser" | "su" => su(name, args),
+        "sg" => sg(args),
+        "script" => option_values(args, 'c', "--command")
+            .into_iter()
+            .map(Inner::Code)
+            .collect(),
+        "sudo" => sudo(args),
+        "doas" => command(options(args, "uC", &[])),
+        "pkexec" => command(options(args, "", &["--user"])),
+        "watch" => watch(args),
+        "parallel" => parallel(args),
+        "xargs" => xargs(args),
+        "find" => find(args),
+        "strace" | "ltrace" => command(options(args, "abeEIoOpPsSuUX", &[])),
+        // `coproc NAME { …; }` reaches us as words when the grammar misses the group.
+        "coproc"
+            if args
+                .iter()
+                .any(|w| w.value == "{" || w.value.starts_with('(')) =>
+        {
+            vec![Inner::Unknown(
+                "coproc runs a compound command the parser did not read: write it plainly"
+                    .to_owned(),
+            )]
+        }
+        "coproc" | "catchsegv" | "eatmydata" | "unbuffer" | "dbus-run-session" | "valgrind" => {
+            command(options(args, "", &[]))
+        }
+        "fakeroot" => command(options(args, "lsi", &["--lib", "--faked"])),
+        "hash" if has_flag(args, 'p', "") => vec![Inner::Unknown(
+            "hash -p makes a name run a file the rules cannot read: write the command literally"
+                .to_owned(),
+        )],
+        "git" => git_code(args),
+        _ => Vec::new(),
+    }
+}
+
+/// The command `args` hold from index `at` on (nothing when none is left).
+fn command_from(args: &[Word], at: usize) -> Vec<Inner> {
+    match args.get(at..) {
+        Some(rest) if !rest.is_empty() => vec![Inner::Command(rest.to_vec())],
+        _ => Vec::new(),
+    }
+}
+
+/// `setpriv`'s long options that take a value.
+const SETPRIV_VALUE_OPTIONS: &[&str] = &[
+    "--reuid",
+    "--regid",
+    "--ruid",
+    "--rgid",
+    "--euid",
+    "--egid",
+    "--groups",
+    "--securebits",
+    "--pdeathsig",
+    "--selinux-label",
+    "--apparmor-profile",
+    "--inh-caps",
+    "--ambient-caps",
+    "--bounding-set",
+    "--landlock-access",
+    "--landlock-rule",
+    "--ptracer",
+];
+
+/// `unshare`'s long options that take a value.
+const UNSHARE_VALUE_OPTIONS: &[&str] = &[
+    "--setuid",
+    "--setgid",
+    "--root",
+    "--wd",
+    "--propagation",
+    "--setgroups",
+    "--map-user",
+    "--map-group",
+    "--map-users",
+    "--map-groups",
+    "--monotonic",
+    "--boottime",
+];
+
+/// `trap ACTION SIGNAL…`: the action is shell code (`-` resets, runs nothing).
+fn trap(args: &[Word]) -> Vec<Inner> {
+    let at = options(args, "", &[]);
+    match args.get(at..) {
+        Some([action, _signal, ..]) if !action.is("-") => vec![Inner::Code(action.clone())],
+        _ => Vec::new(),
+    }
+}
+
+/// `sg GROUP [-c] CODE`: the code runs as a shell command.
+fn sg(args: &[Word]) -> Vec<Inner> {
+    let at = options(args, "", &[]).saturating_add(1);
+    match args.get(at..) {
+        Some([flag, code, ..]) if flag.is("-c") => vec![Inner::Code(code.clone())],
+        Some(rest) if !rest.is_empty() => vec![Inner::Code(Word::join(rest))],
+        _ => Vec::new(),
+    }
+}
+
+/// `watch [-x] …`: a command with `-x`, else shell code.
+fn watch(args: &[Word]) -> Vec<Inner> {
+    let at = options(
+        args,
+        "nq",
+        &["--interval", "--equexit", "--errexit-command", "--precise"],
+    );
+    let exec = has_flag(&args[..at.min(args.len())], 'x', "--exec");
+    match args.get(at..) {
+        Some(rest) if !rest.is_empty() && exec => vec![Inner::Command(rest.to_vec())],
+        Some(rest) if !rest.is_empty() => vec![Inner::Code(Word::join(rest))],
+        _ => Vec::new(),
+    }
+}
+
+/// The scheduling wrappers (`ionice`, `taskset`, `chrt`, `prlimit`): the command they start,
+/// nothing when they act on a running process (`-p`/`--pid`).
+fn scheduler(name: &str, args: &[Word]) -> Vec<Inner> {
+    let command = |at: usize| command_from(args, at);
+    match name {
         "ionice" => {
             let at = options(args, "cnu", &["--class", "--classdata", "--uid"]);
             if has_flag(&args[..at], 'p', "--pid") || has_flag(&args[..at], 'P', "--pgid") {
@@ -208,106 +330,6 @@ pub(super) fn inner(name: &str, args: &[Word]) -> Vec<Inner> {
             }
             command(at)
         }
-        "setpriv" => command(options(
-            args,
-            "",
-            &[
-                "--reuid",
-                "--regid",
-                "--ruid",
-                "--rgid",
-                "--euid",
-                "--egid",
-                "--groups",
-                "--securebits",
-                "--pdeathsig",
-                "--selinux-label",
-                "--apparmor-profile",
-                "--inh-caps",
-                "--ambient-caps",
-                "--bounding-set",
-                "--landlock-access",
-                "--landlock-rule",
-                "--ptracer",
-            ],
-        )),
-        "unshare" => command(options(
-            args,
-            "SGRw",
-            &[
-                "--setuid",
-                "--setgid",
-                "--root",
-                "--wd",
-                "--propagation",
-                "--setgroups",
-                "--map-user",
-                "--map-group",
-                "--map-users",
-                "--map-groups",
-                "--monotonic",
-                "--boottime",
-            ],
-        )),
-        "nsenter" => command(options(
-            args,
-            "tSGnN",
-            &["--target", "--setuid", "--setgid", "--env"],
-        )),
-        "flock" => flock(args),
-        "runuser" | "su" => su(name, args),
-        "sg" => {
-            let at = options(args, "", &[]).saturating_add(1);
-            match args.get(at..) {
-                Some([flag, code, ..]) if flag.is("-c") => vec![Inner::Code(code.clone())],
-                Some(rest) if !rest.is_empty() => vec![Inner::Code(Word::join(rest))],
-                _ => Vec::new(),
-            }
-        }
-        "script" => option_values(args, 'c', "--command")
-            .into_iter()
-            .map(Inner::Code)
-            .collect(),
-        "sudo" => sudo(args),
-        "doas" => command(options(args, "uC", &[])),
-        "pkexec" => command(options(args, "", &["--user"])),
-        "watch" => {
-            let at = options(
-                args,
-                "nq",
-                &["--interval", "--equexit", "--errexit-command", "--precise"],
-            );
-            let exec = has_flag(&args[..at.min(args.len())], 'x', "--exec");
-            match args.get(at..) {
-                Some(rest) if !rest.is_empty() && exec => vec![Inner::Command(rest.to_vec())],
-                Some(rest) if !rest.is_empty() => vec![Inner::Code(Word::join(rest))],
-                _ => Vec::new(),
-            }
-        }
-        "parallel" => parallel(args),
-        "xargs" => xargs(args),
-        "find" => find(args),
-        "strace" | "ltrace" => command(options(args, "abeEIoOpPsSuUX", &[])),
-        // `coproc NAME { …; }` reaches us as words when the grammar misses the group.
-        "coproc"
-            if args
-                .iter()
-                .any(|w| w.value == "{" || w.value.starts_with('(')) =>
-        {
-            vec![Inner::Unknown(
-                "coproc runs a compound command the parser did not read: write it plainly"
-                    .to_owned(),
-            )]
-        }
-        "coproc" | "catchsegv" | "eatmydata" | "unbuffer" | "dbus-run-session" | "valgrind" => {
-            command(options(args, "", &[]))
-        }
-        "fakeroot" => command(options(args, "lsi", &["--lib", "--faked"])),
-        "hash" if has_flag(args, 'p', "") => vec![Inner::Unknown(
-            "hash -p makes a name run a file the rules cannot read: write the command literally"
-                .to_owned(),
-        )],
-        "git" => git_code(args),
         _ => Vec::new(),
     }
 }
