@@ -1,16 +1,15 @@
-//! The routes of docs/contract/api.md#endpoints and their handlers. Each handler checks the
-//! caller's scope, then runs the library's operation on a blocking thread (SQLite blocks).
+//! The handlers of docs/contract/api.md#endpoints (the table of routes is `router.rs`). Each
+//! handler checks the caller's scope, then runs the library's operation on a blocking thread
+//! (SQLite blocks).
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use chrono::Utc;
 use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
@@ -20,84 +19,13 @@ use sha2::{Digest, Sha256};
 use super::audit;
 use super::auth::Caller;
 use super::errors::ApiError;
-use super::sessions::{DbCache, Served};
-use super::tokens::TokenStore;
+use super::state::{query, shorten, AppState};
 use crate::api::{
     AnswerBody, DeliveredBody, DeliveredReport, HealthQuery, InitBody, SendBody, SessionItem,
     SessionList, SweepBody, UsageQuery, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED,
 };
 use crate::status::HealthReport;
 use crate::KeyedSend;
-
-/// What every handler shares.
-#[derive(Debug)]
-pub(crate) struct AppState {
-    pub(crate) served: Served,
-    pub(crate) dbs: DbCache,
-    /// `None` on a unix socket: no token is asked for.
-    pub(crate) tokens: Option<TokenStore>,
-    pub(crate) max_body: usize,
-    pub(crate) body_timeout: Duration,
-    pub(crate) keep_alive_every: Duration,
-    pub(crate) sse_buffer: usize,
-    /// How long an event stream's full buffer may stay full.
-    pub(crate) write_timeout: Duration,
-    /// How long a request waits for another process's lock on its DB.
-    pub(crate) db_lock_wait: Duration,
-    /// Turns true at shutdown: event streams end, so connections can close cleanly.
-    pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
-}
-
-/// The API's routes.
-pub(crate) fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/v1/health", get(server_health))
-        .route("/v1/openapi.json", get(super::openapi::document))
-        .route("/v1/sessions", get(list_sessions).post(create_session))
-        .route("/v1/sessions/{name}", get(session_status))
-        .route("/v1/sessions/{name}/health", get(session_health))
-        .route("/v1/sessions/{name}/messages", post(send_message))
-        .route("/v1/sessions/{name}/events", get(super::sse::events))
-        .route(
-            "/v1/sessions/{name}/messages/{seq}/delivered",
-            post(record_delivery),
-        )
-        .route("/v1/sessions/{name}/answers", post(answer))
-        .route("/v1/sessions/{name}/interrupt", post(interrupt))
-        .route("/v1/sessions/{name}/usage", get(usage))
-        .route("/v1/sessions/{name}/sweep", post(sweep))
-        .fallback(no_route)
-        .method_not_allowed_fallback(wrong_method)
-        .layer(axum::middleware::from_fn(audit::refused_before_handler))
-        .with_state(state)
-}
-
-async fn no_route(method: Method, uri: Uri) -> ApiError {
-    ApiError::not_found(format!(
-        "no route {method} {} (the routes are in GET /v1/openapi.json)",
-        shorten(uri.path())
-    ))
-}
-
-async fn wrong_method(method: Method, uri: Uri) -> ApiError {
-    ApiError::new(
-        crate::api::ErrorCode::MethodNotAllowed,
-        format!(
-            "{method} is not allowed on {} (the routes are in GET /v1/openapi.json)",
-            shorten(uri.path())
-        ),
-    )
-}
-
-/// At most 80 characters of untrusted text, escaped, for an error message.
-pub(crate) fn shorten(text: &str) -> String {
-    let escaped = format!("{text:?}");
-    if escaped.chars().count() > 80 {
-        format!("{}…", escaped.chars().take(80).collect::<String>())
-    } else {
-        escaped
-    }
-}
 
 /// `GET /v1/health`: the server answers (no token).
 #[utoipa::path(get, path = "/v1/health", responses((status = 200, description = "the server answers", body = Object)))]
@@ -139,13 +67,6 @@ pub(crate) async fn with_db<T: Send + 'static>(
     })
     .await?
     .map_err(ApiError::from_library)
-}
-
-/// The query string as `T` (`400` naming the bad value).
-pub(crate) fn query<T: DeserializeOwned>(uri: &Uri) -> Result<T, ApiError> {
-    Query::<T>::try_from_uri(uri)
-        .map(|Query(value)| value)
-        .map_err(|rejection| ApiError::bad_request(format!("bad query: {}", rejection.body_text())))
 }
 
 /// The request body as `T`: `415` unless JSON, `413` above the limit, `400` for bad JSON or an
