@@ -6,9 +6,9 @@ use std::path::Path;
 use logging::redact::{self, mask};
 use serde_json::Value;
 
+use super::effective::Config;
 use super::fields::{Field, FIELDS};
 use super::values::Source;
-use super::Config;
 
 impl Config {
     /// Warnings about variables of the environment that look like a misspelled setting's: each

@@ -8,11 +8,12 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
+use super::effective::{Config, Inputs};
 use super::fields::{
     check_file_value, check_range, is_command_name, is_program, parse_text, Field, Kind, FIELDS,
 };
+use super::settings::Settings;
 use super::values::{Source, Values};
-use super::{Config, Inputs, Settings};
 
 /// The variable naming the startup file when `--config` does not.
 const CONFIG_VAR: &str = "NANOCLAW_CONFIG";

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::questions::{decide, decision_row, question, By, Outcome, Pending};
 use super::turn::Turn;
-use super::{InFlight, Runner, Target};
+use super::types::{InFlight, Runner, Target};
 
 /// Where the rows of the running query go: like the batch's replies (the newest prompt's).
 fn target_of(in_flight: &VecDeque<InFlight>) -> Target {

@@ -10,8 +10,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::last_event::LastEventCell;
 
-use super::Runner;
-
 /// The session DB as the loop uses it: a connection for blocking calls, the pinned one for
 /// inline calls, and the full-disk state shared with the heartbeat.
 pub(super) struct RunnerDb {
@@ -54,32 +52,6 @@ impl RunnerDb {
             Arc::clone(&self.disk_full),
             last_event,
         )
-    }
-}
-
-impl Runner {
-    /// Runs a blocking DB call off the async workers. A call that fails because the disk is
-    /// full is retried (backoff 100 ms doubling to 5 s) until it succeeds or the runner stops:
-    /// what it writes (a reply, a completion, a claim) waits in memory, so a turn is never run
-    /// again for want of space. Once stopping, it gives up with [`StoppedWhileDiskFull`].
-    pub(super) async fn call<T, F>(&self, f: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: Fn(&SessionDb) -> Result<T, schema::Error> + Send + Sync + 'static,
-    {
-        self.db.call_on(DbThread::Blocking, f).await
-    }
-
-    /// [`Runner::call`] on the runtime's own thread: for the per-message calls that take
-    /// well under a millisecond (the poll with its claim, the destinations a prompt names, a
-    /// query's start, a result's write), where the hand-off to a blocking thread and back cost
-    /// more CPU and latency than the call (docs/decisions/perf.md#D-PERF-01).
-    pub(super) async fn call_inline<T, F>(&self, f: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: Fn(&SessionDb) -> Result<T, schema::Error> + Send + Sync + 'static,
-    {
-        self.db.call_on(DbThread::Inline, f).await
     }
 }
 

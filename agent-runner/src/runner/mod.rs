@@ -8,35 +8,23 @@
 //! `Turn::next` only waits for the next event, `Runner::handle_event` gives it to its one
 //! handler), `deadline.rs` (the progress deadline), `replies.rs` (results, blocks mid-turn,
 //! progress rows, a stopped turn's answer), `approval.rs` over `questions.rs` (asked tool calls
-//! and elicitations), `db.rs` (`RunnerDb`: `call`, `call_inline`, the full-disk wait, the
-//! heartbeat). Besides the shared types here, the files import each other one way only: poll →
-//! db, prepare; turn → deadline, prepare, questions; approval → questions, turn; replies →
-//! prepare, turn; query → turn.
+//! and elicitations), `db.rs` (`RunnerDb`: the full-disk wait, the heartbeat; `Runner::call` and
+//! `call_inline` over it are here). The shared types live in `types.rs`, a leaf over `db.rs`
+//! that no file names `mod.rs` for; the files import each other one way only: poll → db,
+//! prepare; turn → deadline, prepare, questions; approval → questions, turn; replies → prepare,
+//! turn; query → turn.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
-use chrono::Utc;
-use chrono_tz::Tz;
-use provider::{AgentProvider, ErrorClass, InterruptReason, Prompt, PromptId};
-use schema::{
-    CurrentBatch, DbWatcher, Destination, FieldProblem, InboundContent, MessageIn, Routing,
-    RunnerStatus, SessionDb, StartKeys,
-};
-use tokio::time::Instant;
+use provider::AgentProvider;
+use schema::{DbWatcher, RunnerStatus, SessionDb};
 use tokio_util::sync::CancellationToken;
 
-use crate::budget::{Budget, BudgetOptions};
-use crate::last_event::LastEventCell;
+use crate::budget::Budget;
 use crate::ledger::TurnLedger;
-use crate::media::MediaLimits;
-use crate::script::ScriptLimits;
-use crate::system_prompt::PromptSources;
-use crate::turn_control::TurnControlOptions;
 use crate::turn_log::TurnLog;
 
 mod approval;
@@ -48,289 +36,12 @@ mod query;
 mod questions;
 mod replies;
 mod turn;
+mod types;
 
 pub use crate::progress_limits::ProgressLimits;
 
-use db::{RunnerDb, StoppedWhileDiskFull};
-
-/// The runner's notion of "now", injectable so timer tests can run on paused tokio time.
-pub type Clock = Arc<dyn Fn() -> chrono::DateTime<Utc> + Send + Sync>;
-
-/// The wall clock.
-pub fn system_clock() -> Clock {
-    Arc::new(Utc::now)
-}
-
-/// A clock that starts at `start` and advances with tokio's clock (so `tokio::time::pause()`
-/// and `advance()` move it).
-pub fn tokio_clock(start: chrono::DateTime<Utc>) -> Clock {
-    let origin = Instant::now();
-    Arc::new(move || start + chrono::Duration::from_std(origin.elapsed()).unwrap_or_default())
-}
-
-/// The reply to `/clear`.
-pub const CLEARED_REPLY: &str = "Session cleared.";
-
-/// Everything the loop needs besides the DB and the provider.
-#[derive(Clone)]
-pub struct RunnerOptions {
-    /// Time zone of prompts and schedules.
-    pub timezone: Tz,
-    /// Workspace root.
-    pub workspace: PathBuf,
-    /// Rows per prompt (the limit applied after the filters).
-    pub max_messages: usize,
-    /// Idle poll fallback (≤ 1 s).
-    pub idle_poll: Duration,
-    /// Poll during a query (≤ 500 ms).
-    pub active_poll: Duration,
-    /// runner_state heartbeat (≤ 10 s).
-    pub heartbeat: Duration,
-    /// Re-runs of a query after a retryable error.
-    pub query_retries: u32,
-    /// Where each query's system prompt comes from; it is rebuilt when a query starts (files
-    /// re-read, destinations from the DB). `None`: queries get no system prompt.
-    pub prompt_sources: Option<PromptSources>,
-    /// The agent's working directory (pre-agent scripts run there).
-    pub agent_dir: PathBuf,
-    /// Environment of pre-agent scripts.
-    pub script_env: BTreeMap<String, String>,
-    /// Pre-agent script limits.
-    pub script_limits: ScriptLimits,
-    /// Attachment download limits.
-    pub media_limits: MediaLimits,
-    /// "Now" for due times and schedules.
-    pub clock: Clock,
-    /// The progress deadline of a turn (see [`ProgressLimits`]).
-    pub progress: ProgressLimits,
-    /// The model endpoint the CLI talks to (the configured base URL), named in `query_error`
-    /// rows and in what a turn waits on.
-    pub model_endpoint: String,
-    /// Stopping turns and progress rows (`stopCommand`, `stoppedReply`, `progress`).
-    pub turn_control: TurnControlOptions,
-    /// Spending limits (`maxCostUsdPerSession`, `maxCostUsdPerDay`, `maxTokensPerDay`).
-    pub budgets: BudgetOptions,
-    /// How long an approval question waits for the user (`toolPolicy.askTimeoutSeconds`).
-    pub ask_timeout: Duration,
-}
-
-/// When a turn that makes no progress is ended (zero turns a limit off). Model output is
-/// streamed text or thinking, a tool call, a tool's end, a result, or a CLI progress notice;
-impl std::fmt::Debug for RunnerOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunnerOptions")
-            .field("workspace", &self.workspace)
-            .field("timezone", &self.timezone)
-            .finish()
-    }
-}
-
-impl RunnerOptions {
-    /// Defaults for a workspace laid out like the container's.
-    pub fn for_workspace(workspace: impl Into<PathBuf>) -> Self {
-        let workspace = workspace.into();
-        Self {
-            timezone: chrono_tz::UTC,
-            max_messages: 10,
-            idle_poll: Duration::from_secs(1),
-            active_poll: Duration::from_millis(500),
-            heartbeat: Duration::from_secs(5),
-            query_retries: 2,
-            prompt_sources: Some(PromptSources::for_workspace(&workspace)),
-            agent_dir: workspace.join("agent"),
-            script_env: BTreeMap::new(),
-            script_limits: ScriptLimits::default(),
-            media_limits: MediaLimits::default(),
-            clock: system_clock(),
-            progress: ProgressLimits::default(),
-            model_endpoint: "the model API".to_owned(),
-            turn_control: TurnControlOptions::default(),
-            budgets: BudgetOptions::default(),
-            ask_timeout: provider::policy::DEFAULT_ASK_TIMEOUT,
-            workspace,
-        }
-    }
-}
-
-/// Where replies of a prompt go.
-#[derive(Debug, Clone, Default, PartialEq)]
-struct Target {
-    routing: Routing,
-    in_reply_to: Option<String>,
-    sender_id: Option<String>,
-}
-
-impl Target {
-    /// The `current_batch` record of a query on `ids` answered to this target.
-    fn batch(&self, ids: Vec<String>) -> CurrentBatch {
-        CurrentBatch {
-            routing: self.routing.clone(),
-            in_reply_to: self.in_reply_to.clone(),
-            ids,
-            sender_id: self.sender_id.clone(),
-        }
-    }
-}
-
-/// What one poll found.
-#[derive(Debug, Default)]
-struct Polled {
-    /// The claimed rows, cut into work items.
-    work: Vec<Work>,
-    /// When nothing was taken: the earliest `process_after` of a pending row later than the
-    /// poll, so the idle wait ends when it falls due.
-    next_due: Option<chrono::DateTime<Utc>>,
-}
-
-/// A claimed row with its content, parsed once: the claim reads it to see whether the batch
-/// starts there, the cut into work items for commands, the gate for scripts and the prompt
-/// for its text. The parse's problems are logged by the gate.
-#[derive(Debug)]
-struct Claimed {
-    row: MessageIn,
-    content: InboundContent,
-    problems: Vec<FieldProblem>,
-}
-
-/// A row's content parsed, with the fields that had an unexpected type.
-type Parsed = (InboundContent, Vec<FieldProblem>);
-
-/// `row`'s content, parsed (a content that is no JSON parses as `Unparsable`, never fails).
-fn parse_content(row: &MessageIn) -> Parsed {
-    InboundContent::parse_with_problems(&row.kind(), &row.content)
-}
-
-/// A unit of work cut from a claimed batch, processed in seq order.
-#[derive(Debug)]
-enum Work {
-    /// Rows that go to the agent as one prompt.
-    Prompt(Vec<Claimed>),
-    /// `/clear`.
-    Clear(MessageIn),
-    /// A command the CLI handles natively, sent raw as its own query.
-    Native(MessageIn, String),
-    /// The stop command or the host's interrupt row (`true`: answered, the chat command); it
-    /// stops a running turn at once (see `turn.rs`, `serve_stops`), and is answered here when none
-    /// runs.
-    Stop(MessageIn, bool),
-    /// `/model NAME` (`None`: `/model` alone).
-    Model(MessageIn, Option<String>),
-}
-
-/// The rows of a batch that passed script gating, to be rendered into a prompt.
-#[derive(Debug)]
-struct Gated {
-    /// The rows, in seq order.
-    rows: Vec<MessageIn>,
-    /// Per row: its parsed content and a task's pre-agent script `data`.
-    parsed: Vec<(InboundContent, Option<serde_json::Value>)>,
-}
-
-/// A prompt ready for the provider, with the rows it answers.
-#[derive(Debug)]
-struct Prepared {
-    prompt: Prompt,
-    row_ids: Vec<String>,
-    /// The rows' seqs, for the log (`turn_log`).
-    seqs: Vec<i64>,
-    target: Target,
-    /// The task series the rows run for (the first one's), for the ledger.
-    series_id: Option<String>,
-}
-
-/// What a query starts from in the DB, read in one transaction: the claim's, or a read
-/// transaction of its own (`read_start`); the system prompt is built from it later.
-#[derive(Debug)]
-struct StartReads {
-    /// For the prompt and the system prompt.
-    destinations: Vec<Destination>,
-    /// Everything else; its `system_prompt` is still `None`.
-    query: QueryStart,
-    /// The `session_state` keys `query` took its continuation and model from, for the next
-    /// query's start.
-    keys: Arc<StartKeys>,
-}
-
-/// What a query starts from.
-#[derive(Debug)]
-struct QueryStart {
-    continuation: Option<String>,
-    /// The highest `messages_out` seq when the query starts: its replies are checked for
-    /// repeats among the rows after it (what the turn sent).
-    start_seq: i64,
-    system_prompt: Option<String>,
-    /// The session's model (`/model`), if set.
-    model: Option<String>,
-    /// A `/model` switch whose first turn has not succeeded yet.
-    model_on_trial: bool,
-}
-
-/// A prompt sent in the active query and not yet covered by a result.
-#[derive(Debug)]
-struct InFlight {
-    id: PromptId,
-    prepared: Prepared,
-}
-
-/// How a query ended.
-enum QueryEnd {
-    /// Every prompt answered.
-    Done,
-    /// Shutdown requested.
-    Shutdown,
-    /// The turn was stopped (the stop command, the host's interrupt row, the turn's step
-    /// limit, or an approval-stop tool): the prompts the model saw are answered; the others
-    /// (`uncovered`) run next.
-    Stopped {
-        uncovered: Vec<Prepared>,
-        reason: InterruptReason,
-    },
-    /// Failed; the uncovered prompts are returned for a retry.
-    Failed {
-        message: String,
-        retryable: bool,
-        classification: ErrorClass,
-        uncovered: Vec<Prepared>,
-    },
-}
-
-/// A batch a poll's claim started in its own transaction (`poll::batch_at_claim`).
-#[derive(Debug)]
-struct ClaimedStart {
-    /// The batch; `run_query` does not start it again.
-    batch: CurrentBatch,
-    /// What its query starts from, read in the same transaction; `render` takes it for the
-    /// batch's rows.
-    reads: Option<StartReads>,
-}
-
-/// The agent-runner: one per session DB.
-pub struct Runner {
-    /// The DB calls' connections and their wait on a full disk.
-    db: RunnerDb,
-    provider: Arc<dyn AgentProvider>,
-    options: RunnerOptions,
-    watcher: DbWatcher,
-    first_poll: bool,
-    /// Work cut from batches that must wait for the active query to end.
-    deferred: VecDeque<Work>,
-    /// Cancelled when the runner stops; DB calls waiting for disk space watch it.
-    stop: CancellationToken,
-    /// The batch the last poll's claim started in its transaction, with what its query starts
-    /// from.
-    claimed_start: Option<ClaimedStart>,
-    /// The `session_state` keys the last query started from, reused while their stamp holds
-    /// ([`schema::StartKeys`]).
-    start_keys: Option<Arc<StartKeys>>,
-    /// The turn's last provider event, written by the heartbeat.
-    last_event: Arc<LastEventCell>,
-    /// The running turn's log span and `turn ended` line.
-    log: TurnLog,
-    /// The running turn's ledger row in the making.
-    ledger: TurnLedger,
-    /// Spending limits and what was spent (issue 14).
-    budget: Budget,
-}
+use db::{DbThread, RunnerDb, StoppedWhileDiskFull};
+pub use types::{system_clock, tokio_clock, Clock, Runner, RunnerOptions, CLEARED_REPLY};
 
 impl Runner {
     /// Creates the loop. The caller has taken the lock and opened the DB.
@@ -411,5 +122,31 @@ impl Runner {
             });
         tracing::info!("runner stopped");
         result.and(final_state)
+    }
+}
+
+impl Runner {
+    /// Runs a blocking DB call off the async workers. A call that fails because the disk is
+    /// full is retried (backoff 100 ms doubling to 5 s) until it succeeds or the runner stops:
+    /// what it writes (a reply, a completion, a claim) waits in memory, so a turn is never run
+    /// again for want of space. Once stopping, it gives up with [`StoppedWhileDiskFull`].
+    pub(super) async fn call<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&SessionDb) -> Result<T, schema::Error> + Send + Sync + 'static,
+    {
+        self.db.call_on(DbThread::Blocking, f).await
+    }
+
+    /// [`Runner::call`] on the runtime's own thread: for the per-message calls that take
+    /// well under a millisecond (the poll with its claim, the destinations a prompt names, a
+    /// query's start, a result's write), where the hand-off to a blocking thread and back cost
+    /// more CPU and latency than the call (docs/decisions/perf.md#D-PERF-01).
+    pub(super) async fn call_inline<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&SessionDb) -> Result<T, schema::Error> + Send + Sync + 'static,
+    {
+        self.db.call_on(DbThread::Inline, f).await
     }
 }

@@ -14,7 +14,7 @@ use crate::turn_control::{self as control, TurnCommand};
 
 use super::db::{stopped_while_full, StoppedWhileDiskFull};
 use super::prepare::{pre_agent_script, read_start, target_of, target_parsed};
-use super::{
+use super::types::{
     parse_content, Claimed, ClaimedStart, Parsed, Polled, Prepared, Runner, Work, CLEARED_REPLY,
 };
 

@@ -15,7 +15,7 @@ use crate::media::resolve_attachments;
 use crate::script::{run_script, ScriptOutcome};
 use crate::system_prompt::{build_system_prompt, PromptSources};
 
-use super::{Claimed, Gated, Prepared, QueryStart, Runner, StartReads, Target};
+use super::types::{Claimed, Gated, Prepared, QueryStart, Runner, StartReads, Target};
 
 impl Runner {
     /// Turns claimed rows into a prompt: script gating, then rendering. `None` when nothing is

@@ -12,7 +12,7 @@ use tokio::time::sleep;
 use tokio_util::sync::CancellationToken;
 
 use super::turn::Attempt;
-use super::{Prepared, QueryEnd, QueryStart, Runner};
+use super::types::{Prepared, QueryEnd, QueryStart, Runner};
 use crate::turn_control as control;
 use crate::turn_log::Outcome;
 

@@ -12,7 +12,7 @@ use schema::{NewMessageOut, OutKind, QuestionAnswer, WaitingOn};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use super::Target;
+use super::types::Target;
 
 /// The longest argument an approval question shows whole; beyond, its start with a visible
 /// mark (a 1 MB heredoc would otherwise be one chat message).

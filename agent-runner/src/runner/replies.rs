@@ -15,7 +15,7 @@ use crate::turn_control::{self as control};
 
 use super::prepare::target_of;
 use super::turn::Turn;
-use super::{InFlight, Prepared, QueryEnd, Runner, Target};
+use super::types::{InFlight, Prepared, QueryEnd, Runner, Target};
 
 impl Runner {
     /// Ends a stopped turn: the prompts the model saw (ids up to `covers`) are completed with

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::deadline::{Stall, TurnProgress, WAITING_SHOWN_AFTER};
 use super::prepare::query_start;
 use super::questions::Approvals;
-use super::{InFlight, Prepared, QueryEnd, QueryStart, Runner};
+use super::types::{InFlight, Prepared, QueryEnd, QueryStart, Runner};
 use crate::progress::ProgressRows;
 use crate::progress_limits::ProgressLimits;
 

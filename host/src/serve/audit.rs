@@ -28,7 +28,7 @@ pub(crate) fn action_of(method: &axum::http::Method, path: &str) -> Option<(&'st
     let session = if crate::api::valid_session_name(session) {
         session.to_owned()
     } else {
-        super::router::shorten(session)
+        super::state::shorten(session)
     };
     Some((action, session))
 }

@@ -7,7 +7,7 @@ use axum::extract::FromRequestParts;
 use axum::http::{header, request::Parts};
 
 use super::errors::ApiError;
-use super::router::AppState;
+use super::state::AppState;
 use super::tokens::TokenEntry;
 
 /// The caller of a request.

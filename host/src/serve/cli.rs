@@ -5,8 +5,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 
+use super::limits::Limits;
+use super::server::{Listen, ServeConfig, Server};
+use super::sessions::Served;
 use super::tokens::{hash_token, new_token, TokenEntry, TokenFile, ALL_SESSIONS};
-use super::{Limits, Listen, ServeConfig, Served, Server};
 
 /// `nanoclaw serve`'s flags (`--workspace` is the global flag).
 #[derive(Debug, Args)]

@@ -6,26 +6,26 @@ use axum::Json;
 use utoipa::OpenApi;
 
 use super::auth::Caller;
-use super::{router, sse};
+use super::{handlers, sse};
 use crate::api;
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "nanoclaw session API", description = "docs/contract/api.md"),
     paths(
-        router::server_health,
+        handlers::server_health,
         document,
-        router::list_sessions,
-        router::create_session,
-        router::session_status,
-        router::session_health,
-        router::send_message,
+        handlers::list_sessions,
+        handlers::create_session,
+        handlers::session_status,
+        handlers::session_health,
+        handlers::send_message,
         sse::events,
-        router::record_delivery,
-        router::answer,
-        router::interrupt,
-        router::usage,
-        router::sweep,
+        handlers::record_delivery,
+        handlers::answer,
+        handlers::interrupt,
+        handlers::usage,
+        handlers::sweep,
     ),
     components(schemas(
         api::ErrorBody,

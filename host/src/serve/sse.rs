@@ -20,7 +20,7 @@ use tokio::sync::mpsc::error::SendTimeoutError;
 
 use super::auth::Caller;
 use super::errors::ApiError;
-use super::router::{query, shorten, AppState};
+use super::state::{query, shorten, AppState};
 use crate::api::{EventsQuery, StatusEvent, LAST_EVENT_ID};
 
 /// Rows read per page.
