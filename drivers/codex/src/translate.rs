@@ -26,22 +26,15 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
-use super::approval::{self, Reply, Verdict};
-use super::command::APPROVAL_STOP_HOOK_STATUS;
-use super::protocol::{
-    input_text, user_input, AgentMessageDelta, ErrorNotification, ItemNotification,
-    MessageNotification, ModelRerouted, RequestId, TokenBreakdown, TokenUsageNotification,
-    TurnError, TurnNotification,
-};
-use provider::driver::classify::classify;
+use super::protocol::{input_text, user_input};
 use provider::driver::refusal;
-use provider::policy::Call;
 use provider::{
-    ApprovalAnswer, ApprovalKind, ApprovalRequest, Control, ElicitationMode, ErrorClass,
-    InterruptReason, Prompt, PromptId, ProviderEvent, ToolPolicy, Usage,
+    ApprovalAnswer, Control, ElicitationMode, ErrorClass, InterruptReason, Prompt, PromptId,
+    ProviderEvent, ToolPolicy, Usage,
 };
+
+pub(super) use state::{Action, QueryState};
+use state::{ActiveTurn, Cause, Interrupt};
 
 /// How long a push waits for a running tool before interrupting anyway. Interrupting while a
 /// tool runs loses its result from the model's view (Codex records "aborted by user") even if the
@@ -50,195 +43,6 @@ pub(super) const PUSH_TOOL_GRACE: Duration = Duration::from_secs(10);
 
 /// At most one `Activity { tool: None }` per this interval (deltas arrive per token).
 pub(super) const ACTIVITY_INTERVAL: Duration = Duration::from_secs(1);
-
-/// What the driver must do.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) enum Action {
-    /// Send an event to the runner.
-    Emit(ProviderEvent),
-    /// Send `turn/start` with this input, then call [`QueryState::on_turn_started`] or
-    /// [`QueryState::on_request_failed`].
-    StartTurn {
-        /// The `input` array.
-        input: Vec<Value>,
-    },
-    /// Send `turn/steer`; on an error response call [`QueryState::on_steer_failed`].
-    Steer {
-        /// The active turn (`expectedTurnId`).
-        turn_id: String,
-        /// The pushed prompt.
-        id: PromptId,
-        /// The `input` array.
-        input: Vec<Value>,
-    },
-    /// Send `turn/interrupt`.
-    Interrupt {
-        /// The turn to interrupt.
-        turn_id: String,
-    },
-    /// Append a developer note to the thread's history (`thread/inject_items`), before the
-    /// events that follow.
-    Note {
-        /// The note.
-        text: String,
-    },
-    /// Answer the server request `id` (an approval) with `result`.
-    Respond {
-        /// The request's JSON-RPC id.
-        id: RequestId,
-        /// The result.
-        result: Value,
-    },
-    /// The query is over: drop the event sender.
-    Close,
-}
-
-/// An approval request waiting for the runner's answer.
-#[derive(Debug)]
-struct OpenApproval {
-    rpc_id: RequestId,
-    reply: Reply,
-    /// Why the call's command could not be decided, when that is why it is asked: a refusal
-    /// then tells the model (a note, as for a policy deny).
-    undecidable: Option<String>,
-}
-
-/// Why we interrupted the active turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Cause {
-    /// Abort-and-restart for a follow-up.
-    Push,
-    /// The runner aborted (or dropped) the query.
-    Abort,
-    /// The runner's interrupt or the step limit: the turn ends with `Interrupted`.
-    Stop(InterruptReason),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Interrupt {
-    None,
-    /// Wanted, not sent yet (turn id unknown, or a tool is running) since this instant.
-    Wanted(Cause, Instant),
-    Sent(Cause),
-}
-
-#[derive(Debug)]
-struct ActiveTurn {
-    /// Known once `turn/start` answered.
-    id: Option<String>,
-    /// The prompts of `turn/start`.
-    started_with: Vec<(PromptId, Prompt)>,
-    /// Pushes sent with `turn/steer`: (id, prompt, expected userMessage text, echoed yet).
-    steered: Vec<(PromptId, Prompt, String, bool)>,
-    interrupt: Interrupt,
-    /// Running tool items: item id → tool name.
-    tools: BTreeMap<String, String>,
-    /// Agent message text streamed so far, per item.
-    deltas: HashMap<String, String>,
-    /// The last completed agent message of the turn.
-    last_message: Option<String>,
-    /// The final error announced by an `error` notification (willRetry = false).
-    error: Option<TurnError>,
-    /// Model responses of this turn so far (one `thread/tokenUsage/updated` each).
-    requests: u32,
-    /// A tool started since the last counted response: that response asked for another step.
-    step_called_tools: bool,
-    /// The highest prompt this turn answers when stopped before the model responded: its own
-    /// prompts, or for a restart those of the turn it replaces (the pushes that caused the
-    /// restart were not acted on, so a stop leaves them to the runner to run again).
-    own: Option<PromptId>,
-    /// The model produced something in this turn (text, reasoning, a tool call, a response).
-    responded: bool,
-}
-
-impl ActiveTurn {
-    fn new(started_with: Vec<(PromptId, Prompt)>) -> Self {
-        Self {
-            id: None,
-            started_with,
-            steered: Vec::new(),
-            interrupt: Interrupt::None,
-            tools: BTreeMap::new(),
-            deltas: HashMap::new(),
-            last_message: None,
-            error: None,
-            requests: 0,
-            step_called_tools: false,
-            own: None,
-            responded: false,
-        }
-    }
-
-    /// The highest prompt a stop of this turn covers: every prompt of `turn/start` once the
-    /// model responded (else the turn's [`own`](Self::own) ones), and the steered ones Codex
-    /// echoed.
-    fn seen(&self) -> Option<PromptId> {
-        let started = if self.responded {
-            self.started_with.iter().map(|(id, _)| *id).max()
-        } else {
-            self.own
-        };
-        let echoed = self
-            .steered
-            .iter()
-            .filter(|(_, _, _, echoed)| *echoed)
-            .map(|(id, ..)| *id);
-        started.into_iter().chain(echoed).max()
-    }
-
-    fn owns(&self, turn_id: Option<&str>) -> bool {
-        match (turn_id, self.id.as_deref()) {
-            (Some(theirs), Some(ours)) => theirs == ours,
-            // Events without a turn id belong to whatever runs; before turn/start answered,
-            // nothing else can be running on this thread.
-            _ => true,
-        }
-    }
-}
-
-/// The state of one query (see the module docs).
-#[derive(Debug)]
-pub(super) struct QueryState {
-    steer: bool,
-    /// Prompts waiting for the next `turn/start`, by id.
-    queue: Vec<(PromptId, Prompt)>,
-    active: Option<ActiveTurn>,
-    /// The runner said `End`.
-    ended: bool,
-    /// The Aborted error was emitted; waiting for the turn to wind down.
-    aborted: bool,
-    closed: bool,
-    covered: Option<PromptId>,
-    last_activity: Option<Instant>,
-    /// When the last `Output` was emitted (throttled like activity).
-    last_output: Option<Instant>,
-    /// The step limit of a turn (`maxTurnsPerQuery`).
-    max_turns: Option<u32>,
-    /// The model named in usage (the query's, the configured or the thread's; a reroute's).
-    model: Option<String>,
-    /// Usage counted and not yet reported by a turn-ending event.
-    usage: Option<Usage>,
-    /// The thread total of the last counted response (repeats are not new responses).
-    last_total: Option<TokenBreakdown>,
-    /// The turn is being stopped (the runner's interrupt or the step limit).
-    stop: Option<InterruptReason>,
-    /// What the turn interrupted for a push covered: the restart's own prompts.
-    restart_base: Option<PromptId>,
-    /// The tool policy the gated requests are judged by.
-    policy: ToolPolicy,
-    /// What general MCP elicitations get.
-    elicitation: ElicitationMode,
-    /// MCP tools (canonical names) whose result ends the turn.
-    stop_tools: Vec<String>,
-    /// Approval requests the runner has not answered, by our id.
-    approvals: BTreeMap<String, OpenApproval>,
-    /// The result of the approval-stop tool that stopped the turn: Codex records the
-    /// interrupted call as "aborted by user", so the model is told the real result in a note.
-    stop_result: Option<String>,
-    /// The files of `fileChange` items seen, by item id (their approval requests name the item
-    /// only).
-    file_changes: HashMap<String, Vec<Call>>,
-}
 
 impl QueryState {
     /// The running turn, if a notification for `turn_id` belongs to it.
@@ -670,57 +474,7 @@ impl QueryState {
     }
 }
 
-fn progress(message: String) -> Action {
-    Action::Emit(ProviderEvent::Progress { message })
-}
-
-fn parse<T: serde::de::DeserializeOwned>(method: &str, params: &Value) -> Option<T> {
-    match serde_json::from_value(params.clone()) {
-        Ok(value) => Some(value),
-        Err(err) => {
-            tracing::warn!(method, %err, "unexpected codex notification shape; ignored");
-            None
-        }
-    }
-}
-
-/// Classifies a Codex error for the runner: the upstream status and text through the shared
-/// rules ([`classify`]), Codex's own error kinds where there is no status.
-fn classify_error(error: &TurnError) -> ErrorClass {
-    let text = error.describe();
-    let status = error.http_status();
-    if status.is_some() {
-        return classify(status, &text, None).unwrap_or(ErrorClass::Api);
-    }
-    let kind = error.codex_error_info.as_ref().and_then(Value::as_str);
-    match kind {
-        Some("unauthorized") => return ErrorClass::Auth,
-        Some("rateLimitExceeded") => return ErrorClass::RATE_LIMITED,
-        Some("usageLimitExceeded" | "sessionBudgetExceeded") => return ErrorClass::Quota,
-        _ => {}
-    }
-    if let Some(class) = classify(None, &text, None) {
-        return class;
-    }
-    match kind {
-        Some("sandboxError" | "threadRollbackFailed" | "tooManyDenials") => ErrorClass::Other,
-        Some(_) => ErrorClass::Api,
-        // "Missing environment variable: `NANOCLAW_CODEX_API_KEY`." comes without a kind.
-        None if error.message.contains("Missing environment variable") => ErrorClass::Auth,
-        None => ErrorClass::Api,
-    }
-}
-
-/// The last agent message among a turn's summary items.
-fn final_message(items: &[Value]) -> Option<String> {
-    items
-        .iter()
-        .rev()
-        .find(|item| item.get("type").and_then(Value::as_str) == Some("agentMessage"))
-        .and_then(|item| item.get("text").and_then(Value::as_str))
-        .map(str::to_owned)
-}
-
+mod state;
 mod wire;
 
 #[cfg(test)]

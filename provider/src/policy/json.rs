@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Decision, RuleError, ToolPolicy, ToolRule};
+use super::types::{Decision, RuleError, ToolPolicy, ToolRule};
 
 /// The longest `askTimeoutSeconds`: 24 days. Claude and OpenCode run on Node, whose timers hold
 /// at most 2^31-1 ms (24.8 days); the runner's timer settings share this bound.

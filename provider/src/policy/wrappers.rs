@@ -27,7 +27,7 @@
 //! [`normalise`] drops the global options of `git`, `docker` and `cargo` before their
 //! subcommand (`git -C repo push` is `git push` to a rule).
 
-use super::shell::Word;
+use super::word::Word;
 
 /// What a wrapper runs.
 #[derive(Debug, Clone, PartialEq, Eq)]

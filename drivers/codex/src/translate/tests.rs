@@ -10,7 +10,8 @@ use expect_test::{expect, Expect};
 use serde_json::{json, Value};
 
 use super::*;
-use crate::protocol::Message;
+use crate::command::APPROVAL_STOP_HOOK_STATUS;
+use crate::protocol::{Message, RequestId, TurnError};
 
 fn push(id: PromptId, text: &str) -> Option<Control> {
     Some(Control::Push {
@@ -835,7 +836,7 @@ fn classification() {
     ];
     for (info, message, class) in cases {
         assert_eq!(
-            classify_error(&error(info.clone(), message)),
+            wire::classify_error(&error(info.clone(), message)),
             class,
             "{info} {message}"
         );

@@ -3,7 +3,22 @@
 //! events. The runner's side (controls, pushes, stops) and the turn bookkeeping stay in
 //! `translate.rs`.
 
-use super::*;
+use std::time::Instant;
+
+use serde_json::Value;
+
+use super::state::{Action, Cause, Interrupt, OpenApproval, QueryState};
+use crate::approval::{self, Verdict};
+use crate::command::APPROVAL_STOP_HOOK_STATUS;
+use crate::protocol::{
+    AgentMessageDelta, ErrorNotification, ItemNotification, MessageNotification, ModelRerouted,
+    RequestId, TokenUsageNotification, TurnError, TurnNotification,
+};
+use provider::driver::classify::classify;
+use provider::driver::refusal;
+use provider::{
+    ApprovalKind, ApprovalRequest, ErrorClass, InterruptReason, PromptId, ProviderEvent, Usage,
+};
 
 impl QueryState {
     /// A server→client request: already answered by the connection, or (`pending`) an
@@ -446,4 +461,55 @@ impl QueryState {
             }
         }
     }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(method: &str, params: &Value) -> Option<T> {
+    match serde_json::from_value(params.clone()) {
+        Ok(value) => Some(value),
+        Err(err) => {
+            tracing::warn!(method, %err, "unexpected codex notification shape; ignored");
+            None
+        }
+    }
+}
+
+/// Classifies a Codex error for the runner: the upstream status and text through the shared
+/// rules ([`classify`]), Codex's own error kinds where there is no status.
+pub(super) fn classify_error(error: &TurnError) -> ErrorClass {
+    let text = error.describe();
+    let status = error.http_status();
+    if status.is_some() {
+        return classify(status, &text, None).unwrap_or(ErrorClass::Api);
+    }
+    let kind = error.codex_error_info.as_ref().and_then(Value::as_str);
+    match kind {
+        Some("unauthorized") => return ErrorClass::Auth,
+        Some("rateLimitExceeded") => return ErrorClass::RATE_LIMITED,
+        Some("usageLimitExceeded" | "sessionBudgetExceeded") => return ErrorClass::Quota,
+        _ => {}
+    }
+    if let Some(class) = classify(None, &text, None) {
+        return class;
+    }
+    match kind {
+        Some("sandboxError" | "threadRollbackFailed" | "tooManyDenials") => ErrorClass::Other,
+        Some(_) => ErrorClass::Api,
+        // "Missing environment variable: `NANOCLAW_CODEX_API_KEY`." comes without a kind.
+        None if error.message.contains("Missing environment variable") => ErrorClass::Auth,
+        None => ErrorClass::Api,
+    }
+}
+
+/// The last agent message among a turn's summary items.
+fn final_message(items: &[Value]) -> Option<String> {
+    items
+        .iter()
+        .rev()
+        .find(|item| item.get("type").and_then(Value::as_str) == Some("agentMessage"))
+        .and_then(|item| item.get("text").and_then(Value::as_str))
+        .map(str::to_owned)
+}
+
+fn progress(message: String) -> Action {
+    Action::Emit(ProviderEvent::Progress { message })
 }
