@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use crate::fake_model::{FakeModel, Step};
 use crate::harness::{bin, Session};
-use crate::scenarios::{ok, some, WAIT};
+use crate::support::{ok, some, WAIT};
 
 /// The uid and gid of the host's processes: `nobody`, who cannot enter root's `0700` folders.
 const HOST_UID: u32 = 65534;

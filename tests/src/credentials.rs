@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::fake_model::Step;
 use crate::harness::{descendants, text_of, Session, FAKE_KEY};
-use crate::scenarios::{ok, some, WAIT};
+use crate::support::{ok, some, WAIT};
 
 /// `NAME=value` entries of `/proc/<pid>/environ` (empty when the process is gone).
 fn environ(pid: u32) -> Vec<String> {

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::fake_model::{FakeModel, Step};
 use crate::harness::{alive, processes_with_env, text_of, Session};
-use crate::scenarios::{ok, some, WAIT};
+use crate::support::{ok, some, WAIT};
 
 /// The bound the issue sets on a graceful stop leaving nothing behind.
 const STOP_BOUND: Duration = Duration::from_secs(5);

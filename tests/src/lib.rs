@@ -27,6 +27,11 @@
 //!   folder (issue 40, `api_scenario_tests!`); re-exported by [`scenarios`] too.
 //! * [`policy_scenarios`]: tool policy (issue 16): a deny rule, ask answered Deny / Approve / not
 //!   at all or stopped, an approval stop; re-exported by [`scenarios`] too.
+//! * [`questions`]: scenario 7, a question answered with `nanoclaw answer` (also run by
+//!   [`stalls`] with a lowered progress limit); re-exported by [`scenarios`] too.
+//! * [`support`]: what every scenario module shares (the step bound [`support::WAIT`], the
+//!   panicking unwraps, per-CLI user texts and processes), below them all; re-exported by
+//!   [`scenarios`].
 
 pub mod api_scenarios;
 pub mod credentials;
@@ -36,11 +41,13 @@ pub mod leftovers;
 pub mod policy_scenarios;
 pub mod provider_harness;
 pub mod provider_scenarios;
+pub mod questions;
 pub mod remote_mcp;
 pub mod remote_mcp_scenarios;
 pub mod scenarios;
 pub mod secrets;
 pub mod stalls;
 pub mod stops;
+pub mod support;
 pub mod turn_scenarios;
 pub mod usage_scenarios;

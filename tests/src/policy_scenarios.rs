@@ -17,8 +17,8 @@ use serde_json::{json, Value};
 
 use crate::fake_model::{FakeModel, LoggedRequest, Step};
 use crate::harness::{chat_outs, content, system_actions, test_routing, text_of, Session};
-use crate::scenarios::{cli_pids, ok, some, user_texts, WAIT};
 use crate::secrets::shell_step;
+use crate::support::{cli_pids, ok, some, user_texts, WAIT};
 
 /// The policy scenarios every CLI runs alike, declared once: `policy_scenario_tests! { CLI }` in
 /// each `tests/tests/e2e_<cli>.rs`.

@@ -8,7 +8,6 @@
 //! Adding a provider: one arm in each `match provider` below and one `scenario_tests!` entry per
 //! scenario.
 
-use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -17,17 +16,20 @@ pub use crate::api_scenarios::*;
 pub use crate::credentials::*;
 pub use crate::leftovers::*;
 pub use crate::policy_scenarios::*;
+pub use crate::questions::*;
 pub use crate::secrets::*;
 pub use crate::stalls::*;
 pub use crate::stops::*;
+pub use crate::support::{cli_pids, ok, some, user_texts, WAIT};
 pub use crate::turn_scenarios::*;
 pub use crate::usage_scenarios::*;
 
-use crate::fake_model::{FakeModel, LoggedRequest, Step};
+use crate::fake_model::{FakeModel, Step};
 use crate::harness::{
-    archives, archives_text, chat_outs, claude_user_texts, codex_user_texts, descendants_matching,
-    system_actions, test_routing, text_of, today_in, Session, FAKE_KEY,
+    archives, archives_text, chat_outs, system_actions, test_routing, text_of, today_in, Session,
+    FAKE_KEY,
 };
+use crate::support::fake_model;
 
 /// Declares one `#[test]` per shared scenario for the CLI `$cli`. Each test starts with
 /// [`crate::harness::start_cli_test`] under its own name (skip, or re-run inside a loopback-only
@@ -121,67 +123,9 @@ macro_rules! fault_scenario_tests {
     };
 }
 
-/// How long each step of a scenario may take.
-pub const WAIT: Duration = Duration::from_secs(60);
-
-// ---------------------------------------------------------------------------------------------
-// Small helpers (the library denies unwrap/expect)
-// ---------------------------------------------------------------------------------------------
-
-/// The value of `result`, or a panic naming `what`.
-pub fn ok<T, E: Debug>(result: Result<T, E>, what: &str) -> T {
-    match result {
-        Ok(value) => value,
-        Err(err) => panic!("{what}: {err:?}"),
-    }
-}
-
-/// The value of `option`, or a panic naming `what`.
-pub fn some<T>(option: Option<T>, what: &str) -> T {
-    match option {
-        Some(value) => value,
-        None => panic!("{what}: none"),
-    }
-}
-
-fn fake_model(steps: impl IntoIterator<Item = Step>) -> FakeModel {
-    ok(
-        FakeModel::start_with_script(steps),
-        "starting the fake model",
-    )
-}
-
 // ---------------------------------------------------------------------------------------------
 // Per-provider knowledge
 // ---------------------------------------------------------------------------------------------
-
-/// The user texts of a model request as the provider's CLI sends them (Claude's text blocks,
-/// Codex's without its `<environment_context>`, OpenCode's Chat messages).
-pub fn user_texts(provider: &str, request: &LoggedRequest) -> Vec<String> {
-    match provider {
-        "claude" => claude_user_texts(request),
-        "codex" => codex_user_texts(request),
-        "opencode" => request.user_texts(),
-        other => panic!("no user texts known for provider {other}: add it to user_texts"),
-    }
-}
-
-/// A piece of the command line of the CLI process the runner starts for `provider`.
-fn cli_process_needle(provider: &str) -> &'static str {
-    match provider {
-        "claude" => "--input-format stream-json",
-        "codex" => "app-server",
-        "opencode" => "opencode serve",
-        other => panic!("no CLI process known for provider {other}: add it to cli_process_needle"),
-    }
-}
-
-/// The CLI processes under the session's runner (`claude -p`, `codex app-server`,
-/// `opencode serve`).
-pub fn cli_pids(session: &Session, provider: &str) -> Vec<u32> {
-    let runner = some(session.runner_pid(), "the runner is running");
-    descendants_matching(runner, cli_process_needle(provider))
-}
 
 /// How the CLI process is called in assertion messages.
 fn cli_process_name(provider: &str) -> &'static str {
@@ -512,70 +456,6 @@ pub fn killed_cli_mid_turn_runner_survives(provider: &str) {
         session.runner_log().contains(logged),
         "the process error is logged"
     );
-    session.stop_runner();
-}
-
-/// Scenario 7: ask_user_question round trip, answered with the host CLI `nanoclaw answer` while
-/// the tool blocks for `hold`; the answer reaches the model. Codex and OpenCode hold 65 s: past
-/// their default 60 s MCP tool timeouts (OpenCode: the answer is no "timed out" either).
-pub fn ask_user_question_answered_with_nanoclaw_answer(provider: &str, hold: Duration) {
-    ask_user_question_answered_with_env(provider, hold, &[]);
-}
-
-/// Scenario 7 with the runner's extra environment (e.g. a lowered progress limit).
-pub fn ask_user_question_answered_with_env(
-    provider: &str,
-    hold: Duration,
-    extra_env: &[(&str, &str)],
-) {
-    let model = fake_model([
-        Step::tool_call(
-            "ask_user_question",
-            json!({"question": "Deploy to production?", "options": ["Yes", "No"]}),
-        ),
-        Step::text("Deploying now."),
-    ]);
-    let mut session = Session::new();
-    session.start_runner(provider, &model, extra_env);
-    let id = session.send_chat("deploy it").id;
-    let question = session.wait_question(WAIT);
-    let question_id = some(question["questionId"].as_str(), "a question id").to_owned();
-    if provider == "claude" {
-        assert_eq!(question["question"], "Deploy to production?");
-    }
-    // mcp-tools switches the status in the question row's own transaction.
-    assert_eq!(
-        some(
-            ok(session.db.runner_state(), "reading the runner state"),
-            "a runner state"
-        )
-        .status,
-        "waiting_user"
-    );
-    std::thread::sleep(hold);
-    let waiter = match provider {
-        "claude" => "claude",
-        "codex" => "Codex",
-        "opencode" => "OpenCode",
-        other => other,
-    };
-    assert_eq!(
-        model.model_requests().len(),
-        1,
-        "{waiter} still waits for the tool"
-    );
-    session.answer_question(&question_id, "Yes");
-    let reply = session.wait_reply(&id, WAIT);
-    assert_eq!(text_of(&reply), "Deploying now.");
-    let request = some(model.model_requests().pop(), "a model request");
-    let results = request.tool_results().join("\n");
-    assert!(
-        results.contains("Yes"),
-        "the answer reached the model: {results}"
-    );
-    if provider == "opencode" {
-        assert!(!results.to_lowercase().contains("timed out"), "{results}");
-    }
     session.stop_runner();
 }
 

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::fake_model::{FakeModel, Step};
 use crate::harness::{Session, FAKE_KEY};
-use crate::scenarios::{ok, some, WAIT};
+use crate::support::{ok, some, WAIT};
 
 /// The unprivileged uid (and gid) the agent runs as: `nobody`, which owns nothing here.
 pub const AGENT_UID: u32 = 65534;

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::fake_model::{FakeModel, Step};
 use crate::harness::{system_actions, text_of, Session};
-use crate::scenarios::{ok, some, WAIT};
+use crate::support::{ok, some, WAIT};
 
 /// Gateway down: a `query_error` within this long of sending the message (issue 10).
 pub const GATEWAY_DOWN_BOUND: Duration = Duration::from_secs(90);
@@ -259,7 +259,7 @@ pub fn ask_user_question_held_past_the_silence_limit(
         "hold past the limit"
     );
     let silence = silence_secs.to_string();
-    crate::scenarios::ask_user_question_answered_with_env(
+    crate::questions::ask_user_question_answered_with_env(
         provider,
         hold,
         &[

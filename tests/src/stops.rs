@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::fake_model::{FakeModel, Step};
 use crate::harness::Session;
-use crate::scenarios::{ok, some, WAIT};
+use crate::support::{ok, some, WAIT};
 
 /// The bound the issue sets on a graceful stop.
 const STOP_BOUND: Duration = Duration::from_secs(2);

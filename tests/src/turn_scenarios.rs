@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 
 use crate::fake_model::{FakeModel, Step};
 use crate::harness::{chat_outs, system_actions, text_of, Session, FAKE_MODEL};
-use crate::scenarios::{cli_pids, ok, some, WAIT};
 use crate::secrets::shell_step;
+use crate::support::{cli_pids, ok, some, WAIT};
 
 /// The turn-control scenarios every CLI runs alike, declared once: `turn_scenario_tests! { CLI }`
 /// in each `tests/tests/e2e_<cli>.rs`.

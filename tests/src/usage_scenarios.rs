@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use crate::fake_model::{FakeModel, Step, StepUsage, SAMPLE_USAGE};
 use crate::harness::{chat_outs, system_actions, text_of, Session};
-use crate::scenarios::{ok, some, WAIT};
+use crate::support::{ok, some, WAIT};
 
 /// The usage scenarios every CLI runs alike, declared once: `usage_scenario_tests! { CLI }` in
 /// each `tests/tests/e2e_<cli>.rs`.

@@ -1,9 +1,11 @@
 //! The Anthropic Messages API of the fake model (`POST /v1/messages`, Claude Code): its SSE
 //! events for a planned reply.
 
-use super::*;
+use serde_json::{json, Value};
 
-impl Ctx {
+use super::reply::{split_chunks, Block, Frame, Plan, Reply};
+
+impl Reply<'_> {
     pub(super) fn anthropic_frames(&self, plan: &Plan, frames: &mut Vec<Frame>) {
         let ev = |name: &str, data: Value| Frame::Data(format!("event: {name}\ndata: {data}\n\n"));
         frames.push(ev(

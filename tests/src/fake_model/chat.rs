@@ -1,9 +1,11 @@
 //! The OpenAI Chat Completions API of the fake model (`POST /v1/chat/completions`, OpenCode): its
 //! SSE chunks for a planned reply.
 
-use super::*;
+use serde_json::{json, Value};
 
-impl Ctx {
+use super::reply::{split_chunks, unix_now, Block, Frame, Plan, Reply};
+
+impl Reply<'_> {
     pub(super) fn chat_frames(&self, plan: &Plan, frames: &mut Vec<Frame>) {
         let id = self.id("chatcmpl");
         let created = unix_now();

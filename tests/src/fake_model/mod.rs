@@ -69,10 +69,10 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener as StdTcpListener};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -85,7 +85,11 @@ use tokio::sync::{mpsc, watch};
 
 mod anthropic;
 mod chat;
+mod reply;
 mod responses;
+
+pub use reply::StepUsage;
+use reply::{unix_now, Block, Frame, Pause, Plan, Reply};
 
 /// Name of the MCP server whose tools [`Step::ToolCall`] calls.
 pub const MCP_SERVER: &str = "nanoclaw";
@@ -174,59 +178,6 @@ impl fmt::Display for Api {
 // ---------------------------------------------------------------------------------------------
 // Script steps
 // ---------------------------------------------------------------------------------------------
-
-/// Token figures one reply reports (module docs, "Usage"). Counted like Anthropic: `input`
-/// excludes cache reads and writes; `output` includes `reasoning`. Missing JSON fields are 0.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct StepUsage {
-    /// Input tokens neither read from nor written to the cache.
-    pub input: u64,
-    /// Output tokens, reasoning included.
-    pub output: u64,
-    /// Input tokens read from the prompt cache.
-    pub cache_read: u64,
-    /// Input tokens written to the prompt cache (Anthropic only: OpenAI reports none).
-    pub cache_write: u64,
-    /// Reasoning tokens, part of `output` (OpenAI APIs only: Anthropic reports none apart).
-    pub reasoning: u64,
-}
-
-impl StepUsage {
-    /// All input tokens, as OpenAI counts them (cached ones included).
-    fn openai_input(&self) -> u64 {
-        self.input.saturating_add(self.cache_read)
-    }
-
-    /// Anthropic's `usage` object with `output_tokens` as given (`message_start` carries at
-    /// most 1; the final count comes in `message_delta`).
-    fn anthropic(&self, output_tokens: u64) -> Value {
-        json!({"input_tokens": self.input,
-               "cache_creation_input_tokens": self.cache_write,
-               "cache_read_input_tokens": self.cache_read,
-               "output_tokens": output_tokens})
-    }
-
-    /// The Responses API's `response.usage`.
-    fn responses(&self) -> Value {
-        let input = self.openai_input();
-        json!({"input_tokens": input,
-               "input_tokens_details": {"cached_tokens": self.cache_read},
-               "output_tokens": self.output,
-               "output_tokens_details": {"reasoning_tokens": self.reasoning},
-               "total_tokens": input.saturating_add(self.output)})
-    }
-
-    /// Chat Completions' `usage`.
-    fn chat(&self) -> Value {
-        let input = self.openai_input();
-        json!({"prompt_tokens": input,
-               "completion_tokens": self.output,
-               "total_tokens": input.saturating_add(self.output),
-               "prompt_tokens_details": {"cached_tokens": self.cache_read},
-               "completion_tokens_details": {"reasoning_tokens": self.reasoning}})
-    }
-}
 
 /// One scripted model reply. Build with the constructors ([`Step::text`], [`Step::tool_call`],
 /// …) and the modifiers ([`Step::chunks`], [`Step::delay_ms`], [`Step::usage`],
@@ -974,10 +925,6 @@ impl Shared {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn next_id(&self) -> u64 {
-        self.ids.fetch_add(1, Ordering::Relaxed) + 1
-    }
-
     /// Marks the request `seq` as answered whole ([`LoggedRequest::sent_whole`]).
     fn sent_whole(&self, seq: usize) {
         if let Some(entry) = self.lock().log.iter_mut().find(|r| r.seq == seq) {
@@ -1451,61 +1398,6 @@ struct Ctx {
     release_gen: u64,
 }
 
-/// Content of one reply.
-#[derive(Clone, Debug)]
-enum Block {
-    Text {
-        text: String,
-        chunks: usize,
-        delay_ms: u64,
-    },
-    Call {
-        name: String,
-        namespace: Option<String>,
-        arguments: String,
-    },
-}
-
-impl Block {
-    fn text(text: impl Into<String>, chunks: usize, delay_ms: u64) -> Block {
-        Block::Text {
-            text: text.into(),
-            chunks: chunks.max(1),
-            delay_ms,
-        }
-    }
-}
-
-/// What happens between the first SSE event(s) and the content.
-#[derive(Clone, Copy, Debug)]
-enum Pause {
-    Sleep(u64),
-    /// Wait for a release (generation > the one seen at arrival) or the timeout.
-    Release {
-        timeout_ms: u64,
-    },
-}
-
-#[derive(Clone, Debug, Default)]
-struct Plan {
-    blocks: Vec<Block>,
-    /// What the reply reports.
-    usage: StepUsage,
-    pause: Option<Pause>,
-    /// Close the connection after the first event(s) instead of sending content.
-    abort_after_start: bool,
-    /// Close the connection right after the headers.
-    abort_at_once: bool,
-}
-
-/// One unit of the SSE body.
-enum Frame {
-    Data(String),
-    Sleep(u64),
-    Pause(Pause),
-    Abort,
-}
-
 impl Ctx {
     /// A reply of `blocks` reporting `usage`, or the server's default.
     fn plan(&self, blocks: Vec<Block>, usage: Option<StepUsage>) -> Plan {
@@ -1732,33 +1624,28 @@ impl Ctx {
         resp
     }
 
-    fn id(&self, prefix: &str) -> String {
-        format!("{prefix}_fake{}", self.shared.next_id())
-    }
-
     // ---- SSE rendering -----------------------------------------------------------------------
 
     fn sse_frames(&self, plan: &Plan) -> Vec<Frame> {
         let mut frames = Vec::new();
+        let reply = self.reply();
         match self.api {
-            Api::Anthropic => self.anthropic_frames(plan, &mut frames),
-            Api::Responses => self.responses_frames(plan, &mut frames),
-            Api::Chat => self.chat_frames(plan, &mut frames),
+            Api::Anthropic => reply.anthropic_frames(plan, &mut frames),
+            Api::Responses => reply.responses_frames(plan, &mut frames),
+            Api::Chat => reply.chat_frames(plan, &mut frames),
         }
         frames
     }
 
-    /// Frames after the start event(s): pause / abort.
-    fn after_start(plan: &Plan, frames: &mut Vec<Frame>) -> bool {
-        if let Some(p) = plan.pause {
-            frames.push(Frame::Pause(p));
-        }
-        if plan.abort_after_start {
-            frames.push(Frame::Abort);
-            return false;
-        }
-        true
+    /// What the API renderers need of this request.
+    fn reply(&self) -> Reply<'_> {
+        Reply::new(&self.model, self.include_usage, &self.shared.ids)
     }
+
+    fn id(&self, prefix: &str) -> String {
+        self.reply().id(prefix)
+    }
+
     // ---- non-streaming JSON ------------------------------------------------------------------
 
     fn json_body(&self, blocks: &[Block], usage: &StepUsage) -> Value {
@@ -1870,26 +1757,6 @@ fn error_body(api: Api, status: StatusCode, message: &str) -> Value {
             json!({"error":{"message":message,"type":ty,"param":null,"code":code}})
         }
     }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-/// Split `text` into `n` roughly equal pieces on char boundaries (no empty pieces, except a
-/// single empty piece for empty text).
-fn split_chunks(text: &str, n: usize) -> Vec<String> {
-    let chars: Vec<char> = text.chars().collect();
-    let n = n.clamp(1, chars.len().max(1));
-    let size = chars.len().div_ceil(n).max(1);
-    let mut out: Vec<String> = chars.chunks(size).map(|c| c.iter().collect()).collect();
-    if out.is_empty() {
-        out.push(String::new());
-    }
-    out
 }
 
 #[cfg(test)]

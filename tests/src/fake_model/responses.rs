@@ -1,9 +1,11 @@
 //! The OpenAI Responses API of the fake model (`POST /v1/responses`, Codex): its SSE events for
 //! a planned reply.
 
-use super::*;
+use serde_json::{json, Value};
 
-impl Ctx {
+use super::reply::{split_chunks, unix_now, Block, Frame, Plan, Reply};
+
+impl Reply<'_> {
     pub(super) fn responses_frames(&self, plan: &Plan, frames: &mut Vec<Frame>) {
         let mut seq = 0u64;
         let mut ev = |name: &str, mut data: Value| {

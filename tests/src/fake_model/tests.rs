@@ -1,5 +1,6 @@
 //! The fake model over HTTP: each API's replies, the script, the log.
 
+use super::reply::split_chunks;
 use super::*;
 
 fn client() -> reqwest::Client {
