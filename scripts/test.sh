@@ -59,20 +59,20 @@ bash scripts/validate-k8s.sh
 
 # The code's shape (issue 42's limits): functions over 120 lines and files over 1,000 production
 # lines (scripts/code-size.sh), import loops between files and upward imports
-# (scripts/module-deps.py). Printed on every run; they fail the run only with
-# NANOCLAW_STRICT_SHAPE=1 (off until every crate is within them;
-# docs/decisions/repo.md#D-REPO-03).
-step "code shape: function and file sizes, import loops (NANOCLAW_STRICT_SHAPE=${NANOCLAW_STRICT_SHAPE:-0})"
+# (scripts/module-deps.py). Printed on every run, and every crate is within them, so they fail
+# the run (NANOCLAW_STRICT_SHAPE=1, the default); NANOCLAW_STRICT_SHAPE=0 only prints them, for
+# a work-in-progress tree (docs/decisions/repo.md#D-REPO-03).
+step "code shape: function and file sizes, import loops (NANOCLAW_STRICT_SHAPE=${NANOCLAW_STRICT_SHAPE:-1})"
 shape_failed=0
 bash scripts/code-size.sh || shape_failed=1
 echo
 python3 scripts/module-deps.py --strict || shape_failed=1
 if [ "$shape_failed" = 1 ]; then
-  if [ "${NANOCLAW_STRICT_SHAPE:-0}" = 1 ]; then
+  if [ "${NANOCLAW_STRICT_SHAPE:-1}" = 1 ]; then
     echo "code shape: over the limits above (NANOCLAW_STRICT_SHAPE=1)" >&2
     exit 1
   fi
-  echo "code shape: over the limits above; not failing the run (set NANOCLAW_STRICT_SHAPE=1 to)"
+  echo "code shape: over the limits above; not failing the run (NANOCLAW_STRICT_SHAPE=0)"
 fi
 
 step "cargo fmt --check"
