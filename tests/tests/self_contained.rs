@@ -316,6 +316,58 @@ fn architecture_lists_every_crate_and_its_public_modules() {
     );
 }
 
+/// Every `tests/*.rs` file of every workspace crate is compiled into a test binary: a module of
+/// the crate's one binary `tests/all.rs` (`mod name;`, with or without `#[path]`) or a `[[test]]`
+/// of its own in the crate's Cargo.toml. With `autotests = false` cargo builds nothing else, so
+/// a file named by neither would silently never run; without it, the file would be a binary of
+/// its own that issue 42's "one test binary per crate" does not allow unnamed.
+#[test]
+fn every_integration_test_file_is_in_a_test_binary() {
+    let root = repository_root();
+    let read = |path: &Path| {
+        std::fs::read_to_string(root.join(path))
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+    };
+    let (mut checked, mut orphans) = (Vec::new(), Vec::new());
+    for folder in workspace_members(&read(Path::new("Cargo.toml"))) {
+        let crate_dir = Path::new(&folder);
+        let Ok(entries) = std::fs::read_dir(root.join(crate_dir).join("tests")) else {
+            continue;
+        };
+        let mut named = test_targets(&read(&crate_dir.join("Cargo.toml")));
+        if let Ok(all) = std::fs::read_to_string(root.join(crate_dir).join("tests/all.rs")) {
+            named.extend(
+                declared_modules(&all)
+                    .into_iter()
+                    .map(|m| format!("tests/{m}")),
+            );
+        }
+        for entry in entries {
+            let entry = entry.unwrap_or_else(|e| panic!("listing {folder}/tests: {e}"));
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.ends_with(".rs") || !entry.path().is_file() {
+                continue;
+            }
+            let file = crate_dir.join("tests").join(&name);
+            if named.iter().any(|n| n == &format!("tests/{name}")) {
+                checked.push(file);
+            } else {
+                orphans.push(file.display().to_string());
+            }
+        }
+    }
+    assert!(
+        orphans.is_empty(),
+        "test files no test binary compiles (they never run): {orphans:?}; name each in its \
+         crate's tests/all.rs (`#[path = \"x.rs\"] mod x;`), or give it a [[test]] of its own in \
+         the crate's Cargo.toml with the reason it needs a process of its own"
+    );
+    assert!(
+        checked.iter().any(|f| f == Path::new(THIS_FILE)),
+        "{THIS_FILE} is one of the files checked: {checked:?}"
+    );
+}
+
 #[test]
 fn the_crate_table_parser_reads_the_documented_shape() {
     let doc = "intro\n\n| Crate | Path | Public modules |\n|---|:--|---|\n\
@@ -353,6 +405,80 @@ fn the_crate_table_parser_reads_the_documented_shape() {
         package_name("[package]\nname = \"e2e\"\n[[bin]]\nname = \"x\"\n"),
         Some("e2e".to_string())
     );
+    let manifest = "[package]\nname = \"x\"\n[[test]]\nname = \"all\"\npath = \"tests/all.rs\"\n\
+                    [[bench]]\nname = \"b\"\n[[test]]\nname = \"solo\"\nharness = false\n";
+    assert_eq!(
+        test_targets(manifest),
+        vec!["tests/all.rs", "tests/solo.rs"]
+    );
+    let all = "//! mod not_this;\n#[path = \"a.rs\"]\nmod a;\n#[path = \"support/s.rs\"]\n\
+               #[allow(dead_code)]\nmod helper;\nmod b;\n// mod c;\npub mod d;\n";
+    assert_eq!(
+        declared_modules(all),
+        vec!["a.rs", "support/s.rs", "b.rs", "d.rs"]
+    );
+}
+
+/// The files a crate's Cargo.toml makes test binaries of (`[[test]]` sections), relative to the
+/// crate: its `path`, or `tests/<name>.rs` when it has none (cargo's default).
+fn test_targets(manifest: &str) -> Vec<String> {
+    let mut targets: Vec<(Option<String>, Option<String>)> = Vec::new();
+    let mut in_test = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_test = line == "[[test]]";
+            if in_test {
+                targets.push((None, None));
+            }
+            continue;
+        }
+        let Some((name, path)) = targets.last_mut().filter(|_| in_test) else {
+            continue;
+        };
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        let value = Some(value.trim().trim_matches('"').to_string());
+        match key.trim() {
+            "name" => *name = value,
+            "path" => *path = value,
+            _ => {}
+        }
+    }
+    targets
+        .into_iter()
+        .filter_map(|(name, path)| path.or_else(|| name.map(|n| format!("tests/{n}.rs"))))
+        .map(|path| path.trim_start_matches("./").to_string())
+        .collect()
+}
+
+/// The files an `all.rs` declares as modules, relative to its folder: the `#[path = "…"]` of a
+/// `mod name;`, or `name.rs` when it has none. Comment lines are skipped.
+fn declared_modules(all: &str) -> Vec<String> {
+    let mut files = Vec::new();
+    let mut path = None;
+    for line in all.lines().map(str::trim) {
+        if line.starts_with("//") {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("#[path") {
+            path = rest
+                .split('"')
+                .nth(1)
+                .map(|p| p.trim_start_matches("./").to_string());
+            continue;
+        }
+        let declaration = line.strip_prefix("pub ").unwrap_or(line);
+        if let Some(name) = declaration
+            .strip_prefix("mod ")
+            .and_then(|rest| rest.strip_suffix(';'))
+        {
+            files.push(path.take().unwrap_or_else(|| format!("{}.rs", name.trim())));
+        } else if !line.starts_with("#[") {
+            path = None;
+        }
+    }
+    files
 }
 
 /// The `members = [...]` folders of a workspace manifest.
