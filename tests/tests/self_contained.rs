@@ -9,6 +9,9 @@
 //! hit fails the test with `file:line`. Recorded CLI captures (`.json`/`.jsonl` under a `tests/fixtures/` folder) are
 //! exempt from the absolute paths only: they are output of the machine they were captured on,
 //! not references.
+//!
+//! The repository's other checks on itself live here too: ARCHITECTURE.md's crate table and
+//! size, every `tests/*.rs` file in a test binary, and every cited decision id having its entry.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -368,6 +371,93 @@ fn every_integration_test_file_is_in_a_test_binary() {
     );
 }
 
+/// ARCHITECTURE.md stays the map (docs/decisions/repo.md#D-REPO-04): at most 200 lines, none
+/// longer than 100 characters; details belong in `docs/decisions/`, linked by id.
+#[test]
+fn architecture_is_a_short_map() {
+    let path = repository_root().join("ARCHITECTURE.md");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let lines: Vec<&str> = text.lines().collect();
+    let long: Vec<String> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, line)| line.chars().count() > 100)
+        .map(|(index, line)| format!("line {}: {} characters", index + 1, line.chars().count()))
+        .collect();
+    assert!(
+        lines.len() <= 200 && long.is_empty(),
+        "ARCHITECTURE.md has {} lines (at most 200) and lines over 100 characters: {long:?}; \
+         move the detail into a docs/decisions/ entry and cite its id",
+        lines.len()
+    );
+    assert!(
+        lines.iter().any(|line| line.starts_with("## ")),
+        "ARCHITECTURE.md has its sections"
+    );
+}
+
+/// Every decision or measurement id a file cites (`D-DB-03`, `M-PERF-02`) has its entry: an
+/// `<a id="…">` anchor in a subject file of `docs/decisions/` or `docs/measurements/`; and every
+/// entry has its line in its folder's README index. The READMEs' examples of the format (in code
+/// spans and fences) are not citations.
+#[test]
+fn every_cited_decision_id_exists() {
+    let root = repository_root();
+    let files = listed_files(&root).unwrap_or_else(|e| panic!("listing the files: {e}"));
+    let mut anchors = Vec::new();
+    for folder in ["docs/decisions", "docs/measurements"] {
+        let index = std::fs::read_to_string(root.join(folder).join("README.md"))
+            .unwrap_or_else(|e| panic!("reading {folder}/README.md: {e}"));
+        for file in files
+            .iter()
+            .filter(|f| f.parent() == Some(Path::new(folder)))
+        {
+            let Some(name) = file.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            if name == "README.md" || !name.ends_with(".md") {
+                continue;
+            }
+            let text = std::fs::read_to_string(root.join(file)).unwrap_or_default();
+            for id in entry_anchors(&text) {
+                assert!(
+                    index.contains(&format!("({name}#{id})")),
+                    "{folder}/README.md's index has no line for {name}#{id}"
+                );
+                anchors.push(id);
+            }
+        }
+    }
+    assert!(
+        anchors.iter().any(|id| id == "D-REPO-04"),
+        "the anchors read include D-REPO-04: {anchors:?}"
+    );
+    let mut missing = Vec::new();
+    for file in &files {
+        if file == Path::new(THIS_FILE) {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(root.join(file)) else {
+            continue;
+        };
+        let is_index = file.file_name().is_some_and(|n| n == "README.md")
+            && file.starts_with("docs")
+            && (file.starts_with("docs/decisions") || file.starts_with("docs/measurements"));
+        let text = if is_index { outside_code(&text) } else { text };
+        for id in cited_ids(&text) {
+            if !anchors.contains(&id) {
+                missing.push(format!("{}: {id}", file.display()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "cited ids with no entry in docs/decisions/ or docs/measurements/ (ids are never \
+         renumbered; cite the entry's id): {missing:?}"
+    );
+}
+
 #[test]
 fn the_crate_table_parser_reads_the_documented_shape() {
     let doc = "intro\n\n| Crate | Path | Public modules |\n|---|:--|---|\n\
@@ -416,6 +506,18 @@ fn the_crate_table_parser_reads_the_documented_shape() {
     assert_eq!(
         declared_modules(all),
         vec!["a.rs", "support/s.rs", "b.rs", "d.rs"]
+    );
+    assert_eq!(
+        cited_ids("see D-DB-03, docs/x.md#M-PERF-12; not XD-DB-03, D-DB-3, D-DB-0123, D-db-01"),
+        vec!["D-DB-03", "M-PERF-12"]
+    );
+    assert_eq!(
+        entry_anchors("<a id=\"D-LOOP-06\"></a>\n## D-LOOP-06: x\n<a id=\"other\"></a>"),
+        vec!["D-LOOP-06"]
+    );
+    assert_eq!(
+        outside_code("a D-X-01 `D-X-02` b\n```\nD-X-03\n```\nD-X-04\n"),
+        "a D-X-01   b\nD-X-04\n"
     );
 }
 
@@ -479,6 +581,70 @@ fn declared_modules(all: &str) -> Vec<String> {
         }
     }
     files
+}
+
+/// The ids of the `<a id="D-…">` / `<a id="M-…">` anchors in a subject file.
+fn entry_anchors(text: &str) -> Vec<String> {
+    text.split("<a id=\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .filter(|id| !cited_ids(id).is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The decision and measurement ids in `text`: `D-` or `M-`, capital letters, `-`, two or three
+/// digits, not inside a longer word.
+fn cited_ids(text: &str) -> Vec<String> {
+    let bytes = text.as_bytes();
+    let mut ids = Vec::new();
+    for (at, _) in text.match_indices('-') {
+        if at == 0 || !matches!(bytes[at - 1], b'D' | b'M') {
+            continue;
+        }
+        let start = at - 1;
+        if start > 0 && (bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_') {
+            continue;
+        }
+        let tag = bytes[at + 1..]
+            .iter()
+            .take_while(|b| b.is_ascii_uppercase())
+            .count();
+        let dash = at + 1 + tag;
+        if tag == 0 || bytes.get(dash) != Some(&b'-') {
+            continue;
+        }
+        let digits = bytes[dash + 1..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        let end = dash + 1 + digits;
+        let word_goes_on = bytes
+            .get(end)
+            .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_');
+        if (2..=3).contains(&digits) && !word_goes_on {
+            ids.push(text[start..end].to_string());
+        }
+    }
+    ids
+}
+
+/// `text` without its fenced code blocks and inline code spans (the READMEs' examples).
+fn outside_code(text: &str) -> String {
+    let mut out = String::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if !fenced {
+            let prose: Vec<&str> = line.split('`').step_by(2).collect();
+            out.push_str(&prose.join(" "));
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// The `members = [...]` folders of a workspace manifest.
