@@ -17,8 +17,9 @@
 //! `approvals.rs` (Codex's approval requests), `hooks.rs` (trusting Codex's holding
 //! `PostToolUse` hook), `permission.rs` (OpenCode's `permission` config, its decisions and the
 //! approval-stop plugin). Shared, one owner each: `policy.rs` and `policy/` (what a rule means;
-//! `shell.rs` the Bash parser, `wrappers.rs` the programs that run commands, `paths.rs` a file
-//! tool's path, `json.rs` the policy's written form), `refusal.rs` (the wording of a refusal),
+//! `types.rs` its vocabulary, `shell.rs` the Bash parser, `word.rs` a parsed word, `wrappers.rs`
+//! the programs that run commands, `paths.rs` a file tool's path, `json.rs` the policy's written
+//! form), `refusal.rs` (the wording of a refusal),
 //! `classify.rs` (error classes, and the `auth_hint` in place of a CLI's login advice),
 //! `redact.rs` (masking secrets), `elicitation.rs` (single-string elicitation schemas),
 //! `media.rs` (native media types and caps), `kind.rs` (the list of providers), `usage.rs`,
