@@ -24,9 +24,11 @@
 //! Requests *without* tools whose system prompt is a title generator (OpenCode's title request)
 //! get [`TITLE_TEXT`] and consume no step. Requests *without* tools that ask for JSON (Gemini
 //! `generationConfig.responseMimeType: "application/json"`; Chat `response_format` of type
-//! `json_object` / `json_schema`: Gemini CLI's next-speaker check and model router, Qwen Code's
-//! side queries) get a JSON value shaped by the request's schema ([`schema_instance`]: every
-//! property, the first enum value) and consume no step either ([`ReplyKind::Structured`]). A request without tools that is not a title request
+//! `json_object` / `json_schema`: Gemini CLI's next-speaker check and model router) get a JSON
+//! value shaped by the request's schema ([`schema_instance`]: every property, the first enum
+//! value, false) and consume no step either ([`ReplyKind::Structured`]). So do Qwen Code's side
+//! queries, which offer one tool, [`QWEN_SCHEMA_TOOL`], and get a call of it with such JSON as
+//! its arguments (its auto-mode classifier: `{"shouldBlock": false}`). A request without tools that is not a title request
 //! (for example Claude started with `--tools ""`) consumes a step like any other.
 //!
 //! Retries consume steps too: `[Step::error(500, "x"), Step::text("recovered")]` makes the first
@@ -107,6 +109,8 @@ pub const MCP_SERVER: &str = "nanoclaw";
 pub const DEFAULT_TEXT: &str = "ok";
 /// Reply to title-generation requests (no tools, "title generator" system prompt).
 pub const TITLE_TEXT: &str = "Title";
+/// The one tool of Qwen Code's structured side queries (module docs, "Script").
+pub const QWEN_SCHEMA_TOOL: &str = "respond_in_schema";
 /// The path prefix of the Gemini API; `{model}:streamGenerateContent` or
 /// `{model}:generateContent` follows.
 pub const GEMINI_PREFIX: &str = "/v1beta/models/";
@@ -905,13 +909,30 @@ impl LoggedRequest {
         }
     }
 
-    /// The JSON schema of a request without tools that asks for JSON (module docs, "Script"),
-    /// or `None`. A request asking for JSON without a schema gets `Some(Value::Null)`.
+    /// The JSON schema of a request that asks for JSON (module docs, "Script"), or `None`. A
+    /// request asking for JSON without a schema gets `Some(Value::Null)`.
     pub fn structured_schema(&self) -> Option<Value> {
+        self.structured().map(|(schema, _)| schema)
+    }
+
+    /// The schema of a structured request, and the tool the answer must call when the request
+    /// asks for its JSON as a tool call (Qwen Code's side queries offer one tool,
+    /// `respond_in_schema`, with `tool_choice: "required"`).
+    fn structured(&self) -> Option<(Value, Option<String>)> {
+        if let [tool] = array(&self.body, "tools") {
+            let name = tool.pointer("/function/name").and_then(Value::as_str);
+            if self.api == Some(Api::Chat) && name == Some(QWEN_SCHEMA_TOOL) {
+                let schema = tool
+                    .pointer("/function/parameters")
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                return Some((schema, Some(QWEN_SCHEMA_TOOL.to_owned())));
+            }
+        }
         if self.has_tools() {
             return None;
         }
-        match self.api {
+        let schema = match self.api {
             Some(Api::Gemini) => {
                 let config = self.body.get("generationConfig")?;
                 if config.get("responseMimeType").and_then(Value::as_str)
@@ -941,7 +962,8 @@ impl LoggedRequest {
                 }
             }
             _ => None,
-        }
+        };
+        schema.map(|schema| (schema, None))
     }
 
     /// Whether this is a title-generation request: no tools, and a system prompt that mentions
@@ -1452,8 +1474,8 @@ enum Action {
     /// The model the request named.
     UnknownModel(String),
     Title,
-    /// A JSON reply shaped by this schema.
-    Structured(Value),
+    /// A JSON reply shaped by this schema: as text, or as a call of the named tool.
+    Structured(Value, Option<String>),
     Step(Step),
 }
 
@@ -1516,10 +1538,10 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             entry.reply = ReplyKind::Title;
             entry.reply_description = format!("title {TITLE_TEXT:?}");
             Action::Title
-        } else if let Some(schema) = entry.structured_schema() {
+        } else if let Some((schema, tool)) = entry.structured() {
             entry.reply = ReplyKind::Structured;
             entry.reply_description = "JSON shaped by the request's schema".to_owned();
-            Action::Structured(schema)
+            Action::Structured(schema, tool)
         } else if let Some(step) = inner.script.pop_front() {
             entry.reply = ReplyKind::Step(inner.consumed);
             entry.reply_description = format!("step {}: {}", inner.consumed, step.describe());
@@ -1573,9 +1595,17 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             let plan = ctx.plan(vec![Block::text(TITLE_TEXT, 1, 0)], None);
             ctx.respond(plan).await
         }
-        (Action::Structured(schema), Some(ctx)) => {
-            let text = schema_instance(&schema).to_string();
-            let plan = ctx.plan(vec![Block::text(text, 1, 0)], None);
+        (Action::Structured(schema, tool), Some(ctx)) => {
+            let json = schema_instance(&schema).to_string();
+            let block = match tool {
+                Some(name) => Block::Call {
+                    name,
+                    namespace: None,
+                    arguments: json,
+                },
+                None => Block::text(json, 1, 0),
+            };
+            let plan = ctx.plan(vec![block], None);
             ctx.respond(plan).await
         }
         (Action::Step(step), Some(ctx)) => ctx.respond_step(step, &default_text).await,

@@ -1213,9 +1213,26 @@ async fn structured_requests_get_schema_shaped_json_and_consume_no_step() {
         json["choices"][0]["message"]["content"],
         json!({"ok":false}).to_string()
     );
+    // Qwen Code's side query: one tool to answer with, called with the JSON.
+    let body = json!({"model":"m","stream":false,"tool_choice":"required",
+        "messages":[{"role":"user","content":"allow?"}],
+        "tools":[{"type":"function","function":{"name":"respond_in_schema","parameters":{
+            "type":"object","properties":{"shouldBlock":{"type":"boolean"}},
+            "required":["shouldBlock"]}}}]});
+    let json: Value = serde_json::from_str(
+        &post(&server, "/v1/chat/completions", body)
+            .await
+            .text()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let call = &json["choices"][0]["message"]["tool_calls"][0]["function"];
+    assert_eq!(call["name"], "respond_in_schema");
+    assert_eq!(call["arguments"], json!({"shouldBlock":false}).to_string());
     assert_eq!(server.remaining_steps(), 1, "no step consumed");
     let kinds: Vec<ReplyKind> = server.requests().into_iter().map(|r| r.reply).collect();
-    assert_eq!(kinds, vec![ReplyKind::Structured; 3]);
+    assert_eq!(kinds, vec![ReplyKind::Structured; 4]);
     assert!(server.model_requests().is_empty());
 }
 
