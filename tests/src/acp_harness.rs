@@ -268,7 +268,8 @@ impl Reply {
 /// A running ACP agent and the messages read from it.
 pub struct AcpClient {
     child: Child,
-    stdin: ChildStdin,
+    /// `None` once closed ([`AcpClient::close`]).
+    stdin: Option<ChildStdin>,
     lines: Receiver<String>,
     next_id: u64,
     /// Every message read from the agent (responses, requests, notifications), in order.
@@ -314,7 +315,7 @@ impl AcpClient {
         });
         AcpClient {
             child,
-            stdin,
+            stdin: Some(stdin),
             lines,
             next_id: 0,
             received: Vec::new(),
@@ -331,10 +332,12 @@ impl AcpClient {
 
     fn write(&mut self, message: &Value) {
         let line = format!("{message}\n");
-        if let Err(err) = self
-            .stdin
+        let Some(stdin) = self.stdin.as_mut() else {
+            panic!("{}: stdin is closed", self.label);
+        };
+        if let Err(err) = stdin
             .write_all(line.as_bytes())
-            .and_then(|()| self.stdin.flush())
+            .and_then(|()| stdin.flush())
         {
             panic!(
                 "{}: writing to the agent: {err}\n{}",
@@ -466,6 +469,20 @@ impl AcpClient {
             })
             .collect::<Vec<_>>()
             .join("\n")
+    }
+
+    /// Ends the agent as a host that shuts down does: stdin closed, up to `grace` to exit, then
+    /// the process group killed. Its exit status, if it exited by itself.
+    pub fn close(mut self, grace: Duration) -> Option<std::process::ExitStatus> {
+        drop(self.stdin.take());
+        let start = Instant::now();
+        while start.elapsed() < grace {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
     }
 
     /// The agent's process id (its process group's too).

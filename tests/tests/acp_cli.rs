@@ -214,10 +214,16 @@ fn gemini_prompt_mode_against_fake_model() {
             .contains(&"run_shell_command".to_owned()));
         assert!(requests[0].offers_mcp_tool("send_message"));
         assert!(requests[1].tail_is_tool_result());
-        assert_eq!(results_with(&requests[1..2], MARKER), 1);
         assert_eq!(
-            std::fs::read_to_string(sandbox.work.join("marker.txt")).unwrap(),
-            MARKER
+            std::fs::read_to_string(sandbox.work.join("marker.txt")).unwrap_or_default(),
+            MARKER,
+            "the command ran"
+        );
+        assert_eq!(
+            results_with(&requests[1..2], MARKER),
+            1,
+            "the shell's output went back: {:?}",
+            requests[1].tool_results()
         );
         assert!(requests[2].tail_is_tool_result());
         assert_eq!(sent_texts(&sandbox), ["hi from gemini"]);
@@ -296,10 +302,16 @@ fn qwen_prompt_mode_against_fake_model() {
         assert!(tools.contains(&"tool_call".to_owned()), "{tools:?}");
         assert!(tools.contains(&"tool_search".to_owned()), "{tools:?}");
         assert!(!requests[0].offers_mcp_tool("send_message"), "{tools:?}");
-        assert_eq!(results_with(&requests[1..2], MARKER), 1);
         assert_eq!(
-            std::fs::read_to_string(sandbox.work.join("marker.txt")).unwrap(),
-            MARKER
+            std::fs::read_to_string(sandbox.work.join("marker.txt")).unwrap_or_default(),
+            MARKER,
+            "the command ran"
+        );
+        assert_eq!(
+            results_with(&requests[1..2], MARKER),
+            1,
+            "the shell's output went back: {:?}",
+            requests[1].tool_results()
         );
         assert!(requests[2].tail_is_tool_result());
         assert_eq!(sent_texts(&sandbox), ["hi from qwen"]);
@@ -468,7 +480,10 @@ fn acp_session(agent: AcpAgent) {
     let last = model.model_requests().pop().unwrap();
     assert!(last.last_user_text().unwrap_or_default().ends_with("again"));
 
-    // 4. A shell command rejected: it does not run.
+    // 4. A shell command rejected: it does not run. Gemini CLI hands the model the rejection (a
+    // tool result) and the turn ends with its answer; Qwen Code ends the turn at once, without
+    // another model request.
+    let before = model.model_requests().len();
     let from = client.received.len();
     let result = client.call(
         "session/prompt",
@@ -484,15 +499,21 @@ fn acp_session(agent: AcpAgent) {
         1
     );
     assert!(!sandbox.work.join("rejected.txt").exists());
-    // The model learns of the rejection (a tool result) and the turn ends with its answer.
     assert_eq!(result["stopReason"], "end_turn", "{result}");
-    assert_eq!(client.reply_text_since(from), "after the rejection");
-    let last = model.model_requests().pop().unwrap();
-    assert!(last.tail_is_tool_result());
-    eprintln!(
-        "[{label}] rejection result: {:?}",
-        last.tool_results().last()
-    );
+    let requests = model.model_requests();
+    match agent {
+        AcpAgent::Gemini => {
+            assert_eq!(client.reply_text_since(from), "after the rejection");
+            assert_eq!(requests.len(), before + 2);
+            let last = &requests[requests.len() - 1];
+            assert!(last.tail_is_tool_result());
+            eprintln!("[{label}] the rejection: {:?}", last.tool_results().last());
+        }
+        AcpAgent::Qwen => {
+            assert_eq!(client.reply_text_since(from), "");
+            assert_eq!(requests.len(), before + 1, "no request after the rejection");
+        }
+    }
     assert!(client.garbage.is_empty(), "{:?}", client.garbage);
     eprintln!("[{label}] total {:.2?}", started.elapsed());
 }
@@ -515,4 +536,95 @@ fn qwen_acp_session_against_fake_model() {
         return;
     }
     acp_session(AcpAgent::Qwen);
+}
+
+/// After the agent process ends (stdin closed, as a runner that stops), a new process is asked
+/// to `session/load` the session (both advertise `loadSession`). Qwen Code loads it and carries
+/// the history into the next request; Gemini CLI 0.61.0 answers -32603 "No previous sessions
+/// found for this project." (docs/contract/acp-agents.md): a runner must start a new session
+/// and say so.
+fn acp_load_in_a_new_process(agent: AcpAgent) {
+    let Some(bin) = agent.cli() else { return };
+    let model = FakeModel::start_with_script([Step::text("noted")]).unwrap();
+    model.set_default_text("loaded");
+    let sandbox = AgentSandbox::new(agent, &model, false);
+    let label = format!("{} acp load", agent.name());
+    let init = json!({"protocolVersion": 1, "clientCapabilities": {}});
+    let mut first = AcpClient::spawn(sandbox.acp_command(&bin), &label);
+    first.call("initialize", init.clone(), WAIT, permit("allow_once"));
+    let session = first.call(
+        "session/new",
+        json!({"cwd": sandbox.work, "mcpServers": []}),
+        WAIT,
+        permit("allow_once"),
+    );
+    let session_id = session["sessionId"].as_str().unwrap().to_owned();
+    let result = first.call(
+        "session/prompt",
+        json!({"sessionId": session_id,
+               "prompt": [{"type": "text", "text": "remember the word walrus"}]}),
+        WAIT,
+        permit("allow_once"),
+    );
+    assert_eq!(result["stopReason"], "end_turn", "{result}");
+    let exit = first.close(Duration::from_secs(10));
+    eprintln!("[{label}] first process ended: {exit:?}");
+
+    let mut second = AcpClient::spawn(sandbox.acp_command(&bin), &label);
+    let init = second.call("initialize", init, WAIT, permit("allow_once"));
+    assert_eq!(init["agentCapabilities"]["loadSession"], true, "{init}");
+    let id = second.send_request(
+        "session/load",
+        json!({"sessionId": session_id, "cwd": sandbox.work, "mcpServers": []}),
+    );
+    let response = second.wait_response(id, WAIT, permit("allow_once"));
+    eprintln!("[{label}] session/load: {response}");
+    match agent {
+        AcpAgent::Gemini => {
+            assert_eq!(response["error"]["code"], -32603, "{response}");
+            assert!(
+                response["error"]
+                    .to_string()
+                    .contains("No previous sessions found"),
+                "{response}"
+            );
+        }
+        AcpAgent::Qwen => {
+            assert!(response.get("result").is_some(), "{response}");
+            let result = second.call(
+                "session/prompt",
+                json!({"sessionId": session_id,
+                       "prompt": [{"type": "text", "text": "which word?"}]}),
+                WAIT,
+                permit("allow_once"),
+            );
+            assert_eq!(result["stopReason"], "end_turn", "{result}");
+            let last = model.model_requests().pop().unwrap();
+            let texts = last.user_texts().join("\n");
+            assert!(
+                texts.contains("walrus") && texts.ends_with("which word?"),
+                "the history came back: {texts}"
+            );
+        }
+    }
+}
+
+#[test]
+fn gemini_acp_session_load_in_a_new_process() {
+    if AcpAgent::Gemini.cli().is_none()
+        || !run_in_loopback_netns("gemini_acp_session_load_in_a_new_process")
+    {
+        return;
+    }
+    acp_load_in_a_new_process(AcpAgent::Gemini);
+}
+
+#[test]
+fn qwen_acp_session_load_in_a_new_process() {
+    if AcpAgent::Qwen.cli().is_none()
+        || !run_in_loopback_netns("qwen_acp_session_load_in_a_new_process")
+    {
+        return;
+    }
+    acp_load_in_a_new_process(AcpAgent::Qwen);
 }
