@@ -226,7 +226,10 @@ fn build_sh_selects_the_clis_of_the_image() {
     // The ACP agents (issue 44) are offered too.
     let out = dry_run("gemini,qwen");
     let stdout = String::from_utf8(out.stdout).unwrap();
-    assert!(stdout.contains(r"--build-arg CLIS=gemini\ qwen "), "{stdout}");
+    assert!(
+        stdout.contains(r"--build-arg CLIS=gemini\ qwen "),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("--build-arg GEMINI_CLI_VERSION=")
             && stdout.contains("--build-arg QWEN_CODE_VERSION="),

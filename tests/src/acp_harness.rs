@@ -176,6 +176,8 @@ pub struct AgentSandbox {
     pub work: PathBuf,
     /// A session DB for mcp-tools.
     pub db: PathBuf,
+    /// The agent's TMPDIR (Gemini CLI writes its error reports there, `/tmp` by default).
+    pub tmp: PathBuf,
     env: Vec<(&'static str, String)>,
 }
 
@@ -190,8 +192,9 @@ impl AgentSandbox {
         let home = dir.path().join("home");
         let work = dir.path().join("work");
         let db = dir.path().join("session.db");
+        let tmp = dir.path().join("tmp");
         let settings_dir = home.join(agent.settings_dir());
-        for d in [&settings_dir, &work] {
+        for d in [&settings_dir, &work, &tmp] {
             if let Err(err) = std::fs::create_dir_all(d) {
                 panic!("{}: {err}", d.display());
             }
@@ -207,6 +210,7 @@ impl AgentSandbox {
             home,
             work,
             db,
+            tmp,
             env: agent.env(model),
         }
     }
@@ -216,14 +220,15 @@ impl AgentSandbox {
         McpServer::mcp_tools(&self.db, &self.work)
     }
 
-    /// `bin` with a cleared environment (PATH, the private HOME, the agent's variables) in the
-    /// work folder.
+    /// `bin` with a cleared environment (PATH, the private HOME and TMPDIR, the agent's
+    /// variables) in the work folder.
     pub fn command(&self, bin: &Path) -> Command {
         let mut cmd = Command::new(bin);
         cmd.env_clear()
             .current_dir(&self.work)
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", &self.home)
+            .env("TMPDIR", &self.tmp)
             .env("LANG", "C.UTF-8")
             .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())));
         cmd

@@ -228,6 +228,37 @@ fn gemini_prompt_mode_against_fake_model() {
         assert!(requests[2].tail_is_tool_result());
         assert_eq!(sent_texts(&sandbox), ["hi from gemini"]);
     }
+    // 3. 401: not retried; the error in the JSON output, a failing exit, and the error report
+    // Gemini CLI writes in TMPDIR (not /tmp: the sandbox's).
+    {
+        let model = FakeModel::start_with_script([Step::error(401, "fake 401 error")]).unwrap();
+        let sandbox = AgentSandbox::new(agent, &model, false);
+        let mut cmd = sandbox.command(&bin);
+        cmd.args(agent.prompt_args("say hi"));
+        let run = run(&sandbox, cmd, "gemini 401");
+        print_requests(&model);
+        assert!(!run.status.success(), "{}", run.dump());
+        let error = &run.json()["error"];
+        assert_eq!(error["code"], 401, "{}", run.dump());
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("fake 401 error"),
+            "{error}"
+        );
+        assert_eq!(model.requests().len(), 1, "not retried");
+        let reports: Vec<_> = std::fs::read_dir(&sandbox.tmp)
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("gemini-client-error")
+            })
+            .collect();
+        assert_eq!(reports.len(), 1, "the error report is in TMPDIR");
+    }
 }
 
 #[test]
@@ -315,6 +346,30 @@ fn qwen_prompt_mode_against_fake_model() {
         );
         assert!(requests[2].tail_is_tool_result());
         assert_eq!(sent_texts(&sandbox), ["hi from qwen"]);
+    }
+    // 3. 401: not retried; an error result and exit 1.
+    {
+        let model = FakeModel::start_with_script([Step::error(401, "fake 401 error")]).unwrap();
+        let sandbox = AgentSandbox::new(agent, &model, false);
+        let mut cmd = sandbox.command(&bin);
+        cmd.args(agent.prompt_args("say hi"));
+        let run = run(&sandbox, cmd, "qwen 401");
+        print_requests(&model);
+        assert_eq!(run.status.code(), Some(1), "{}", run.dump());
+        let result = run
+            .json()
+            .as_array()
+            .into_iter()
+            .flatten()
+            .rfind(|e| e["type"] == "result")
+            .cloned()
+            .unwrap_or_else(|| panic!("no result event\n{}", run.dump()));
+        assert_eq!(result["is_error"], true, "{result}");
+        assert_eq!(
+            result["error"]["message"],
+            "[API Error: 401 fake 401 error]"
+        );
+        assert_eq!(model.requests().len(), 1, "not retried");
     }
 }
 
