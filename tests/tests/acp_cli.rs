@@ -228,8 +228,9 @@ fn gemini_prompt_mode_against_fake_model() {
         assert!(requests[2].tail_is_tool_result());
         assert_eq!(sent_texts(&sandbox), ["hi from gemini"]);
     }
-    // 3. 401: not retried; the error in the JSON output, a failing exit, and the error report
-    // Gemini CLI writes in TMPDIR (not /tmp: the sandbox's).
+    // 3. 401: not retried; a failing exit, the error on stderr (and in the JSON output, which
+    // Gemini CLI did not always write before exiting on a loaded machine), and the error report
+    // it writes in TMPDIR (not /tmp: the sandbox's).
     {
         let model = FakeModel::start_with_script([Step::error(401, "fake 401 error")]).unwrap();
         let sandbox = AgentSandbox::new(agent, &model, false);
@@ -238,15 +239,18 @@ fn gemini_prompt_mode_against_fake_model() {
         let run = run(&sandbox, cmd, "gemini 401");
         print_requests(&model);
         assert!(!run.status.success(), "{}", run.dump());
-        let error = &run.json()["error"];
-        assert_eq!(error["code"], 401, "{}", run.dump());
-        assert!(
-            error["message"]
-                .as_str()
-                .unwrap_or("")
-                .contains("fake 401 error"),
-            "{error}"
-        );
+        assert!(run.stderr.contains("fake 401 error"), "{}", run.dump());
+        if !run.stdout.trim().is_empty() {
+            let error = &run.json()["error"];
+            assert_eq!(error["code"], 401, "{}", run.dump());
+            assert!(
+                error["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("fake 401 error"),
+                "{error}"
+            );
+        }
         assert_eq!(model.requests().len(), 1, "not retried");
         let reports: Vec<_> = std::fs::read_dir(&sandbox.tmp)
             .unwrap()
@@ -595,9 +599,11 @@ fn qwen_acp_session_against_fake_model() {
 
 /// After the agent process ends (stdin closed, as a runner that stops), a new process is asked
 /// to `session/load` the session (both advertise `loadSession`). Qwen Code loads it and carries
-/// the history into the next request; Gemini CLI 0.61.0 answers -32603 "No previous sessions
-/// found for this project." (docs/contract/acp-agents.md): a runner must start a new session
-/// and say so.
+/// the history into the next request. Gemini CLI 0.61.0 mostly answers -32603 "No previous
+/// sessions found for this project." (every quiet run; one run on a loaded machine loaded it:
+/// docs/contract/acp-agents.md), so a runner must be ready to start a new session and say so:
+/// the test takes either answer and then proves that fallback, a new session in the new
+/// process that is answered.
 fn acp_load_in_a_new_process(agent: AcpAgent) {
     let Some(bin) = agent.cli() else { return };
     let model = FakeModel::start_with_script([Step::text("noted")]).unwrap();
@@ -636,13 +642,33 @@ fn acp_load_in_a_new_process(agent: AcpAgent) {
     eprintln!("[{label}] session/load: {response}");
     match agent {
         AcpAgent::Gemini => {
-            assert_eq!(response["error"]["code"], -32603, "{response}");
-            assert!(
-                response["error"]
-                    .to_string()
-                    .contains("No previous sessions found"),
-                "{response}"
+            if response.get("result").is_none() {
+                assert_eq!(response["error"]["code"], -32603, "{response}");
+                assert!(
+                    response["error"]
+                        .to_string()
+                        .contains("No previous sessions found"),
+                    "{response}"
+                );
+            }
+            let session = second.call(
+                "session/new",
+                json!({"cwd": sandbox.work, "mcpServers": []}),
+                WAIT,
+                permit("allow_once"),
             );
+            let new_id = session["sessionId"].as_str().unwrap().to_owned();
+            assert_ne!(new_id, session_id);
+            let from = second.received.len();
+            let result = second.call(
+                "session/prompt",
+                json!({"sessionId": new_id,
+                       "prompt": [{"type": "text", "text": "which word?"}]}),
+                WAIT,
+                permit("allow_once"),
+            );
+            assert_eq!(result["stopReason"], "end_turn", "{result}");
+            assert_eq!(second.reply_text_since(from), "loaded");
         }
         AcpAgent::Qwen => {
             assert!(response.get("result").is_some(), "{response}");
