@@ -709,3 +709,65 @@ fn qwen_acp_session_load_in_a_new_process() {
     }
     acp_load_in_a_new_process(AcpAgent::Qwen);
 }
+
+/// Qwen Code's own `auto` mode (no `--approval-mode`): before a tool call it asks the model,
+/// through a side query offering only `respond_in_schema`, whether to block it. The fake model
+/// answers `{"shouldBlock": false}` without consuming a step, the MCP tool runs without asking
+/// the client, and the side query's usage is not reported to the client (two usage reports for
+/// three model requests).
+#[test]
+fn qwen_acp_auto_mode_asks_the_model_before_a_tool() {
+    let agent = AcpAgent::Qwen;
+    let Some(bin) = agent.cli() else { return };
+    if !run_in_loopback_netns("qwen_acp_auto_mode_asks_the_model_before_a_tool") {
+        return;
+    }
+    let model = FakeModel::start_with_script([send_message_step(agent, "auto")]).unwrap();
+    model.set_default_text("done");
+    let sandbox = AgentSandbox::new(agent, &model, false);
+    let mut cmd = sandbox.command(&bin);
+    cmd.arg("--acp");
+    let mut client = AcpClient::spawn(cmd, "qwen acp auto");
+    client.call(
+        "initialize",
+        json!({"protocolVersion": 1}),
+        WAIT,
+        permit("reject_once"),
+    );
+    let session = client.call(
+        "session/new",
+        json!({"cwd": sandbox.work, "mcpServers": [sandbox.mcp_tools().acp()]}),
+        WAIT,
+        permit("reject_once"),
+    );
+    assert_eq!(session["modes"]["currentModeId"], "auto", "{session}");
+    let session_id = session["sessionId"].as_str().unwrap().to_owned();
+    let from = client.received.len();
+    let result = client.call(
+        "session/prompt",
+        json!({"sessionId": session_id, "prompt": [{"type": "text", "text": "send it"}]}),
+        WAIT,
+        permit("reject_once"),
+    );
+    print_requests(&model);
+    assert_eq!(result["stopReason"], "end_turn", "{result}");
+    assert_eq!(client.reply_text_since(from), "done");
+    assert!(client
+        .requests_since(from, "session/request_permission")
+        .is_empty());
+    assert_eq!(sent_texts(&sandbox), ["auto"]);
+    let side: Vec<_> = model
+        .requests()
+        .into_iter()
+        .filter(|r| r.reply == e2e::fake_model::ReplyKind::Structured)
+        .collect();
+    assert_eq!(side.len(), 1, "one classifier query");
+    assert_eq!(side[0].tool_names(), ["respond_in_schema"]);
+    assert_eq!(model.model_requests().len(), 2);
+    let reports = client
+        .updates_since(from)
+        .iter()
+        .filter(|u| u.pointer("/_meta/usage").is_some())
+        .count();
+    assert_eq!(reports, 2, "the classifier's usage is not reported");
+}
