@@ -4,8 +4,9 @@
 # drift), then prints the `docker run` line.
 #
 #   container/build.sh                       # docker build -t nanoclaw-agent:<workspace version>
-#   container/build.sh --clis claude         # only the named CLIs (claude, codex, opencode, or
-#                                            # none for the mock provider); default all three
+#   container/build.sh --clis claude         # only the named CLIs (claude, codex, opencode,
+#                                            # gemini, qwen, or none for the mock provider);
+#                                            # default claude, codex and opencode
 #   container/build.sh --dry-run             # print the build command, do not run it
 #   IMAGE=registry.example/nanoclaw-agent VERSION=dev container/build.sh --push
 #   DOCKER=podman container/build.sh         # any docker-compatible CLI with BuildKit features
@@ -42,7 +43,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --dry-run) DRY_RUN=1; shift ;;
     --offline) OFFLINE=1; shift ;;
-    --clis) CLIS="${2:?--clis needs a list: claude, codex, opencode (comma or space separated) or none}"; shift 2 ;;
+    --clis) CLIS="${2:?--clis needs a list: claude, codex, opencode, gemini, qwen (comma or space separated) or none}"; shift 2 ;;
     --clis=*) CLIS="${1#*=}"; shift ;;
     *) ARGS+=("$1"); shift ;;
   esac
@@ -52,15 +53,15 @@ read -r -a selected <<<"$CLIS"
 [[ ${#selected[@]} -gt 0 ]] || die "--clis is empty: name at least one CLI, or none"
 for cli in "${selected[@]}"; do
   case "$cli" in
-    claude | codex | opencode) ;;
+    claude | codex | opencode | gemini | qwen) ;;
     none) [[ ${#selected[@]} -eq 1 ]] || die "--clis none goes alone" ;;
-    *) die "unknown CLI '$cli' in --clis (known: claude codex opencode, or none)" ;;
+    *) die "unknown CLI '$cli' in --clis (known: claude codex opencode gemini qwen, or none)" ;;
   esac
 done
 CLIS="${selected[*]}"
 
 # The pins the Dockerfile declares as build arguments.
-PINS=(CLAUDE_CODE_VERSION CODEX_VERSION OPENCODE_VERSION RUST_IMAGE NODE_IMAGE)
+PINS=(CLAUDE_CODE_VERSION CODEX_VERSION OPENCODE_VERSION GEMINI_CLI_VERSION QWEN_CODE_VERSION RUST_IMAGE NODE_IMAGE)
 BUILD_ARGS=()
 for name in "${PINS[@]}"; do
   BUILD_ARGS+=(--build-arg "$name=$(pin "$name")")

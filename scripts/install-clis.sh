@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
-# Install the pinned agent CLIs (Claude Code, Codex, OpenCode) from the npm registry into a
-# project-local folder (default: <repo>/.cli, git-ignored).
+# Install the pinned agent CLIs (Claude Code, Codex, OpenCode, Gemini CLI, Qwen Code) from the npm
+# registry into a project-local folder (default: <repo>/.cli, git-ignored).
 #
-#   scripts/install-clis.sh                  # all three: install or reuse
-#   scripts/install-clis.sh codex            # only the named CLIs (claude, codex, opencode)
+#   scripts/install-clis.sh                  # all five: install or reuse
+#   scripts/install-clis.sh codex            # only the named CLIs (claude, codex, opencode,
+#                                            # gemini, qwen)
 #   NANOCLAW_CLIS="claude opencode" scripts/install-clis.sh     # the same through the environment
 #   NANOCLAW_CLI_DIR=/opt/cli scripts/install-clis.sh
 #   FORCE=1 scripts/install-clis.sh          # reinstall even if the pinned versions are present
 #   scripts/install-clis.sh --print-packages [CLI...]   # the npm packages it would install
 #   scripts/install-clis.sh --print-native              # the native binaries installed
 #
-# Prerequisites: Node.js >= NODE_MIN_MAJOR of versions.env (22: the pinned Claude Code declares
-# "engines": {"node": ">=22.0.0"}; npm only warns EBADENGINE below it) and npm. The script checks
-# the Node version first and says what to do.
+# Prerequisites: Node.js >= NODE_MIN_MAJOR of versions.env (22: the pinned Claude Code and Qwen
+# Code declare "engines": {"node": ">=22.0.0"}; npm only warns EBADENGINE below it) and npm. The
+# script checks the Node version first and says what to do.
 #
 # Non-interactive (works with CI=true and no stdin). Re-runs are fast: when every selected
 # package already has the pinned version and its native binary is present, npm is not invoked.
 #
 # The pins are in versions.env at the repository root (the one place of every pin, shared with
-# container/build.sh and the Dockerfile); CLAUDE_CODE_VERSION, CODEX_VERSION and
-# OPENCODE_VERSION set in the environment win (the image build passes its build arguments so).
+# container/build.sh and the Dockerfile); CLAUDE_CODE_VERSION, CODEX_VERSION, OPENCODE_VERSION,
+# GEMINI_CLI_VERSION and QWEN_CODE_VERSION set in the environment win (the image build passes its
+# build arguments so).
 #
 # Where the binaries live after install (linux x64 shown; other platforms are analogous):
 #   .cli/node_modules/.bin/claude   -> @anthropic-ai/claude-code/bin/claude.exe. The package's
@@ -37,6 +39,12 @@
 #       NANOCLAW_OPENCODE_BUILD: auto (default: the postinstall's choice for this CPU), baseline
 #       (runs on every x64 CPU: what an image built on one machine and run on others needs), or
 #       avx2.
+#   .cli/node_modules/.bin/gemini   -> @google/gemini-cli/bundle/gemini.js and
+#   .cli/node_modules/.bin/qwen     -> @qwen-code/qwen-code/cli-entry.js: JavaScript bundles run
+#       by node (no native binary; node stays resident as the agent's process). Their optional
+#       native modules (node-pty for a pseudo-terminal, keytar for the OS keychain) are not needed:
+#       without them the shell tool falls back to plain child processes and the key comes from
+#       the environment. Together about 250 MB.
 # The native binaries come as optional dependencies selected by os/cpu(/libc), so optional
 # dependencies must not be omitted (--include=optional). The postinstall scripts must run; if the
 # npm config disables them we run them by hand (see run_postinstalls).
@@ -48,7 +56,7 @@ VERSIONS="${NANOCLAW_VERSIONS_FILE:-$ROOT/versions.env}"
 CLI_DIR="${NANOCLAW_CLI_DIR:-$ROOT/.cli}"
 NM="$CLI_DIR/node_modules"
 BIN_DIR="$NM/.bin"
-ALL_CLIS=(claude codex opencode)
+ALL_CLIS=(claude codex opencode gemini qwen)
 
 log() { printf '[install-clis] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -71,6 +79,8 @@ pin() {
 CLAUDE_CODE_VERSION="$(pin CLAUDE_CODE_VERSION)"
 CODEX_VERSION="$(pin CODEX_VERSION)"
 OPENCODE_VERSION="$(pin OPENCODE_VERSION)"
+GEMINI_CLI_VERSION="$(pin GEMINI_CLI_VERSION)"
+QWEN_CODE_VERSION="$(pin QWEN_CODE_VERSION)"
 NODE_MIN_MAJOR="$(pin NODE_MIN_MAJOR)"
 
 # The npm package of a CLI.
@@ -79,6 +89,8 @@ package_of() {
     claude) printf '@anthropic-ai/claude-code' ;;
     codex) printf '@openai/codex' ;;
     opencode) printf 'opencode-ai' ;;
+    gemini) printf '@google/gemini-cli' ;;
+    qwen) printf '@qwen-code/qwen-code' ;;
   esac
 }
 
@@ -87,6 +99,8 @@ version_of() {
     claude) printf '%s' "$CLAUDE_CODE_VERSION" ;;
     codex) printf '%s' "$CODEX_VERSION" ;;
     opencode) printf '%s' "$OPENCODE_VERSION" ;;
+    gemini) printf '%s' "$GEMINI_CLI_VERSION" ;;
+    qwen) printf '%s' "$QWEN_CODE_VERSION" ;;
   esac
 }
 
@@ -95,6 +109,14 @@ installed_version() {
   local pj="$NM/$1/package.json"
   [[ -f "$pj" ]] || return 0
   node -e 'try{process.stdout.write(String(require(process.argv[1]).version||""))}catch(e){}' "$pj"
+}
+
+# Whether a CLI comes with a native binary (Gemini CLI and Qwen Code are node bundles).
+has_native() {
+  case "$1" in
+    claude | codex | opencode) return 0 ;;
+    *) return 1 ;;
+  esac
 }
 
 # The native binary of a CLI, if installed (searched, not hard-coded, so other platforms work).
@@ -131,7 +153,9 @@ up_to_date() {
     [[ "$(installed_version "$(package_of "$cli")")" == "$(version_of "$cli")" ]] || return 1
     [[ -x "$BIN_DIR/$cli" ]] || return 1
     # The launchers are useless without their native binaries.
-    [[ -n "$(native_of "$cli")" ]] || return 1
+    if has_native "$cli"; then
+      [[ -n "$(native_of "$cli")" ]] || return 1
+    fi
   done
   return 0
 }
@@ -150,9 +174,16 @@ check_node() {
   if ((major < 16)); then
     die "Node.js $version is too old for the pinned CLIs: install Node.js $NODE_MIN_MAJOR or later (https://nodejs.org/en/download, or 'nvm install $NODE_MIN_MAJOR')"
   fi
-  if ((major < NODE_MIN_MAJOR)) && [[ " ${SELECTED[*]} " == *" claude "* ]]; then
-    log "warning: Node.js $version is older than $NODE_MIN_MAJOR, which @anthropic-ai/claude-code@$CLAUDE_CODE_VERSION requires (\"engines\": {\"node\": \">=22.0.0\"}; npm warns EBADENGINE). The install goes on, but it is unsupported: install Node.js $NODE_MIN_MAJOR or later (https://nodejs.org/en/download, or 'nvm install $NODE_MIN_MAJOR')."
-  fi
+  # The CLIs whose `engines` ask for NODE_MIN_MAJOR (Gemini CLI asks for >=20, Codex >=16,
+  # OpenCode nothing).
+  local cli needs
+  for cli in claude qwen; do
+    [[ " ${SELECTED[*]} " == *" $cli "* ]] || continue
+    needs="$(package_of "$cli")@$(version_of "$cli")"
+    if ((major < NODE_MIN_MAJOR)); then
+      log "warning: Node.js $version is older than $NODE_MIN_MAJOR, which $needs requires (\"engines\": {\"node\": \">=22.0.0\"}; npm warns EBADENGINE). The install goes on, but it is unsupported: install Node.js $NODE_MIN_MAJOR or later (https://nodejs.org/en/download, or 'nvm install $NODE_MIN_MAJOR')."
+    fi
+  done
 }
 
 # If npm skipped lifecycle scripts (ignore-scripts, allowScripts policy), the claude and opencode
@@ -246,6 +277,7 @@ else
   PACKAGES=()
   for cli in "${SELECTED[@]}"; do PACKAGES+=("$(package_of "$cli")@$(version_of "$cli")"); done
   log "installing ${PACKAGES[*]} into $CLI_DIR (a few hundred MB from the npm registry)"
+  install_started=$SECONDS
   if [[ ! -f "$CLI_DIR/package.json" ]]; then
     printf '{\n  "name": "nanoclaw-clis",\n  "private": true\n}\n' >"$CLI_DIR/package.json"
   fi
@@ -260,6 +292,7 @@ else
     --loglevel=warn \
     "${PACKAGES[@]}" </dev/null
   run_postinstalls
+  log "npm install took $((SECONDS - install_started)) s"
   if ! up_to_date; then
     log "error: install finished but the pinned versions / native binaries are not all present:"
     for cli in "${SELECTED[@]}"; do
@@ -268,7 +301,9 @@ else
     exit 1
   fi
 fi
-if [[ " ${SELECTED[*]} " == *" opencode "* ]]; then
+# Whatever the selection: npm reconciles the whole folder, so installing another CLI beside
+# OpenCode brings its deleted builds back (177 MB each).
+if [[ -d "$NM/opencode-ai" ]]; then
   keep_one_opencode_build
 fi
 

@@ -25,10 +25,12 @@ use schema::{Destination, NewMessageIn, Routing, SessionDb};
 use serde_json::{json, Value};
 
 /// The pins of versions.env the Dockerfile declares as build arguments, by variable name.
-const PINS: [&str; 5] = [
+const PINS: [&str; 7] = [
     "CLAUDE_CODE_VERSION",
     "CODEX_VERSION",
     "OPENCODE_VERSION",
+    "GEMINI_CLI_VERSION",
+    "QWEN_CODE_VERSION",
     "RUST_IMAGE",
     "NODE_IMAGE",
 ];
@@ -221,7 +223,19 @@ fn build_sh_selects_the_clis_of_the_image() {
         stdout.contains(r"--build-arg CLIS=codex\ opencode "),
         "{stdout}"
     );
-    for bad in ["gemini", "none claude", ""] {
+    // The ACP agents (issue 44) are offered too.
+    let out = dry_run("gemini,qwen");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.contains(r"--build-arg CLIS=gemini\ qwen "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("--build-arg GEMINI_CLI_VERSION=")
+            && stdout.contains("--build-arg QWEN_CODE_VERSION="),
+        "{stdout}"
+    );
+    for bad in ["cursor", "none claude", ""] {
         let out = dry_run(bad);
         assert_eq!(out.status.code(), Some(1), "--clis {bad:?} is refused");
         assert!(out.stdout.is_empty(), "--clis {bad:?} printed a command");

@@ -87,11 +87,14 @@ pub fn mcp_tools() -> PathBuf {
     .clone()
 }
 
-/// Each CLI provider and the variable naming its binary.
-pub const CLI_ENV_VARS: [(&str, &str); 3] = [
+/// Each CLI provider and the variable naming its binary (the ACP agents' presets `gemini` and
+/// `qwen` too: issue 44).
+pub const CLI_ENV_VARS: [(&str, &str); 5] = [
     ("claude", "CLAUDE_PATH"),
     ("codex", "CODEX_PATH"),
     ("opencode", "OPENCODE_PATH"),
+    ("gemini", "GEMINI_PATH"),
+    ("qwen", "QWEN_PATH"),
 ];
 
 /// The variable naming the CLI binary of `provider` (`CLAUDE_PATH`, …). Panics for a provider
@@ -332,6 +335,12 @@ impl Session {
         set("CLAUDE_MODEL", FAKE_MODEL.into());
         set("CODEX_MODEL", FAKE_MODEL.into());
         set("OPENCODE_MODEL", FAKE_MODEL.into());
+        // The ACP agents (issue 44): their model variables, and Gemini CLI's own endpoint and
+        // key variables (it speaks the Gemini API: e2e::acp_harness::AcpAgent::env).
+        set("GEMINI_MODEL", FAKE_MODEL.into());
+        set("QWEN_MODEL", FAKE_MODEL.into());
+        set("GOOGLE_GEMINI_BASE_URL", model.url());
+        set("GEMINI_API_KEY", FAKE_KEY.into());
         set("MCP_TOOLS_PATH", mcp_tools().display().to_string());
         set("NANOCLAW_CLI_MAX_RETRIES", "1".into());
         // OpenCode's background plugin install honours this; keep it on loopback.

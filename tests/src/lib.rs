@@ -1,7 +1,9 @@
 //! End-to-end test support for the NanoClaw agent-runner.
 //!
 //! * [`fake_model`]: a scripted fake model server speaking the Anthropic Messages, OpenAI
-//!   Responses and OpenAI Chat Completions streaming APIs on 127.0.0.1.
+//!   Responses, OpenAI Chat Completions and Gemini streaming APIs on 127.0.0.1.
+//! * [`acp_harness`]: the ACP agents (Gemini CLI, Qwen Code) configured to run offline against
+//!   the fake model, and a small Agent Client Protocol client that drives them.
 //! * [`harness`]: a session workspace, the real runner, mcp-tools and host CLI, on loopback;
 //!   CLI lookup, netns re-exec, row, request, process and archive helpers.
 //! * [`provider_harness`]: a provider driven directly against its real CLI and the fake model
@@ -33,6 +35,7 @@
 //!   panicking unwraps, per-CLI user texts and processes), below them all; re-exported by
 //!   [`scenarios`].
 
+pub mod acp_harness;
 pub mod api_scenarios;
 pub mod credentials;
 pub mod fake_model;

@@ -3,6 +3,8 @@
 //! a filter picks one CLI (`-E 'test(/^e2e_codex::/)'`); the scenarios they run are declared once
 //! in `src/` (`scenario_tests!`, `provider_scenario_tests!`).
 
+#[path = "acp_cli.rs"]
+mod acp_cli;
 #[path = "archive_claude.rs"]
 mod archive_claude;
 #[path = "archive_codex.rs"]

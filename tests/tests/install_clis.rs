@@ -32,6 +32,8 @@ fn install_clis(args: &[&str], env: &[(&str, &Path)]) -> Output {
         .env_remove("CLAUDE_CODE_VERSION")
         .env_remove("CODEX_VERSION")
         .env_remove("OPENCODE_VERSION")
+        .env_remove("GEMINI_CLI_VERSION")
+        .env_remove("QWEN_CODE_VERSION")
         .env_remove("NANOCLAW_CLIS")
         .env_remove("FORCE")
         .stdin(Stdio::null());
@@ -74,8 +76,13 @@ fn the_pins_come_from_versions_env_and_a_selection_names_its_packages() {
     assert_eq!(
         text(&out.stdout),
         format!(
-            "@anthropic-ai/claude-code@{}\n@openai/codex@{}\nopencode-ai@{}\n",
-            pins["CLAUDE_CODE_VERSION"], pins["CODEX_VERSION"], pins["OPENCODE_VERSION"]
+            "@anthropic-ai/claude-code@{}\n@openai/codex@{}\nopencode-ai@{}\n\
+             @google/gemini-cli@{}\n@qwen-code/qwen-code@{}\n",
+            pins["CLAUDE_CODE_VERSION"],
+            pins["CODEX_VERSION"],
+            pins["OPENCODE_VERSION"],
+            pins["GEMINI_CLI_VERSION"],
+            pins["QWEN_CODE_VERSION"]
         )
     );
     let out = install_clis(&["--print-packages", "codex"], &[]);
@@ -83,10 +90,19 @@ fn the_pins_come_from_versions_env_and_a_selection_names_its_packages() {
         text(&out.stdout),
         format!("@openai/codex@{}\n", pins["CODEX_VERSION"])
     );
-    let out = install_clis(&["--print-packages", "gemini"], &[]);
+    let out = install_clis(&["--print-packages", "qwen", "gemini"], &[]);
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "@qwen-code/qwen-code@{}\n@google/gemini-cli@{}\n",
+            pins["QWEN_CODE_VERSION"], pins["GEMINI_CLI_VERSION"]
+        )
+    );
+    let out = install_clis(&["--print-packages", "cursor"], &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        text(&out.stderr).contains("unknown CLI 'gemini' (known: claude codex opencode)"),
+        text(&out.stderr)
+            .contains("unknown CLI 'cursor' (known: claude codex opencode gemini qwen)"),
         "{}",
         text(&out.stderr)
     );
@@ -143,9 +159,20 @@ fn an_old_node_is_refused_or_warned_about_with_what_to_do() {
         "{stderr}"
     );
     assert!(stderr.contains("fake npm"), "the install went on: {stderr}");
-    // Codex alone declares node >= 16: no warning.
+    // Qwen Code declares node >= 22 too: the warning names its package.
     let out = install_clis(
-        &["codex"],
+        &["qwen"],
+        &[("PATH", &path), ("NANOCLAW_CLI_DIR", &cli_dir)],
+    );
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!("warning: Node.js v20.11.0 is older than {min}"))
+            && stderr.contains("@qwen-code/qwen-code@"),
+        "{stderr}"
+    );
+    // Codex declares node >= 16 and Gemini CLI >= 20: no warning.
+    let out = install_clis(
+        &["codex", "gemini"],
         &[("PATH", &path), ("NANOCLAW_CLI_DIR", &cli_dir)],
     );
     assert!(
@@ -227,4 +254,59 @@ fn a_selection_verifies_only_its_clis_and_opencode_keeps_one_build() {
             "{build}: opencode.exe is the {kept} build"
         );
     }
+}
+
+/// A node bundle CLI (Gemini CLI) as npm leaves it: its package.json and the `.bin` link to its
+/// script, which prints `version`; no native binary.
+fn lay_out_gemini(cli_dir: &Path, version: &str) {
+    let nm = cli_dir.join("node_modules");
+    let package = nm.join("@google/gemini-cli");
+    ok(
+        std::fs::create_dir_all(package.join("bundle")),
+        "gemini-cli",
+    );
+    ok(
+        std::fs::write(
+            package.join("package.json"),
+            format!("{{\n  \"name\": \"@google/gemini-cli\",\n  \"version\": \"{version}\"\n}}\n"),
+        ),
+        "package.json",
+    );
+    write_executable(
+        &package.join("bundle/gemini.js"),
+        &format!("#!/bin/sh\necho '{version}'\n"),
+    );
+    ok(std::fs::create_dir_all(nm.join(".bin")), ".bin");
+    ok(
+        std::os::unix::fs::symlink(
+            "../@google/gemini-cli/bundle/gemini.js",
+            nm.join(".bin/gemini"),
+        ),
+        "the launcher link",
+    );
+}
+
+/// Installing another CLI beside OpenCode keeps one OpenCode build too: npm reconciles the whole
+/// folder and brings the deleted builds back (177 MB each), so the script trims them whatever the
+/// selection. And a node bundle CLI (no native binary) is reused as installed.
+#[test]
+fn a_selection_without_opencode_still_keeps_one_opencode_build() {
+    let pins = versions();
+    let dir = ok(tempfile::tempdir(), "temp dir");
+    let cli_dir = dir.path().join("cli");
+    lay_out_opencode(&cli_dir, &pins["OPENCODE_VERSION"]);
+    lay_out_gemini(&cli_dir, &pins["GEMINI_CLI_VERSION"]);
+    let out = install_clis(&["gemini"], &[("NANOCLAW_CLI_DIR", &cli_dir)]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("(reusing)"), "npm was not needed: {stderr}");
+    assert!(
+        stdout.contains(&format!("({})", pins["GEMINI_CLI_VERSION"])),
+        "{stdout}"
+    );
+    let nm = cli_dir.join("node_modules");
+    for gone in ["opencode-linux-x64", "opencode-linux-x64-baseline"] {
+        assert!(!nm.join(gone).exists(), "{gone} is still installed");
+    }
+    assert!(nm.join("opencode-ai/bin/opencode.exe").is_file());
 }

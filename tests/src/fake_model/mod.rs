@@ -1,13 +1,14 @@
 //! A scripted fake model server for end-to-end tests (each CLI's endpoint:
 //! docs/contract/providers.md).
 //!
-//! One loopback HTTP server stands in for the three model APIs the agent CLIs speak:
+//! One loopback HTTP server stands in for the four model APIs the agent CLIs speak:
 //!
 //! | path | API | client |
 //! |---|---|---|
 //! | `POST /v1/messages` (Claude appends `?beta=true`) | Anthropic Messages, SSE | Claude Code |
 //! | `POST /v1/responses` | OpenAI Responses, SSE | Codex |
-//! | `POST /v1/chat/completions` | OpenAI Chat Completions, SSE | OpenCode |
+//! | `POST /v1/chat/completions` | OpenAI Chat Completions, SSE | OpenCode, Qwen Code |
+//! | `POST /v1beta/models/{model}:streamGenerateContent` (`?alt=sse`) or `:generateContent` | Gemini API, SSE or JSON | Gemini CLI |
 //!
 //! Anything else is answered with 404 (and logged).
 //!
@@ -21,7 +22,13 @@
 //! differently.
 //!
 //! Requests *without* tools whose system prompt is a title generator (OpenCode's title request)
-//! get [`TITLE_TEXT`] and consume no step. A request without tools that is not a title request
+//! get [`TITLE_TEXT`] and consume no step. Requests *without* tools that ask for JSON (Gemini
+//! `generationConfig.responseMimeType: "application/json"`; Chat `response_format` of type
+//! `json_object` / `json_schema`: Gemini CLI's next-speaker check and model router) get a JSON
+//! value shaped by the request's schema ([`schema_instance`]: every property, the first enum
+//! value, false) and consume no step either ([`ReplyKind::Structured`]). So do Qwen Code's side
+//! queries, which offer one tool, [`QWEN_SCHEMA_TOOL`], and get a call of it with such JSON as
+//! its arguments (its auto-mode classifier: `{"shouldBlock": false}`). A request without tools that is not a title request
 //! (for example Claude started with `--tools ""`) consumes a step like any other.
 //!
 //! Retries consume steps too: `[Step::error(500, "x"), Step::text("recovered")]` makes the first
@@ -30,9 +37,12 @@
 //! # Tool names
 //! [`Step::ToolCall`] takes the bare MCP tool name of the `nanoclaw` server and maps it per API
 //! (docs/contract/tools.md): Anthropic `tool_use` named `mcp__nanoclaw__<name>`; Responses
-//! `function_call` with `name:<name>` and `namespace:"mcp__nanoclaw"`; Chat `nanoclaw_<name>`.
+//! `function_call` with `name:<name>` and `namespace:"mcp__nanoclaw"`; Chat `nanoclaw_<name>`
+//! (OpenCode's naming); Gemini `functionCall` named `mcp_nanoclaw_<name>`. Qwen Code hides MCP
+//! tools behind its own `tool_call` tool: [`Step::qwen_mcp_call`] scripts that.
 //! [`Step::RawToolCall`] sends the name as is (builtin tools: Claude `Bash`, Codex
-//! `exec_command`, OpenCode `bash`), with an optional Responses `namespace`.
+//! `exec_command`, OpenCode `bash`, Gemini CLI and Qwen Code `run_shell_command`), with an
+//! optional Responses `namespace`.
 //!
 //! # Usage
 //! Every reply reports token usage in its API's own shape, from the step's [`StepUsage`]
@@ -49,13 +59,16 @@
 //! `prompt_tokens_details.cached_tokens`, `completion_tokens_details.reasoning_tokens`, in a final
 //! chunk with empty `choices` when the request asks for it with
 //! `stream_options.include_usage` (as OpenAI does; OpenCode asks), and always in a
-//! non-streaming body.
+//! non-streaming body. Gemini: `usageMetadata` {`promptTokenCount` (cache reads included),
+//! `cachedContentTokenCount`, `candidatesTokenCount` (output without reasoning),
+//! `thoughtsTokenCount`, `totalTokenCount`} on the last chunk.
 //!
 //! # Models
 //! [`FakeModel::set_known_models`] restricts the accepted `model` names (default: any). A
 //! request naming another model consumes no step and gets a 404 in its API's error shape
 //! (Anthropic `not_found_error` "model: X"; OpenAI `invalid_request_error` / `model_not_found`
-//! "The model `X` does not exist"), logged as [`ReplyKind::UnknownModel`].
+//! "The model `X` does not exist"; Gemini `NOT_FOUND` "models/X is not found for API version
+//! v1beta"), logged as [`ReplyKind::UnknownModel`]. Gemini names the model in the path.
 //!
 //! # Log
 //! Every request is logged ([`LoggedRequest`]: path, query, lowercased headers, parsed JSON body,
@@ -85,9 +98,11 @@ use tokio::sync::{mpsc, watch};
 
 mod anthropic;
 mod chat;
+mod gemini;
 mod reply;
 mod responses;
 
+pub use gemini::{schema_instance, GEMINI_PREFIX};
 pub use reply::StepUsage;
 use reply::{unix_now, Block, Frame, Pause, Plan, Reply};
 
@@ -97,6 +112,8 @@ pub const MCP_SERVER: &str = "nanoclaw";
 pub const DEFAULT_TEXT: &str = "ok";
 /// Reply to title-generation requests (no tools, "title generator" system prompt).
 pub const TITLE_TEXT: &str = "Title";
+/// The one tool of Qwen Code's structured side queries (module docs, "Script").
+pub const QWEN_SCHEMA_TOOL: &str = "respond_in_schema";
 /// Usage reported by a reply whose step scripts none (and by default-text and title replies):
 /// the figures the fake model always sent before usage was scriptable.
 pub const DEFAULT_USAGE: StepUsage = StepUsage {
@@ -132,26 +149,47 @@ pub enum Api {
     Anthropic,
     /// OpenAI Responses (`/v1/responses`), Codex.
     Responses,
-    /// OpenAI Chat Completions (`/v1/chat/completions`), OpenCode.
+    /// OpenAI Chat Completions (`/v1/chat/completions`), OpenCode and Qwen Code.
     Chat,
+    /// The Gemini API (`/v1beta/models/{model}:streamGenerateContent`), Gemini CLI.
+    Gemini,
 }
 
 impl Api {
     /// All APIs.
-    pub const ALL: [Api; 3] = [Api::Anthropic, Api::Responses, Api::Chat];
+    pub const ALL: [Api; 4] = [Api::Anthropic, Api::Responses, Api::Chat, Api::Gemini];
 
-    /// The request path of this API.
+    /// The request path of this API; for Gemini the prefix ([`GEMINI_PREFIX`]) the model and
+    /// method follow (see [`Api::request_path`]).
     pub fn path(self) -> &'static str {
         match self {
             Api::Anthropic => "/v1/messages",
             Api::Responses => "/v1/responses",
             Api::Chat => "/v1/chat/completions",
+            Api::Gemini => GEMINI_PREFIX,
+        }
+    }
+
+    /// The path a client posts to: [`Api::path`], or for Gemini
+    /// `/v1beta/models/{model}:streamGenerateContent` (`stream`) or `…:generateContent` (the
+    /// others say `stream` in the body).
+    pub fn request_path(self, model: &str, stream: bool) -> String {
+        match self {
+            Api::Gemini if stream => format!("{GEMINI_PREFIX}{model}:streamGenerateContent"),
+            Api::Gemini => format!("{GEMINI_PREFIX}{model}:generateContent"),
+            _ => self.path().to_owned(),
         }
     }
 
     /// The API served at `path` (without query), if any.
     pub fn from_path(path: &str) -> Option<Api> {
-        Api::ALL.into_iter().find(|a| a.path() == path)
+        if gemini::split_path(path).is_some() {
+            return Some(Api::Gemini);
+        }
+        Api::ALL
+            .into_iter()
+            .filter(|a| *a != Api::Gemini)
+            .find(|a| a.path() == path)
     }
 
     /// The tool name the model emits for the `nanoclaw` MCP tool `tool` in this API, and the
@@ -161,6 +199,7 @@ impl Api {
             Api::Anthropic => (format!("mcp__{MCP_SERVER}__{tool}"), None),
             Api::Responses => (tool.to_string(), Some(format!("mcp__{MCP_SERVER}"))),
             Api::Chat => (format!("{MCP_SERVER}_{tool}"), None),
+            Api::Gemini => (format!("mcp_{MCP_SERVER}_{tool}"), None),
         }
     }
 }
@@ -171,6 +210,7 @@ impl fmt::Display for Api {
             Api::Anthropic => "anthropic",
             Api::Responses => "responses",
             Api::Chat => "chat",
+            Api::Gemini => "gemini",
         })
     }
 }
@@ -307,6 +347,16 @@ impl Step {
             delay_ms: 0,
             usage: None,
         }
+    }
+
+    /// Qwen Code's way to the `nanoclaw` MCP tool `name`: its MCP tools are deferred, not
+    /// offered to the model, which calls them through Qwen's own `tool_call` tool
+    /// (`{"name":"mcp__nanoclaw__<name>","arguments":{..}}`).
+    pub fn qwen_mcp_call(name: &str, arguments: Value) -> Step {
+        Step::raw_tool_call(
+            "tool_call",
+            json!({"name": format!("mcp__{MCP_SERVER}__{name}"), "arguments": arguments}),
+        )
     }
 
     /// Call the `nanoclaw` MCP tool `name` (bare name, e.g. `"send_message"`).
@@ -533,6 +583,9 @@ pub enum ReplyKind {
     Default,
     /// A title request (no tools): [`TITLE_TEXT`], no step consumed.
     Title,
+    /// A request without tools asking for JSON (module docs, "Script"): a value shaped by its
+    /// schema, no step consumed.
+    Structured,
     /// Unknown path or method: 404.
     NotFound,
     /// A model not in [`FakeModel::set_known_models`]: 404 in the API's shape, no step consumed.
@@ -580,13 +633,20 @@ impl LoggedRequest {
             .map(String::as_str)
     }
 
-    /// The `model` the request body names (what a `/model` switch must change).
+    /// The `model` the request names (what a `/model` switch must change): the body's, or for
+    /// Gemini the path's.
     pub fn model(&self) -> Option<&str> {
+        if self.api == Some(Api::Gemini) {
+            return gemini::split_path(&self.path).map(|(model, _)| model);
+        }
         self.body.get("model").and_then(Value::as_str)
     }
 
-    /// Whether the client asked for SSE (`"stream": true`).
+    /// Whether the client asked for SSE (`"stream": true`; Gemini: `:streamGenerateContent`).
     pub fn is_stream(&self) -> bool {
+        if self.api == Some(Api::Gemini) {
+            return gemini::split_path(&self.path).is_some_and(|(_, stream)| stream);
+        }
         self.body.get("stream").and_then(Value::as_bool) == Some(true)
     }
 
@@ -605,10 +665,17 @@ impl LoggedRequest {
 
     /// Names of the offered tools. Responses namespace tools are flattened to
     /// `<namespace>__<name>` (so the `nanoclaw` tool `send_message` is
-    /// `mcp__nanoclaw__send_message` there, as in Claude); Chat tools use `function.name`.
+    /// `mcp__nanoclaw__send_message` there, as in Claude); Chat tools use `function.name`;
+    /// Gemini's are the `functionDeclarations` of every `tools` entry.
     pub fn tool_names(&self) -> Vec<String> {
         let mut out = Vec::new();
         for tool in array(&self.body, "tools") {
+            if let Some(declarations) = tool.get("functionDeclarations") {
+                for d in declarations.as_array().into_iter().flatten() {
+                    collect_tool_names(d, None, &mut out);
+                }
+                continue;
+            }
             collect_tool_names(tool, None, &mut out);
         }
         out
@@ -618,7 +685,10 @@ impl LoggedRequest {
     pub fn offers_mcp_tool(&self, tool: &str) -> bool {
         let want = format!("mcp__{MCP_SERVER}__{tool}");
         let chat = format!("{MCP_SERVER}_{tool}");
-        self.tool_names().iter().any(|n| *n == want || *n == chat)
+        let gemini = format!("mcp_{MCP_SERVER}_{tool}");
+        self.tool_names()
+            .iter()
+            .any(|n| *n == want || *n == chat || *n == gemini)
     }
 
     /// All system-prompt text, blocks joined with `"\n"`: Anthropic top-level `system` plus
@@ -654,6 +724,11 @@ impl LoggedRequest {
                     }
                 }
             }
+            Some(Api::Gemini) => {
+                if let Some(system) = self.body.get("systemInstruction") {
+                    push_nonempty(&mut parts, content_text(system.get("parts")));
+                }
+            }
             None => {}
         }
         parts.join("\n")
@@ -661,18 +736,20 @@ impl LoggedRequest {
 
     /// The text of each user message, in order (text blocks joined with `"\n"`; tool results
     /// are not user text, see [`LoggedRequest::tool_results`]; messages with no text are
-    /// skipped). For Codex this includes the `<environment_context>` user message.
+    /// skipped). For Codex this includes the `<environment_context>` user message; for Gemini
+    /// CLI the `<session_context>` part that starts the first user content.
     pub fn user_texts(&self) -> Vec<String> {
-        let items: &[Value] = match self.api {
-            Some(Api::Responses) => array(&self.body, "input"),
-            Some(_) => messages(&self.body),
-            None => &[],
+        let (items, key): (&[Value], &str) = match self.api {
+            Some(Api::Responses) => (array(&self.body, "input"), "content"),
+            Some(Api::Gemini) => (array(&self.body, "contents"), "parts"),
+            Some(_) => (messages(&self.body), "content"),
+            None => (&[], "content"),
         };
         items
             .iter()
             .filter(|m| role(m) == Some("user"))
             .filter(|m| m.get("type").is_none_or(|t| t == "message"))
-            .map(|m| content_text(m.get("content")))
+            .map(|m| content_text(m.get(key)))
             .filter(|t| !t.is_empty())
             .collect()
     }
@@ -683,7 +760,8 @@ impl LoggedRequest {
     }
 
     /// The text of every tool result in the conversation, in order: Anthropic `tool_result`
-    /// blocks, Responses `*_call_output` items, Chat `role:"tool"` messages.
+    /// blocks, Responses `*_call_output` items, Chat `role:"tool"` messages, Gemini
+    /// `functionResponse` parts (their `response` as JSON text).
     pub fn tool_results(&self) -> Vec<String> {
         let mut out = Vec::new();
         match self.api {
@@ -719,6 +797,15 @@ impl LoggedRequest {
                     }
                 }
             }
+            Some(Api::Gemini) => {
+                for content in array(&self.body, "contents") {
+                    for part in array(content, "parts") {
+                        if let Some(response) = part.pointer("/functionResponse/response") {
+                            out.push(response.to_string());
+                        }
+                    }
+                }
+            }
             None => {}
         }
         out
@@ -748,8 +835,70 @@ impl LoggedRequest {
             Some(Api::Chat) => messages(&self.body)
                 .last()
                 .is_some_and(|m| role(m) == Some("tool")),
+            Some(Api::Gemini) => array(&self.body, "contents").last().is_some_and(|c| {
+                array(c, "parts")
+                    .iter()
+                    .any(|p| p.get("functionResponse").is_some())
+            }),
             None => false,
         }
+    }
+
+    /// The JSON schema of a request that asks for JSON (module docs, "Script"), or `None`. A
+    /// request asking for JSON without a schema gets `Some(Value::Null)`.
+    pub fn structured_schema(&self) -> Option<Value> {
+        self.structured().map(|(schema, _)| schema)
+    }
+
+    /// The schema of a structured request, and the tool the answer must call when the request
+    /// asks for its JSON as a tool call (Qwen Code's side queries offer one tool,
+    /// `respond_in_schema`, with `tool_choice: "required"`).
+    fn structured(&self) -> Option<(Value, Option<String>)> {
+        if let [tool] = array(&self.body, "tools") {
+            let name = tool.pointer("/function/name").and_then(Value::as_str);
+            if self.api == Some(Api::Chat) && name == Some(QWEN_SCHEMA_TOOL) {
+                let schema = tool
+                    .pointer("/function/parameters")
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                return Some((schema, Some(QWEN_SCHEMA_TOOL.to_owned())));
+            }
+        }
+        if self.has_tools() {
+            return None;
+        }
+        let schema = match self.api {
+            Some(Api::Gemini) => {
+                let config = self.body.get("generationConfig")?;
+                if config.get("responseMimeType").and_then(Value::as_str)
+                    != Some("application/json")
+                {
+                    return None;
+                }
+                Some(
+                    config
+                        .get("responseJsonSchema")
+                        .or_else(|| config.get("responseSchema"))
+                        .cloned()
+                        .unwrap_or(Value::Null),
+                )
+            }
+            Some(Api::Chat) => {
+                let format = self.body.get("response_format")?;
+                match format.get("type").and_then(Value::as_str) {
+                    Some("json_schema") => Some(
+                        format
+                            .pointer("/json_schema/schema")
+                            .cloned()
+                            .unwrap_or(Value::Null),
+                    ),
+                    Some("json_object") => Some(Value::Null),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        schema.map(|schema| (schema, None))
     }
 
     /// Whether this is a title-generation request: no tools, and a system prompt that mentions
@@ -1256,6 +1405,8 @@ enum Action {
     /// The model the request named.
     UnknownModel(String),
     Title,
+    /// A JSON reply shaped by this schema: as text, or as a call of the named tool.
+    Structured(Value, Option<String>),
     Step(Step),
 }
 
@@ -1318,6 +1469,10 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             entry.reply = ReplyKind::Title;
             entry.reply_description = format!("title {TITLE_TEXT:?}");
             Action::Title
+        } else if let Some((schema, tool)) = entry.structured() {
+            entry.reply = ReplyKind::Structured;
+            entry.reply_description = "JSON shaped by the request's schema".to_owned();
+            Action::Structured(schema, tool)
         } else if let Some(step) = inner.script.pop_front() {
             entry.reply = ReplyKind::Step(inner.consumed);
             entry.reply_description = format!("step {}: {}", inner.consumed, step.describe());
@@ -1360,11 +1515,28 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             let message = match ctx.api {
                 Api::Anthropic => format!("model: {named}"),
                 Api::Responses | Api::Chat => format!("The model `{named}` does not exist"),
+                Api::Gemini => format!(
+                    "models/{named} is not found for API version v1beta, or is not supported \
+                     for generateContent."
+                ),
             };
             ctx.error_response(404, &message, None, None, None)
         }
         (Action::Title, Some(ctx)) => {
             let plan = ctx.plan(vec![Block::text(TITLE_TEXT, 1, 0)], None);
+            ctx.respond(plan).await
+        }
+        (Action::Structured(schema, tool), Some(ctx)) => {
+            let json = schema_instance(&schema).to_string();
+            let block = match tool {
+                Some(name) => Block::Call {
+                    name,
+                    namespace: None,
+                    arguments: json,
+                },
+                None => Block::text(json, 1, 0),
+            };
+            let plan = ctx.plan(vec![block], None);
             ctx.respond(plan).await
         }
         (Action::Step(step), Some(ctx)) => ctx.respond_step(step, &default_text).await,
@@ -1633,6 +1805,7 @@ impl Ctx {
             Api::Anthropic => reply.anthropic_frames(plan, &mut frames),
             Api::Responses => reply.responses_frames(plan, &mut frames),
             Api::Chat => reply.chat_frames(plan, &mut frames),
+            Api::Gemini => reply.gemini_frames(plan, &mut frames),
         }
         frames
     }
@@ -1725,6 +1898,7 @@ impl Ctx {
                                    "finish_reason": if has_call {"tool_calls"} else {"stop"}}],
                        "usage": usage.chat()})
             }
+            Api::Gemini => self.reply().gemini_body(blocks, usage),
         }
     }
 }
@@ -1756,6 +1930,7 @@ fn error_body(api: Api, status: StatusCode, message: &str) -> Value {
             };
             json!({"error":{"message":message,"type":ty,"param":null,"code":code}})
         }
+        Api::Gemini => gemini::error_body(status, message),
     }
 }
 

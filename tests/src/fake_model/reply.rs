@@ -51,6 +51,18 @@ impl StepUsage {
                "total_tokens": input.saturating_add(self.output)})
     }
 
+    /// The Gemini API's `usageMetadata`: the prompt with the cache reads (as Google counts),
+    /// candidates without the thoughts, the total of all.
+    pub(super) fn gemini(&self) -> Value {
+        let input = self.openai_input();
+        let candidates = self.output.saturating_sub(self.reasoning);
+        json!({"promptTokenCount": input,
+               "cachedContentTokenCount": self.cache_read,
+               "candidatesTokenCount": candidates,
+               "thoughtsTokenCount": self.reasoning,
+               "totalTokenCount": input.saturating_add(self.output)})
+    }
+
     /// Chat Completions' `usage`.
     pub(super) fn chat(&self) -> Value {
         let input = self.openai_input();

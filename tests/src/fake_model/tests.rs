@@ -3,6 +3,10 @@
 use super::reply::split_chunks;
 use super::*;
 
+/// The APIs that name the model and ask for a stream in the body (Gemini does both in the path:
+/// its own tests below).
+const BODY_MODEL_APIS: [Api; 3] = [Api::Anthropic, Api::Responses, Api::Chat];
+
 fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
@@ -67,9 +71,14 @@ fn with_tools(api: Api, mut body: Value) -> Value {
                  "tools":[{"type":"function","name":"send_message","parameters":{}}]}]),
         Api::Chat => json!([{"type":"function","function":{"name":"nanoclaw_send_message",
                 "parameters":{}}}]),
+        Api::Gemini => json!([{"functionDeclarations":[
+                {"name":"run_shell_command","parameters":{}},
+                {"name":"mcp_nanoclaw_send_message","parameters":{}}]}]),
     };
     body["tools"] = tools;
-    body["stream"] = json!(true);
+    if api != Api::Gemini {
+        body["stream"] = json!(true);
+    }
     body
 }
 
@@ -79,6 +88,7 @@ fn user_body(api: Api, text: &str) -> Value {
         Api::Responses => json!({"model":"m","input":[{"type":"message","role":"user",
                 "content":[{"type":"input_text","text":text}]}]}),
         Api::Chat => json!({"model":"m","messages":[{"role":"user","content":text}]}),
+        Api::Gemini => json!({"contents":[{"role":"user","parts":[{"text":text}]}]}),
     }
 }
 
@@ -245,7 +255,7 @@ async fn default_usage_is_settable_and_reaches_non_streaming_bodies() {
 
     server.set_default_usage(SAMPLE_USAGE);
     let mut bodies = Vec::new();
-    for api in Api::ALL {
+    for api in BODY_MODEL_APIS {
         let mut body = with_tools(api, user_body(api, "x"));
         body["stream"] = json!(false);
         let text = post(&server, api.path(), body).await.text().await.unwrap();
@@ -286,7 +296,7 @@ async fn unknown_models_get_a_404_in_the_api_shape_and_consume_no_step() {
     let server = FakeModel::start_with_script([Step::text("served")]).unwrap();
     server.set_known_models(Some(["m", "other-known"]));
     let mut statuses = Vec::new();
-    for api in Api::ALL {
+    for api in BODY_MODEL_APIS {
         let mut body = with_tools(api, user_body(api, "x"));
         body["model"] = json!("nope-1");
         let resp = post(&server, api.path(), body).await;
@@ -622,7 +632,7 @@ async fn title_requests_consume_no_step_but_toolless_requests_do() {
 #[tokio::test]
 async fn errors_have_status_headers_and_api_shapes() {
     let server = FakeModel::start().unwrap();
-    for api in Api::ALL {
+    for api in BODY_MODEL_APIS {
         server.push(
             Step::error(429, "slow down")
                 .retry_after_secs(3)
@@ -812,7 +822,7 @@ async fn non_stream_requests_get_json() {
     ])
     .unwrap();
     let mut results = Vec::new();
-    for api in Api::ALL {
+    for api in BODY_MODEL_APIS {
         let mut body = with_tools(api, user_body(api, "x"));
         body["stream"] = json!(false);
         let resp = post(&server, api.path(), body).await;
@@ -983,4 +993,287 @@ async fn shutdown_cuts_hung_streams_and_closes_the_port() {
         .send()
         .await
         .is_err());
+}
+
+// ---- Gemini API -----------------------------------------------------------------------------
+
+/// The streaming Gemini path for model `m`.
+fn gemini_stream(model: &str) -> String {
+    format!("{}?alt=sse", Api::Gemini.request_path(model, true))
+}
+
+/// The `data:` objects of a Gemini SSE body (events end with `\r\n\r\n`, as Google sends them).
+fn gemini_chunks(body: &str) -> Vec<Value> {
+    assert!(body.ends_with("\r\n\r\n"), "{body:?}");
+    body.split("\r\n\r\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            let data = e.strip_prefix("data: ").unwrap_or_else(|| panic!("{e:?}"));
+            serde_json::from_str(data).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn gemini_paths_name_the_model_and_the_method() {
+    assert_eq!(
+        Api::from_path("/v1beta/models/gemini-x:streamGenerateContent"),
+        Some(Api::Gemini)
+    );
+    assert_eq!(
+        Api::from_path("/v1beta/models/m:generateContent"),
+        Some(Api::Gemini)
+    );
+    for other in [
+        "/v1beta/models/m:countTokens",
+        "/v1beta/models/:generateContent",
+        "/v1beta/models/a/b:generateContent",
+        "/v1beta/models",
+    ] {
+        assert_eq!(Api::from_path(other), None, "{other}");
+    }
+    assert_eq!(Api::from_path("/v1/chat/completions"), Some(Api::Chat));
+    assert_eq!(
+        Api::Gemini.request_path("m", false),
+        "/v1beta/models/m:generateContent"
+    );
+    assert_eq!(
+        Api::Gemini.mcp_tool_name("send_message"),
+        ("mcp_nanoclaw_send_message".to_owned(), None)
+    );
+}
+
+#[tokio::test]
+async fn gemini_text_and_calls_stream_as_generate_content_chunks() {
+    let server = FakeModel::start_with_script([
+        Step::text("hello gemini").chunks(2).usage(SAMPLE_USAGE),
+        Step::reply([
+            Step::text("calling"),
+            Step::tool_call("send_message", json!({"text":"hi"})),
+            Step::raw_tool_call("run_shell_command", json!({"command":"ls"})),
+        ]),
+    ])
+    .unwrap();
+    let body = with_tools(Api::Gemini, user_body(Api::Gemini, "x"));
+    let text = post(&server, &gemini_stream("gm"), body.clone())
+        .await
+        .text()
+        .await
+        .unwrap();
+    let chunks = gemini_chunks(&text);
+    // The first event: an empty model content (what a hang sends before hanging).
+    assert_eq!(
+        chunks[0]["candidates"],
+        json!([{"content":{"role":"model","parts":[]},"index":0}])
+    );
+    assert_eq!(chunks[0]["modelVersion"], "gm");
+    let texts: Vec<&str> = chunks
+        .iter()
+        .filter_map(|c| c.pointer("/candidates/0/content/parts/0/text")?.as_str())
+        .collect();
+    assert_eq!(texts, ["hello ", "gemini"]);
+    let last = chunks.last().unwrap();
+    assert_eq!(last["candidates"][0]["finishReason"], "STOP");
+    assert_eq!(
+        last["usageMetadata"],
+        json!({"promptTokenCount":1500,"cachedContentTokenCount":300,
+               "candidatesTokenCount":60,"thoughtsTokenCount":20,"totalTokenCount":1580})
+    );
+    assert!(chunks[..chunks.len() - 1]
+        .iter()
+        .all(|c| c.get("usageMetadata").is_none()
+            && c["candidates"][0].get("finishReason").is_none()));
+
+    let text = post(&server, &gemini_stream("gm"), body)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let parts: Vec<Value> = gemini_chunks(&text)
+        .iter()
+        .flat_map(|c| {
+            c["candidates"][0]["content"]["parts"]
+                .as_array()
+                .cloned()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        parts,
+        [
+            json!({"text":"calling"}),
+            json!({"functionCall":{"name":"mcp_nanoclaw_send_message","args":{"text":"hi"}}}),
+            json!({"functionCall":{"name":"run_shell_command","args":{"command":"ls"}}}),
+        ]
+    );
+    let log = server.requests();
+    assert_eq!(log[0].api, Some(Api::Gemini));
+    assert_eq!(log[0].model(), Some("gm"));
+    assert!(log[0].is_stream());
+    assert_eq!(log[0].query.as_deref(), Some("alt=sse"));
+    assert_eq!(log[1].reply, ReplyKind::Step(1));
+}
+
+#[tokio::test]
+async fn gemini_generate_content_errors_and_unknown_models() {
+    let server = FakeModel::start_with_script([
+        Step::tool_call("send_message", json!({"text":"hi"})),
+        Step::error(429, "slow down").retry_after_secs(2),
+    ])
+    .unwrap();
+    let body = with_tools(Api::Gemini, user_body(Api::Gemini, "x"));
+    let resp = post(&server, &Api::Gemini.request_path("m", false), body.clone()).await;
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    let json: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+    assert_eq!(
+        json["candidates"][0]["content"],
+        json!({"role":"model","parts":[
+            {"functionCall":{"name":"mcp_nanoclaw_send_message","args":{"text":"hi"}}}]})
+    );
+    assert_eq!(json["candidates"][0]["finishReason"], "STOP");
+    assert_eq!(json["usageMetadata"]["promptTokenCount"], 10);
+    assert!(!server.requests()[0].is_stream());
+
+    let resp = post(&server, &gemini_stream("m"), body.clone()).await;
+    assert_eq!(resp.status(), 429);
+    assert_eq!(resp.headers()["retry-after"], "2");
+    let json: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+    assert_eq!(
+        json,
+        json!({"error":{"code":429,"message":"slow down","status":"RESOURCE_EXHAUSTED"}})
+    );
+
+    server.set_known_models(Some(["m"]));
+    server.push(Step::text("kept"));
+    let resp = post(&server, &gemini_stream("nope-1"), body).await;
+    assert_eq!(resp.status(), 404);
+    let json: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+    assert_eq!(json["error"]["status"], "NOT_FOUND");
+    assert!(json["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("models/nope-1 is not found"));
+    assert_eq!(server.remaining_steps(), 1);
+}
+
+/// Gemini CLI's side requests (no tools, JSON asked for with a schema) and an OpenAI-style one
+/// get schema-shaped JSON and consume no step.
+#[tokio::test]
+async fn structured_requests_get_schema_shaped_json_and_consume_no_step() {
+    let server = FakeModel::start_with_script([Step::text("scripted")]).unwrap();
+    let next_speaker = json!({"type":"object","properties":{
+        "reasoning":{"type":"string"},
+        "next_speaker":{"type":"string","enum":["user","model"]}},
+        "required":["reasoning","next_speaker"]});
+    let body = json!({"contents":[{"role":"user","parts":[{"text":"who next?"}]}],
+        "generationConfig":{"responseMimeType":"application/json",
+                            "responseJsonSchema": next_speaker}});
+    let resp = post(&server, &Api::Gemini.request_path("m", false), body).await;
+    let json: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+    let text = json["candidates"][0]["content"]["parts"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(text).unwrap(),
+        json!({"next_speaker":"user","reasoning":"fake"})
+    );
+    // Google's upper-case `responseSchema` types.
+    let body = json!({"contents":[{"role":"user","parts":[{"text":"route"}]}],
+        "generationConfig":{"responseMimeType":"application/json","responseSchema":{
+            "type":"OBJECT","properties":{"choice":{"type":"STRING","enum":["flash","pro"]},
+            "n":{"type":"INTEGER"},"tags":{"type":"ARRAY","minItems":1,
+            "items":{"type":"STRING"}}}}}});
+    let text = post(&server, &gemini_stream("m"), body)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let chunks = gemini_chunks(&text);
+    let text = chunks
+        .iter()
+        .find_map(|c| c.pointer("/candidates/0/content/parts/0/text")?.as_str())
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(text).unwrap(),
+        json!({"choice":"flash","n":0,"tags":["fake"]})
+    );
+    // Chat Completions with a json_schema response format.
+    let body = json!({"model":"m","stream":false,
+        "messages":[{"role":"user","content":"classify"}],
+        "response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{
+            "type":"object","properties":{"ok":{"type":"boolean"}}}}}});
+    let json: Value = serde_json::from_str(
+        &post(&server, "/v1/chat/completions", body)
+            .await
+            .text()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        json["choices"][0]["message"]["content"],
+        json!({"ok":false}).to_string()
+    );
+    // Qwen Code's side query: one tool to answer with, called with the JSON.
+    let body = json!({"model":"m","stream":false,"tool_choice":"required",
+        "messages":[{"role":"user","content":"allow?"}],
+        "tools":[{"type":"function","function":{"name":"respond_in_schema","parameters":{
+            "type":"object","properties":{"shouldBlock":{"type":"boolean"}},
+            "required":["shouldBlock"]}}}]});
+    let json: Value = serde_json::from_str(
+        &post(&server, "/v1/chat/completions", body)
+            .await
+            .text()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let call = &json["choices"][0]["message"]["tool_calls"][0]["function"];
+    assert_eq!(call["name"], "respond_in_schema");
+    assert_eq!(call["arguments"], json!({"shouldBlock":false}).to_string());
+    assert_eq!(server.remaining_steps(), 1, "no step consumed");
+    let kinds: Vec<ReplyKind> = server.requests().into_iter().map(|r| r.reply).collect();
+    assert_eq!(kinds, vec![ReplyKind::Structured; 4]);
+    assert!(server.model_requests().is_empty());
+}
+
+#[tokio::test]
+async fn gemini_log_helpers_read_contents_and_function_responses() {
+    let server = FakeModel::start().unwrap();
+    let body = json!({
+        "systemInstruction":{"parts":[{"text":"You are Gemini CLI"}]},
+        "tools":[{"functionDeclarations":[{"name":"run_shell_command"},
+                                           {"name":"mcp_nanoclaw_send_message"}]}],
+        "contents":[
+            {"role":"user","parts":[{"text":"<session_context/>"},{"text":"hello gemini"}]},
+            {"role":"model","parts":[{"functionCall":{"name":"run_shell_command","args":{}}}]},
+            {"role":"user","parts":[{"functionResponse":{"name":"run_shell_command",
+                "response":{"output":"fake-tool-42"}}}]}]});
+    post(&server, &gemini_stream("gm"), body)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let r = &server.requests()[0];
+    assert_eq!(r.system_text(), "You are Gemini CLI");
+    assert_eq!(r.user_texts(), ["<session_context/>\nhello gemini"]);
+    assert_eq!(
+        r.tool_names(),
+        ["run_shell_command", "mcp_nanoclaw_send_message"]
+    );
+    assert!(r.offers_mcp_tool("send_message"));
+    assert_eq!(r.tool_results(), [r#"{"output":"fake-tool-42"}"#]);
+    assert!(r.tail_is_tool_result());
+    assert_eq!(r.reply, ReplyKind::Default);
+}
+
+#[test]
+fn qwen_mcp_calls_go_through_its_tool_call_tool() {
+    assert_eq!(
+        Step::qwen_mcp_call("send_message", json!({"text":"hi"})),
+        Step::raw_tool_call(
+            "tool_call",
+            json!({"name":"mcp__nanoclaw__send_message","arguments":{"text":"hi"}})
+        )
+    );
 }
