@@ -486,6 +486,7 @@ fn provider_settings(settings: &Settings) -> ProviderSettings {
         request_timeout: settings.cli_request_timeout,
         stream_idle_timeout: settings.cli_stream_idle,
         cli_env: settings.cli_env.0.clone(),
+        acp_command: settings.acp_command.clone(),
         codex_steer: settings.codex_steer,
         // mcp-tools logs in the runner's format (its stderr may reach the same collector).
         mcp_env: match settings.log_format {

@@ -53,6 +53,8 @@ pub struct Settings {
     pub credential_proxy: bool,
     /// Explicit CLI binaries; [`Settings::cli_path`] picks the selected provider's.
     pub cli_paths: CliPaths,
+    /// The ACP agent's command line (`acpCommand`); the `acp` provider needs it.
+    pub acp_command: Vec<String>,
     /// The mcp-tools binary (`mcpToolsPath`); beside agent-runner when `None`.
     pub mcp_tools_path: Option<PathBuf>,
     /// Extra MCP servers (`mcpServers`), the stdio ones.
@@ -139,6 +141,10 @@ pub struct Models {
     pub codex: Option<String>,
     /// OpenCode's (`opencodeModel`).
     pub opencode: Option<String>,
+    /// Gemini CLI's (`geminiModel`).
+    pub gemini: Option<String>,
+    /// Qwen Code's (`qwenModel`).
+    pub qwen: Option<String>,
 }
 
 /// Explicit CLI binaries by provider; found on PATH or in `.cli/` when `None`.
@@ -150,6 +156,10 @@ pub struct CliPaths {
     pub codex: Option<PathBuf>,
     /// `opencodePath`.
     pub opencode: Option<PathBuf>,
+    /// `geminiPath`.
+    pub gemini: Option<PathBuf>,
+    /// `qwenPath`.
+    pub qwen: Option<PathBuf>,
 }
 
 /// A model API as configured: where it is and its key.
@@ -211,7 +221,9 @@ impl Settings {
             ProviderKind::Claude => &self.models.claude,
             ProviderKind::Codex => &self.models.codex,
             ProviderKind::OpenCode => &self.models.opencode,
-            ProviderKind::Mock => &None,
+            ProviderKind::Gemini => &self.models.gemini,
+            ProviderKind::Qwen => &self.models.qwen,
+            ProviderKind::Acp | ProviderKind::Mock => &None,
         };
         own.clone().or_else(|| self.models.any.clone())
     }
@@ -220,8 +232,10 @@ impl Settings {
     pub fn model_api(&self) -> Option<&ModelApi> {
         match self.provider {
             ProviderKind::Claude => Some(&self.anthropic),
-            ProviderKind::Codex | ProviderKind::OpenCode => Some(&self.openai),
-            ProviderKind::Mock => None,
+            ProviderKind::Codex | ProviderKind::OpenCode | ProviderKind::Qwen => Some(&self.openai),
+            // Gemini CLI speaks the Gemini API, which the credential proxy does not serve yet: it
+            // gets its key from its own configuration (cliEnv), as any `acp` agent does.
+            ProviderKind::Gemini | ProviderKind::Acp | ProviderKind::Mock => None,
         }
     }
 
@@ -312,7 +326,9 @@ impl Settings {
             ProviderKind::Claude => self.cli_paths.claude.clone(),
             ProviderKind::Codex => self.cli_paths.codex.clone(),
             ProviderKind::OpenCode => self.cli_paths.opencode.clone(),
-            ProviderKind::Mock => None,
+            ProviderKind::Gemini => self.cli_paths.gemini.clone(),
+            ProviderKind::Qwen => self.cli_paths.qwen.clone(),
+            ProviderKind::Acp | ProviderKind::Mock => None,
         }
     }
 }
