@@ -205,12 +205,12 @@ pub(super) const FIELDS: &[Field] = &[
         "OPENAI_BASE_URL",
         Kind::Text,
         "",
-        "OpenAI-compatible base URL (Codex, OpenCode)",
+        "OpenAI-compatible base URL (Codex, OpenCode, Qwen Code)",
     ),
     secret(
         "openaiApiKey",
         "OPENAI_API_KEY",
-        "OpenAI-compatible API key (Codex, OpenCode)",
+        "OpenAI-compatible API key (Codex, OpenCode, Qwen Code)",
     ),
     field(
         "credentialProxy",

@@ -142,7 +142,7 @@ pub(crate) enum Update {
     /// A tool call started (or was announced).
     ToolCall(ToolCall),
     /// A tool call changed (status, output).
-    ToolCallUpdate(ToolCall),
+    ToolCallChanged(ToolCall),
     /// The agent's plan.
     Plan(Vec<String>),
     /// Usage reported during the turn (a newer ACP `usage_update`).
@@ -218,7 +218,7 @@ pub(crate) fn parse_update(update: &Value) -> Option<Update> {
         "agent_thought_chunk" => Update::ThoughtChunk(text()),
         "user_message_chunk" => Update::UserChunk(text()),
         "tool_call" => Update::ToolCall(call()?),
-        "tool_call_update" => Update::ToolCallUpdate(call()?),
+        "tool_call_update" => Update::ToolCallChanged(call()?),
         "plan" => Update::Plan(
             update
                 .get("entries")

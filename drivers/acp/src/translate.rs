@@ -438,7 +438,7 @@ impl QueryState {
                 self.output(now, &mut actions);
             }
             Update::ToolCall(call) => self.on_tool_call(call, now, &mut actions),
-            Update::ToolCallUpdate(update) => self.on_tool_update(update, now, &mut actions),
+            Update::ToolCallChanged(update) => self.on_tool_update(update, now, &mut actions),
             Update::UserChunk(_) | Update::Usage(_) | Update::Other(_) => {
                 self.activity(now, &mut actions)
             }
