@@ -563,3 +563,156 @@ fn nix_alive(pid: u32) -> bool {
     // /proc/<pid> of a reaped process is gone.
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
+
+#[tokio::test]
+async fn an_agent_that_ignores_the_cancel_is_stopped_in_time_and_replaced() {
+    let fake = Fake::new(json!({"turns": [[{"say": "busy"}, {"sleep": 8000}]]}));
+    let provider = fake.provider();
+    let mut query = provider.query(input("long", None)).unwrap();
+    let mut events = Vec::new();
+    loop {
+        let event = query.next_event().await.unwrap();
+        let output = matches!(event, ProviderEvent::Output);
+        events.push(event);
+        if output {
+            break;
+        }
+    }
+    let session = session_of(&events);
+    let asked_at = Instant::now();
+    query.interrupt();
+    let rest = drain(&mut query, |_| None).await;
+    let took = asked_at.elapsed();
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+    check(
+        &rest,
+        expect!["Interrupted { covers: 0, usage: None, reason: Stopped }"],
+    );
+    assert_eq!(provider.pid().await, None, "the hung agent is replaced");
+    // The next query starts a new agent; this one cannot load sessions: a new one, with a note.
+    let next = run(&provider, "again", Some(&session)).await;
+    check(
+        &next,
+        expect![[r#"
+            Progress: stored session <session> could not be resumed (the agent cannot load sessions (no loadSession capability)); starting a new one
+            Init
+            Text { text: "echo: again" }
+            Result { text: "echo: again", covers: 0, usage: None }"#]],
+    );
+    provider.shutdown().await;
+}
+
+#[tokio::test]
+async fn images_are_blocks_only_when_the_agent_takes_them() {
+    for image in [true, false] {
+        let fake = Fake::new(json!({"image": image}));
+        let picture = fake.dir.path().join("downloads-cat.png");
+        std::fs::write(&picture, b"\x89PNG\r\n\x1a\nfake").unwrap();
+        let provider = fake.provider();
+        let mut query = provider
+            .query(QueryInput {
+                prompt: provider::Prompt {
+                    text: "look at downloads-cat.png".into(),
+                    media: vec![provider::MediaFile {
+                        path: picture.clone(),
+                        mime_type: "image/png".into(),
+                    }],
+                },
+                ..QueryInput::default()
+            })
+            .unwrap();
+        let events = drain(&mut query, |_| None).await;
+        let expected = if image {
+            "echo: look at downloads-cat.png + [image]"
+        } else {
+            "echo: look at downloads-cat.png"
+        };
+        assert!(
+            events.contains(&ProviderEvent::Text {
+                text: expected.into()
+            }),
+            "image={image}: {events:#?}"
+        );
+        provider.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn the_system_prompt_leads_a_session_once_and_again_when_it_changes() {
+    let fake = Fake::new(json!({}));
+    let provider = fake.provider();
+    let with_system = |text: &str, system: &str, continuation: Option<&str>| QueryInput {
+        system_prompt: Some(system.to_owned()),
+        ..input(text, continuation)
+    };
+    let mut first = provider
+        .query(with_system("one", "Be brief.", None))
+        .unwrap();
+    let first = drain(&mut first, |_| None).await;
+    let session = session_of(&first);
+    let mut second = provider
+        .query(with_system("two", "Be brief.", Some(&session)))
+        .unwrap();
+    let second = drain(&mut second, |_| None).await;
+    let mut third = provider
+        .query(with_system("three", "Be kind.", Some(&session)))
+        .unwrap();
+    let third = drain(&mut third, |_| None).await;
+    let texts: Vec<String> = [first, second, third]
+        .iter()
+        .flat_map(|events| {
+            events.iter().filter_map(|e| match e {
+                ProviderEvent::Result { text, .. } => Some(text.clone()),
+                _ => None,
+            })
+        })
+        .collect();
+    expect![[r#"
+        echo: <system-instructions>
+        Be brief.
+        </system-instructions> + one
+        echo: two
+        echo: <system-instructions>
+        Be kind.
+        </system-instructions> + three"#]]
+    .assert_eq(&texts.join("\n"));
+    provider.shutdown().await;
+}
+
+#[tokio::test]
+async fn each_query_is_archived_from_the_journal() {
+    let fake = Fake::new(json!({"turns": [
+        [{"say": "Checking."}, {"tool": {"toolCallId": "c1", "kind": "execute", "title": "ls", "rawInput": {"command": "ls"}}},
+         {"toolDone": "c1"}, {"say": "Two files."}],
+    ]}));
+    let provider = fake.provider();
+    let session = session_of(&run(&provider, "what is here?", None).await);
+    run(&provider, "thanks", Some(&session)).await;
+    provider.shutdown().await;
+    let dir = fake.dir.path().join("agent/conversations");
+    let archives: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(
+        archives.len(),
+        1,
+        "one archive per session and day: {archives:?}"
+    );
+    let text = std::fs::read_to_string(&archives[0]).unwrap();
+    for part in [
+        "what is here?",
+        "Checking.",
+        "ls",
+        "Two files.",
+        "thanks",
+        "echo: thanks",
+    ] {
+        assert!(text.contains(part), "{part:?} missing:\n{text}");
+    }
+    assert_eq!(
+        text.matches("### User").count(),
+        2,
+        "each prompt once: appended, not rewritten:\n{text}"
+    );
+}
