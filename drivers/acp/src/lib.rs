@@ -69,6 +69,16 @@ impl AcpProvider {
             Some(&settings.workspace),
         )?;
         tracing::info!(provider = spec.provider, program = %program.display(), args = ?spec.args, "ACP provider ready");
+        // ACP reports no model steps and no tool results the driver could hold the turn at.
+        if let Some(max) = settings.max_turns_per_query {
+            tracing::warn!(
+                max,
+                "maxTurnsPerQuery is not enforced for ACP agents (ACP reports no model steps)"
+            );
+        }
+        if !settings.approval_stop_tools.is_empty() {
+            tracing::warn!(tools = ?settings.approval_stop_tools, "approvalStopTools are not supported for ACP agents yet; those tools run like any other");
+        }
         Ok(Self {
             shared: Arc::new(Shared {
                 settings,
