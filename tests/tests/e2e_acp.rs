@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use e2e::fake_model::{FakeModel, Step};
 use e2e::harness::{
-    descendants_matching, provider_cli, start_cli_test, text_of, Session, FAKE_KEY, FAKE_MODEL,
+    descendants_matching, provider_cli, start_cli_test, system_actions, text_of, Session, FAKE_KEY,
+    FAKE_MODEL,
 };
 use e2e::scenarios::WAIT;
 use serde_json::json;
@@ -30,6 +31,12 @@ fn start(test: &str) -> bool {
 
 /// The runner's environment for `provider: acp` running `opencode acp` against `model`.
 fn acp_env(model: &FakeModel) -> Vec<(String, String)> {
+    acp_env_with(model, json!({"*": "allow", "question": "deny"}))
+}
+
+/// [`acp_env`] with OpenCode's own `permission` config: an ACP agent asks the client only where
+/// its own configuration says "ask".
+fn acp_env_with(model: &FakeModel, permission: serde_json::Value) -> Vec<(String, String)> {
     let opencode = provider_cli(AGENT_CLI).expect("the opencode CLI");
     let config = json!({
         "model": format!("fake/{FAKE_MODEL}"),
@@ -42,7 +49,7 @@ fn acp_env(model: &FakeModel) -> Vec<(String, String)> {
             "options": {"baseURL": model.openai_base_url(), "apiKey": FAKE_KEY},
             "models": {FAKE_MODEL: {"name": FAKE_MODEL, "tool_call": true}},
         }},
-        "permission": {"*": "allow", "question": "deny"},
+        "permission": permission,
     });
     let cli_env = json!({
         "OPENCODE_CONFIG_CONTENT": config.to_string(),
@@ -61,7 +68,10 @@ fn acp_env(model: &FakeModel) -> Vec<(String, String)> {
 }
 
 fn start_runner(session: &mut Session, model: &FakeModel) {
-    let env = acp_env(model);
+    start_runner_with(session, model, acp_env(model));
+}
+
+fn start_runner_with(session: &mut Session, model: &FakeModel, env: Vec<(String, String)>) {
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     session.start_runner("acp", model, &env);
 }
@@ -153,5 +163,89 @@ fn acp_opencode_stops_on_interrupt_and_continues() {
     assert_eq!(text_of(&reply), "Still here.");
     assert_eq!(session.db.continuation("acp").unwrap(), continuation);
     assert_eq!(agent_pids(&session), agents, "the agent survived the stop");
+    session.stop_runner();
+}
+
+/// OpenCode's shell tool call as the fake model scripts it (Chat Completions).
+fn shell(command: &str) -> Step {
+    Step::raw_tool_call("bash", json!({"command": command, "description": "run it"}))
+}
+
+/// The agent asks permission for its shell (its own config says "ask" for `bash`); the runner's
+/// deny rule answers `reject_once` through ACP: the command never runs and a `tool_decision` row
+/// records the policy's refusal. OpenCode 1.18.33 ends its turn on a rejection (measured: no
+/// further model request), so the message completes without a reply; the next one is answered.
+#[test]
+fn acp_opencode_permission_request_denied_by_the_policy() {
+    if !start("acp_opencode_permission_request_denied_by_the_policy") {
+        return;
+    }
+    let model =
+        FakeModel::start_with_script([shell("rm -rf target"), Step::text("The directory stays.")])
+            .unwrap();
+    let mut session = Session::new();
+    let target = session.workspace.join("agent/target");
+    std::fs::create_dir_all(target.join("debug")).unwrap();
+    session.write_config(&json!({"toolPolicy": {"deny": ["Bash(rm *)"]}}));
+    let env = acp_env_with(
+        &model,
+        json!({"*": "allow", "bash": "ask", "question": "deny"}),
+    );
+    start_runner_with(&mut session, &model, env);
+    let id = session.send_chat("clean the build").id;
+    session.wait_completed(&id, WAIT);
+    assert_eq!(
+        model.model_requests().len(),
+        1,
+        "OpenCode stops at a rejection"
+    );
+    assert!(
+        target.join("debug").is_dir(),
+        "rm -rf target ran despite the deny rule"
+    );
+    let decisions = system_actions(&session, "tool_decision");
+    assert_eq!(decisions.len(), 1, "{decisions:#?}");
+    let decision = decisions[0].to_string();
+    assert!(
+        decision.contains("deny") && decision.contains("rm -rf target"),
+        "{decision}"
+    );
+    let next = session.send_chat("and now?").id;
+    let reply = session.wait_reply(&next, WAIT);
+    assert_eq!(text_of(&reply), "The directory stays.");
+    session.stop_runner();
+}
+
+/// The policy asks: the runner's chat question is answered Approve, the option `allow_once`
+/// goes back over ACP and the command runs.
+#[test]
+fn acp_opencode_permission_request_asked_and_approved() {
+    if !start("acp_opencode_permission_request_asked_and_approved") {
+        return;
+    }
+    let model =
+        FakeModel::start_with_script([shell("touch approved-file"), Step::text("Finished.")])
+            .unwrap();
+    let mut session = Session::new();
+    session.write_config(&json!({"toolPolicy": {"ask": ["Bash"], "askTimeoutSeconds": 300}}));
+    let env = acp_env_with(
+        &model,
+        json!({"*": "allow", "bash": "ask", "question": "deny"}),
+    );
+    start_runner_with(&mut session, &model, env);
+    let id = session.send_chat("make the file").id;
+    let question = session.wait_question(WAIT);
+    let text = question["question"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("Bash") && text.contains("touch approved-file"),
+        "{question:#}"
+    );
+    let touched = session.workspace.join("agent/approved-file");
+    assert!(!touched.exists(), "the command ran before the answer");
+    let question_id = question["questionId"].as_str().unwrap().to_owned();
+    session.answer_question(&question_id, "Approve");
+    let reply = session.wait_reply(&id, WAIT);
+    assert_eq!(text_of(&reply), "Finished.");
+    assert!(touched.exists(), "the approved command did not run");
     session.stop_runner();
 }

@@ -76,6 +76,13 @@ impl AcpProvider {
                 "maxTurnsPerQuery is not enforced for ACP agents (ACP reports no model steps)"
             );
         }
+        if spec.provider == "acp" && !settings.tool_policy.allows_everything() {
+            tracing::warn!(
+                "toolPolicy restricts tools, but an ACP agent asks permission only where its own \
+                 configuration says so: configure the agent to ask (e.g. OpenCode's permission \
+                 \"ask\") for the calls the policy must see"
+            );
+        }
         if !settings.approval_stop_tools.is_empty() {
             tracing::warn!(tools = ?settings.approval_stop_tools, "approvalStopTools are not supported for ACP agents yet; those tools run like any other");
         }
