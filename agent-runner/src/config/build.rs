@@ -75,6 +75,7 @@ impl Settings {
             "anthropicApiKey",
         )?;
         let openai = model_api(values, Api::OpenAi, "openaiBaseUrl", "openaiApiKey")?;
+        let gemini = model_api(values, Api::Gemini, "geminiBaseUrl", "geminiApiKey")?;
         let late = match Late::build(values) {
             Ok(late) => late,
             Err(err) => return Ok(Err(format!("{err:#}"))),
@@ -102,6 +103,7 @@ impl Settings {
             effort: values.text("effort"),
             anthropic,
             openai,
+            gemini,
             credential_proxy: values.flag("credentialProxy"),
             cli_paths: CliPaths {
                 claude: values.program("claudePath"),

@@ -213,6 +213,14 @@ pub(super) const FIELDS: &[Field] = &[
         "OpenAI-compatible API key (Codex, OpenCode, Qwen Code)",
     ),
     field(
+        "geminiBaseUrl",
+        "GOOGLE_GEMINI_BASE_URL",
+        Kind::Text,
+        "",
+        "Gemini API base URL (Gemini CLI)",
+    ),
+    secret("geminiApiKey", "GEMINI_API_KEY", "Gemini API key (Gemini CLI)"),
+    field(
         "credentialProxy",
         "NANOCLAW_CREDENTIAL_PROXY",
         Kind::Bool,

@@ -49,6 +49,8 @@ pub struct Settings {
     pub anthropic: ModelApi,
     /// The OpenAI-compatible API (Codex, OpenCode).
     pub openai: ModelApi,
+    /// The Gemini API (`geminiBaseUrl`, `geminiApiKey`): Gemini CLI.
+    pub gemini: ModelApi,
     /// Serve the model API through the credential proxy (`credentialProxy`).
     pub credential_proxy: bool,
     /// Explicit CLI binaries; [`Settings::cli_path`] picks the selected provider's.
@@ -233,9 +235,9 @@ impl Settings {
         match self.provider {
             ProviderKind::Claude => Some(&self.anthropic),
             ProviderKind::Codex | ProviderKind::OpenCode | ProviderKind::Qwen => Some(&self.openai),
-            // Gemini CLI speaks the Gemini API, which the credential proxy does not serve yet: it
-            // gets its key from its own configuration (cliEnv), as any `acp` agent does.
-            ProviderKind::Gemini | ProviderKind::Acp | ProviderKind::Mock => None,
+            ProviderKind::Gemini => Some(&self.gemini),
+            // A generic ACP agent's API is known only to its own configuration (cliEnv).
+            ProviderKind::Acp | ProviderKind::Mock => None,
         }
     }
 

@@ -946,6 +946,12 @@ fn acp_command_and_the_acp_presets() {
     ])
     .unwrap();
     assert_eq!(gemini.model().as_deref(), Some("gemini-2.5-pro"));
+    assert!(
+        gemini
+            .model_api()
+            .is_some_and(|api| api.key_variable == "GEMINI_API_KEY"),
+        "Gemini CLI speaks the Gemini API, through the credential proxy"
+    );
     assert_eq!(gemini.cli_path(), Some(PathBuf::from("/opt/gemini")));
     let qwen = settings(&[
         ("AGENT_PROVIDER", "qwen"),
