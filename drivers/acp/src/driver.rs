@@ -216,7 +216,21 @@ pub(crate) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
         if state.stopping() && stop_started.is_none() {
             stop_started = Some(Instant::now());
         }
+        // The stop's own timer: the watchdog's ticks (up to 1 s apart) would overshoot it.
+        let stop_deadline = stop_started.map(|since| {
+            since
+                + if state.stop_requested() {
+                    STOP_DEADLINE
+                } else {
+                    ABORT_DEADLINE
+                }
+        });
         tokio::select! {
+            _ = sleep_until(stop_deadline) => {
+                tracing::warn!("the agent did not end the cancelled prompt in time; stopping it");
+                replace = true;
+                actions.extend(state.on_stop_timeout());
+            }
             control = handle.control.recv(), if control_open => {
                 if control.is_none() {
                     control_open = false;
@@ -264,15 +278,6 @@ pub(crate) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
             }
             _ = ticker.tick() => {
                 let now = Instant::now();
-                if let Some(since) = stop_started {
-                    let deadline = if state.stop_requested() { STOP_DEADLINE } else { ABORT_DEADLINE };
-                    if now.duration_since(since) > deadline {
-                        tracing::warn!("the agent did not end the cancelled prompt in time; stopping it");
-                        replace = true;
-                        actions.extend(state.on_stop_timeout());
-                        continue;
-                    }
-                }
                 if state.turn_active() && !state.awaiting_approval() && stop_started.is_none() {
                     let limit = watchdog_limit(settings, &state);
                     let silence = agent.silence().min(last_request.elapsed());
@@ -550,6 +555,14 @@ async fn exit_detail(agent: &Agent) -> String {
         detail.push_str(&format!("; stderr: {tail}"));
     }
     detail
+}
+
+/// Sleeps until `deadline`; never without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
+    }
 }
 
 fn watchdog_ticker(settings: &ProviderSettings) -> tokio::time::Interval {
