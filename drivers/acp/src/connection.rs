@@ -106,7 +106,7 @@ pub(crate) struct Agent {
     stderr: Arc<Mutex<VecDeque<String>>>,
     /// The queue of what queries handle; a query holds the lock for its whole run, which also
     /// keeps two queries from interleaving on one connection.
-    pub(crate) incoming: tokio::sync::Mutex<mpsc::UnboundedReceiver<Incoming>>,
+    pub(crate) incoming: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Incoming>>>,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -215,7 +215,7 @@ impl Agent {
             alive,
             last_output,
             stderr,
-            incoming: tokio::sync::Mutex::new(incoming_rx),
+            incoming: Arc::new(tokio::sync::Mutex::new(incoming_rx)),
         }))
     }
 

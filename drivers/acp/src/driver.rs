@@ -30,6 +30,10 @@ const STOP_DEADLINE: Duration = Duration::from_millis(1500);
 /// How long an abort waits for the cancelled prompt's answer before stopping the agent.
 const ABORT_DEADLINE: Duration = Duration::from_secs(5);
 
+/// How long a cancelled prompt may still take to answer after the turn was reported stopped (a
+/// slow agent, or one under load, keeps its process and session); past it the agent is stopped.
+const LINGER: Duration = Duration::from_secs(5);
+
 /// Extra watchdog time while a tool runs (an agent is silent during a blocking MCP tool).
 const TOOL_WATCHDOG_MARGIN: Duration = Duration::from_secs(90);
 
@@ -82,24 +86,33 @@ impl Failure {
 }
 
 pub(crate) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle: QueryHandle) {
-    let live = match live_agent(&shared).await {
-        Ok(live) => live,
-        Err(failure) => {
-            let _ = handle.events.send(failure.event()).await;
+    let mut attempt = 0;
+    // One query at a time on the connection; an agent that died (or was stopped after a
+    // cancelled prompt lingered too long) while this query waited for it is replaced once.
+    let (live, agent, mut incoming) = loop {
+        attempt += 1;
+        let live = match live_agent(&shared).await {
+            Ok(live) => live,
+            Err(failure) => {
+                let _ = handle.events.send(failure.event()).await;
+                return;
+            }
+        };
+        let agent = live.agent.clone();
+        let mut incoming = agent.incoming.clone().lock_owned().await;
+        if agent.is_alive() && drain_stale(&agent, &mut incoming) {
+            break (live, agent, incoming);
+        }
+        drop(incoming);
+        forget(&shared, &live).await;
+        if attempt == 2 {
+            let _ = handle
+                .events
+                .send(Failure::process("the agent process exited between queries").event())
+                .await;
             return;
         }
     };
-    let agent = live.agent.clone();
-    // One query at a time on the connection.
-    let mut incoming = agent.incoming.lock().await;
-    if !drain_stale(&agent, &mut incoming) {
-        forget(&shared, &live).await;
-        let _ = handle
-            .events
-            .send(Failure::process("the agent process exited between queries").event())
-            .await;
-        return;
-    }
     let (session_id, servers) = match open_session(&shared, &live, &input, &handle).await {
         Ok(opened) => opened,
         Err(failure) => {
@@ -156,6 +169,8 @@ pub(crate) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
     let mut last_request = Instant::now();
     // The agent broke the protocol or hung: it is replaced after the query.
     let mut replace = false;
+    // A stop or abort ended the turn before the agent answered the cancel.
+    let mut linger = false;
     loop {
         while let Some(action) = actions.pop_front() {
             match action {
@@ -194,15 +209,29 @@ pub(crate) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
         }
         if state.is_closed() {
             let guard = shared.archive.reserve();
-            drop(incoming);
             if replace {
                 // Forgotten before the stream closes: the next query starts a new agent.
                 forget(&shared, &live).await;
             }
             drop(handle);
+            if let (true, Some(id)) = (linger, prompt_id.take()) {
+                // The runner has its answer; the connection stays ours until the cancelled
+                // prompt answers, so the next query never reads this one's leftovers.
+                if !await_answer(&agent, &mut incoming, &id, LINGER).await {
+                    tracing::warn!(
+                        secs = LINGER.as_secs(),
+                        "the cancelled prompt did not answer; stopping the agent"
+                    );
+                    replace = true;
+                    forget(&shared, &live).await;
+                }
+            }
             if replace {
+                // Stopped before the connection is let go: a query waiting for it then sees
+                // a dead agent and starts a new one.
                 agent.terminate().await;
             }
+            drop(incoming);
             let job = archiving::Job {
                 provider: shared.spec.provider,
                 session_id,
@@ -227,8 +256,10 @@ pub(crate) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
         });
         tokio::select! {
             _ = sleep_until(stop_deadline) => {
-                tracing::warn!("the agent did not end the cancelled prompt in time; stopping it");
-                replace = true;
+                tracing::warn!(
+                    "the agent did not end the cancelled prompt in time; the turn ends, its answer is awaited apart"
+                );
+                linger = true;
                 actions.extend(state.on_stop_timeout());
             }
             control = handle.control.recv(), if control_open => {
@@ -555,6 +586,25 @@ async fn exit_detail(agent: &Agent) -> String {
         detail.push_str(&format!("; stderr: {tail}"));
     }
     detail
+}
+
+/// Waits (at most `limit`) for the answer to request `id`, answering permission requests
+/// `cancelled` meanwhile; false when it did not come (or the agent exited).
+async fn await_answer(
+    agent: &Agent,
+    incoming: &mut tokio::sync::mpsc::UnboundedReceiver<Incoming>,
+    id: &RequestId,
+    limit: Duration,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, incoming.recv()).await {
+            Ok(Some(Incoming::Answer { id: answered, .. })) if &answered == id => return true,
+            Ok(Some(Incoming::Request { id, .. })) => agent.respond(id, permission_outcome(None)),
+            Ok(Some(Incoming::Exited | Incoming::Malformed(_)) | None) | Err(_) => return false,
+            Ok(Some(_)) => {}
+        }
+    }
 }
 
 /// Sleeps until `deadline`; never without one.

@@ -564,10 +564,12 @@ fn nix_alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
-#[tokio::test]
-async fn an_agent_that_ignores_the_cancel_is_stopped_in_time_and_replaced() {
-    let fake = Fake::new(json!({"turns": [[{"say": "busy"}, {"sleep": 8000}]]}));
-    let provider = fake.provider();
+/// Starts a query on a turn that sleeps `sleep_ms` without reading its stdin (so the cancel is
+/// read only after it), interrupts it once the turn runs: the events after the interrupt, the
+/// time they took, the session and the agent's pid.
+async fn interrupt_a_sleeping_turn(
+    provider: &AcpProvider,
+) -> (Vec<ProviderEvent>, Duration, String, Option<u32>) {
     let mut query = provider.query(input("long", None)).unwrap();
     let mut events = Vec::new();
     loop {
@@ -579,17 +581,49 @@ async fn an_agent_that_ignores_the_cancel_is_stopped_in_time_and_replaced() {
         }
     }
     let session = session_of(&events);
+    let pid = provider.pid().await;
     let asked_at = Instant::now();
     query.interrupt();
     let rest = drain(&mut query, |_| None).await;
     let took = asked_at.elapsed();
+    (rest, took, session, pid)
+}
+
+#[tokio::test]
+async fn a_cancel_answered_late_ends_the_turn_in_time_and_keeps_the_agent() {
+    let fake = Fake::new(json!({"turns": [[{"say": "busy"}, {"sleep": 3000}]]}));
+    let provider = fake.provider();
+    let (rest, took, session, pid) = interrupt_a_sleeping_turn(&provider).await;
     assert!(took < Duration::from_millis(2000), "{took:?}");
     check(
         &rest,
         expect!["Interrupted { covers: 0, usage: None, reason: Stopped }"],
     );
-    assert_eq!(provider.pid().await, None, "the hung agent is replaced");
-    // The next query starts a new agent; this one cannot load sessions: a new one, with a note.
+    // The next query waits for the late answer, then continues the session in the same agent.
+    let next = run(&provider, "again", Some(&session)).await;
+    check(
+        &next,
+        expect![[r#"
+            Init
+            Text { text: "echo: again" }
+            Result { text: "echo: again", covers: 0, usage: None }"#]],
+    );
+    assert_eq!(provider.pid().await, pid, "the slow agent is kept");
+    provider.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_agent_that_never_answers_the_cancel_is_replaced() {
+    let fake = Fake::new(json!({"turns": [[{"say": "busy"}, {"sleep": 60000}]]}));
+    let provider = fake.provider();
+    let (rest, took, session, pid) = interrupt_a_sleeping_turn(&provider).await;
+    assert!(took < Duration::from_millis(2000), "{took:?}");
+    check(
+        &rest,
+        expect!["Interrupted { covers: 0, usage: None, reason: Stopped }"],
+    );
+    // After the linger the agent is stopped; the next query starts a new one, which cannot load
+    // sessions: a new session, with a note.
     let next = run(&provider, "again", Some(&session)).await;
     check(
         &next,
@@ -599,6 +633,12 @@ async fn an_agent_that_ignores_the_cancel_is_stopped_in_time_and_replaced() {
             Text { text: "echo: again" }
             Result { text: "echo: again", covers: 0, usage: None }"#]],
     );
+    let now = provider.pid().await;
+    assert!(
+        now.is_some() && now != pid,
+        "a new agent: {pid:?} → {now:?}"
+    );
+    assert!(!nix_alive(pid.unwrap()), "the hung agent is gone");
     provider.shutdown().await;
 }
 
