@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
-use provider::{AgentProvider, ProviderSettings};
+use provider::{AgentProvider, ProviderKind, ProviderSettings};
 use schema::{OpenOptions, SessionDb};
 
 use crate::config::{self, Config, Settings};
@@ -431,10 +431,14 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 
 /// The model endpoint of the configured provider: its base URL, or the API's default.
 fn model_endpoint(settings: &Settings) -> String {
-    settings.model_api().map_or_else(
-        || "the mock provider".to_owned(),
-        config::ModelApi::endpoint,
-    )
+    match settings.model_api() {
+        Some(api) => api.endpoint(),
+        // A generic ACP agent reaches the model API its own configuration names.
+        None if settings.provider == ProviderKind::Acp => {
+            "the ACP agent's own model endpoint".to_owned()
+        }
+        None => "the mock provider".to_owned(),
+    }
 }
 
 /// Creates the configured provider; with a credential proxy, the CLI gets the proxy's URL and
@@ -486,6 +490,7 @@ fn provider_settings(settings: &Settings) -> ProviderSettings {
         request_timeout: settings.cli_request_timeout,
         stream_idle_timeout: settings.cli_stream_idle,
         cli_env: settings.cli_env.0.clone(),
+        acp_command: settings.acp_command.clone(),
         codex_steer: settings.codex_steer,
         // mcp-tools logs in the runner's format (its stderr may reach the same collector).
         mcp_env: match settings.log_format {

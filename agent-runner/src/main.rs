@@ -34,7 +34,7 @@ struct Cli {
         )
     )]
     provider: Option<String>,
-    /// Model for the selected provider (env CLAUDE_MODEL / CODEX_MODEL / OPENCODE_MODEL).
+    /// Model for the selected provider (env CLAUDE_MODEL / CODEX_MODEL / OPENCODE_MODEL / GEMINI_MODEL / QWEN_MODEL).
     #[arg(long, global = true)]
     model: Option<String>,
     /// Startup config file (env NANOCLAW_CONFIG) [default: <workspace>/config.json]; a named

@@ -1,6 +1,6 @@
 //! The one place that knows every kind of provider: creating one by its name. The provider core
 //! defines the trait and the kinds; each driver is a crate of its own (`claude`, `codex`,
-//! `opencode`), and the mock lives in the core for demos and tests. A new driver adds its crate
+//! `opencode`, `acp` with its presets `gemini` and `qwen`), and the mock lives in the core for demos and tests. A new driver adds its crate
 //! and one arm here.
 
 use std::sync::Arc;
@@ -19,5 +19,14 @@ pub(crate) fn create(
         ProviderKind::Claude => Arc::new(claude::ClaudeProvider::new(settings)?),
         ProviderKind::Codex => Arc::new(codex::CodexProvider::new(settings)?),
         ProviderKind::OpenCode => Arc::new(opencode::OpenCodeProvider::new(settings)?),
+        ProviderKind::Gemini => {
+            Arc::new(acp::AcpProvider::new(settings, acp::AgentSpec::gemini())?)
+        }
+        ProviderKind::Qwen => Arc::new(acp::AcpProvider::new(settings, acp::AgentSpec::qwen())?),
+        ProviderKind::Acp => {
+            let spec = acp::AgentSpec::generic(&settings.acp_command)
+                .map_err(|err| ProviderError::Other(err.to_string()))?;
+            Arc::new(acp::AcpProvider::new(settings, spec)?)
+        }
     })
 }

@@ -14,7 +14,10 @@
 //!   `/v1/messages`); the real key goes out as `x-api-key`, or as `Authorization: Bearer` when the
 //!   CLI authenticated that way (gateways that take bearer tokens);
 //! * `/openai/…` → the OpenAI-compatible base URL + the rest (Codex appends `/responses`,
-//!   OpenCode `/chat/completions`), with `Authorization: Bearer <key>`.
+//!   OpenCode `/chat/completions`), with `Authorization: Bearer <key>`;
+//! * `/gemini/…` → the Gemini API base URL + the rest (Gemini CLI appends
+//!   `/v1beta/models/<model>:streamGenerateContent`), the token taken from and the real key
+//!   sent as `x-goog-api-key` (the Google GenAI client's header).
 //!
 //! Only the model endpoints the CLIs use are forwarded (see [`Api::allowed_paths`]): the agent can
 //! read the token, and the proxy should not lend it the key's other powers (files, batches of
@@ -91,8 +94,10 @@ pub enum Error {
 pub enum Api {
     /// Anthropic Messages (Claude).
     Anthropic,
-    /// OpenAI Responses and Chat Completions (Codex, OpenCode).
+    /// OpenAI Responses and Chat Completions (Codex, OpenCode, Qwen Code).
     OpenAi,
+    /// The Gemini API, `generateContent` and `streamGenerateContent` (Gemini CLI).
+    Gemini,
 }
 
 impl Api {
@@ -101,6 +106,7 @@ impl Api {
         match self {
             Api::Anthropic => "anthropic",
             Api::OpenAi => "openai",
+            Api::Gemini => "gemini",
         }
     }
 
@@ -109,6 +115,7 @@ impl Api {
         match self {
             Api::Anthropic => "https://api.anthropic.com",
             Api::OpenAi => "https://api.openai.com/v1",
+            Api::Gemini => "https://generativelanguage.googleapis.com",
         }
     }
 
@@ -119,11 +126,13 @@ impl Api {
         match self {
             Api::Anthropic => &["/v1/messages", "/v1/models"],
             Api::OpenAi => &["/responses", "/chat/completions", "/models"],
+            // `models/<model>:generateContent`, `:streamGenerateContent`, `:countTokens`.
+            Api::Gemini => &["/v1beta/models", "/v1/models"],
         }
     }
 
     fn from_prefix(prefix: &str) -> Option<Self> {
-        [Api::Anthropic, Api::OpenAi]
+        [Api::Anthropic, Api::OpenAi, Api::Gemini]
             .into_iter()
             .find(|api| api.prefix() == prefix)
     }
@@ -389,11 +398,16 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 enum Scheme {
     ApiKeyHeader,
     Bearer,
+    /// `x-goog-api-key` (the Gemini API).
+    GoogApiKey,
 }
 
 fn presented_token(headers: &HeaderMap) -> Option<(&str, Scheme)> {
     if let Some(value) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) {
         return Some((value.trim(), Scheme::ApiKeyHeader));
+    }
+    if let Some(value) = headers.get("x-goog-api-key").and_then(|v| v.to_str().ok()) {
+        return Some((value.trim(), Scheme::GoogApiKey));
     }
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.trim().split_once(' ')?;
@@ -418,6 +432,7 @@ const DROPPED_REQUEST_HEADERS: &[&str] = &[
     "upgrade",
     "authorization",
     "x-api-key",
+    "x-goog-api-key",
 ];
 
 /// Response headers not passed back: hop-by-hop ones, and the length (the body is re-framed).
@@ -612,7 +627,7 @@ fn session_token(
             Some(api),
             StatusCode::UNAUTHORIZED,
             "authentication_error",
-            "credential proxy: no session token; send it as x-api-key or Authorization: Bearer"
+            "credential proxy: no session token; send it as x-api-key, x-goog-api-key or Authorization: Bearer"
                 .into(),
         ))),
         Some((token, scheme)) => {
@@ -640,6 +655,10 @@ fn upstream_auth(
     let (name, value) = match (api, scheme) {
         (Api::Anthropic, Scheme::ApiKeyHeader) => (
             HeaderName::from_static("x-api-key"),
+            upstream.api_key.clone(),
+        ),
+        (Api::Gemini, _) => (
+            HeaderName::from_static("x-goog-api-key"),
             upstream.api_key.clone(),
         ),
         _ => (

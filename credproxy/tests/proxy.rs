@@ -431,3 +431,57 @@ async fn a_request_body_over_the_limit_is_a_413() {
     let message = json_of(response).await["error"]["message"].to_string();
     assert!(message.contains("over the limit"), "{message}");
 }
+
+/// The Gemini route (Gemini CLI): the token comes as `x-goog-api-key` and the real key leaves
+/// the same way; only the model endpoints are forwarded.
+#[tokio::test]
+async fn the_gemini_route_swaps_the_goog_api_key() {
+    let (base, state) = upstream().await;
+    let proxy = CredProxy::start(vec![Upstream::new(Api::Gemini, Some(&base), REAL_KEY)])
+        .await
+        .unwrap();
+    state.release.notify_one();
+    let response = client()
+        .post(format!(
+            "{}/v1beta/models/gemini-test:streamGenerateContent?alt=sse",
+            proxy.base_url(Api::Gemini)
+        ))
+        .header("x-goog-api-key", proxy.token())
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.text().await.unwrap();
+    let seen = state.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        seen[0].path_and_query,
+        "/v1beta/models/gemini-test:streamGenerateContent?alt=sse"
+    );
+    assert_eq!(seen[0].headers["x-goog-api-key"], REAL_KEY);
+    assert!(seen[0].headers.get("authorization").is_none());
+    // The real key is no token, and other Gemini endpoints (files, tuning) are not forwarded.
+    let key = client()
+        .post(format!(
+            "{}/v1beta/models/m:generateContent",
+            proxy.base_url(Api::Gemini)
+        ))
+        .header("x-goog-api-key", REAL_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(key.status(), 401);
+    let files = client()
+        .get(format!("{}/v1beta/files", proxy.base_url(Api::Gemini)))
+        .header("x-goog-api-key", proxy.token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(files.status(), 403);
+    assert_eq!(
+        state.seen.lock().unwrap().len(),
+        1,
+        "refusals are not forwarded"
+    );
+}

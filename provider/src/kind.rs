@@ -14,13 +14,27 @@ pub enum ProviderKind {
     Codex,
     /// OpenCode (`opencode`).
     OpenCode,
+    /// Gemini CLI over ACP (`gemini`: the ACP driver's preset).
+    Gemini,
+    /// Qwen Code over ACP (`qwen`: the ACP driver's preset).
+    Qwen,
+    /// Any Agent Client Protocol agent, run as `acpCommand` says (`acp`).
+    Acp,
     /// The echoing mock for demos and tests (`mock`).
     Mock,
 }
 
 impl ProviderKind {
     /// Every provider, in the order help texts list them.
-    pub const ALL: [ProviderKind; 4] = [Self::Claude, Self::Codex, Self::OpenCode, Self::Mock];
+    pub const ALL: [ProviderKind; 7] = [
+        Self::Claude,
+        Self::Codex,
+        Self::OpenCode,
+        Self::Gemini,
+        Self::Qwen,
+        Self::Acp,
+        Self::Mock,
+    ];
 
     /// The name used in the configuration (`provider`), in `continuation:<name>` keys and as the
     /// folder of the CLI's private home.
@@ -29,11 +43,14 @@ impl ProviderKind {
             Self::Claude => "claude",
             Self::Codex => "codex",
             Self::OpenCode => "opencode",
+            Self::Gemini => "gemini",
+            Self::Qwen => "qwen",
+            Self::Acp => "acp",
             Self::Mock => "mock",
         }
     }
 
-    /// Every name, joined by `separator` (`"claude, codex, opencode, mock"`).
+    /// Every name, joined by `separator` (`"claude, codex, opencode, gemini, qwen, acp, mock"`).
     pub fn names(separator: &str) -> String {
         Self::ALL.map(Self::name).join(separator)
     }
@@ -78,14 +95,14 @@ mod tests {
         }
         assert_eq!(
             ProviderKind::names(", "),
-            "claude, codex, opencode, mock",
+            "claude, codex, opencode, gemini, qwen, acp, mock",
             "the order help texts show"
         );
         assert_eq!(
             "Claude"
                 .parse::<ProviderKind>()
                 .map_err(|err| err.to_string()),
-            Err("provider \"Claude\" is not one of claude, codex, opencode, mock".to_owned())
+            Err("provider \"Claude\" is not one of claude, codex, opencode, gemini, qwen, acp, mock".to_owned())
         );
     }
 }

@@ -354,7 +354,8 @@ impl From<procs::SpawnError> for ProviderError {
 
 /// A coding-agent CLI driven through one interface.
 pub trait AgentProvider: Send + Sync {
-    /// `claude`, `codex`, `opencode` or `mock`: also the suffix of the continuation key.
+    /// `claude`, `codex`, `opencode`, `gemini`, `qwen`, `acp` or `mock`: also the suffix of the
+    /// continuation key.
     fn name(&self) -> &'static str;
 
     /// Starts a query with its first prompt. Events arrive on the returned handle.

@@ -150,6 +150,8 @@ pub struct ProviderSettings {
     pub elicitation: ElicitationMode,
     /// Remote (streamable HTTP) MCP servers by name, beside `nanoclaw` and the stdio ones.
     pub remote_mcp_servers: BTreeMap<String, RemoteMcpServer>,
+    /// The ACP agent's command line (config `acpCommand`), read by the `acp` provider only.
+    pub acp_command: Vec<String>,
 }
 
 impl ProviderSettings {
@@ -187,6 +189,7 @@ impl ProviderSettings {
             approval_stop_tools: Vec::new(),
             elicitation: ElicitationMode::Decline,
             remote_mcp_servers: BTreeMap::new(),
+            acp_command: Vec::new(),
             workspace,
         }
     }

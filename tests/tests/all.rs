@@ -13,6 +13,8 @@ mod archive_codex;
 mod archive_opencode;
 #[path = "demo_script.rs"]
 mod demo_script;
+#[path = "e2e_acp.rs"]
+mod e2e_acp;
 #[path = "e2e_claude.rs"]
 mod e2e_claude;
 #[path = "e2e_codex.rs"]

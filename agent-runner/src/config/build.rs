@@ -75,6 +75,7 @@ impl Settings {
             "anthropicApiKey",
         )?;
         let openai = model_api(values, Api::OpenAi, "openaiBaseUrl", "openaiApiKey")?;
+        let gemini = model_api(values, Api::Gemini, "geminiBaseUrl", "geminiApiKey")?;
         let late = match Late::build(values) {
             Ok(late) => late,
             Err(err) => return Ok(Err(format!("{err:#}"))),
@@ -96,16 +97,22 @@ impl Settings {
                 claude: values.text("claudeModel"),
                 codex: values.text("codexModel"),
                 opencode: values.text("opencodeModel"),
+                gemini: values.text("geminiModel"),
+                qwen: values.text("qwenModel"),
             },
             effort: values.text("effort"),
             anthropic,
             openai,
+            gemini,
             credential_proxy: values.flag("credentialProxy"),
             cli_paths: CliPaths {
                 claude: values.program("claudePath"),
                 codex: values.program("codexPath"),
                 opencode: values.program("opencodePath"),
+                gemini: values.program("geminiPath"),
+                qwen: values.program("qwenPath"),
             },
+            acp_command: acp_command(values, provider)?,
             mcp_tools_path: values.program("mcpToolsPath"),
             mcp_servers: late.mcp_servers,
             env_policy: EnvPolicy {
@@ -175,6 +182,26 @@ fn provider_kind(values: &Values) -> Result<ProviderKind> {
             ProviderKind::names(", ")
         ),
     }
+}
+
+/// `acpCommand`: the ACP agent's argv, a non-empty array of strings; required by `provider: acp`.
+fn acp_command(values: &Values, provider: ProviderKind) -> Result<Vec<String>> {
+    const FIX: &str = "set ACP_COMMAND to the agent's command line as a JSON array of strings, \
+                       e.g. ACP_COMMAND='[\"opencode\", \"acp\"]' (or \"acpCommand\" in config.json)";
+    let argv = match values.get("acpCommand").map(|(value, _)| value) {
+        None | Some(serde_json::Value::Null) => Vec::new(),
+        Some(value) => match serde_json::from_value::<Vec<String>>(value.clone()) {
+            Ok(argv) => argv,
+            Err(_) => bail!(
+                "acpCommand ({}) = {value} is not an array of strings: {FIX}",
+                values.source_of("acpCommand")
+            ),
+        },
+    };
+    if provider == ProviderKind::Acp && argv.first().is_none_or(|p| p.trim().is_empty()) {
+        bail!("provider acp needs the agent's command (acpCommand is unset or empty): {FIX}");
+    }
+    Ok(argv)
 }
 
 /// The stdio entries of `mcpServers` (the remote ones are [`crate::remote_mcp::parse`]'s).

@@ -115,7 +115,7 @@ pub(super) const FIELDS: &[Field] = &[
         "AGENT_PROVIDER",
         Kind::Text,
         "claude",
-        "claude | codex | opencode | mock",
+        "claude | codex | opencode | gemini | qwen | acp | mock",
     ),
     field(
         "assistantName",
@@ -150,7 +150,7 @@ pub(super) const FIELDS: &[Field] = &[
         "NANOCLAW_MODEL",
         Kind::Text,
         "",
-        "model for the selected provider (CLAUDE_MODEL / CODEX_MODEL / OPENCODE_MODEL win)",
+        "model for the selected provider (CLAUDE_MODEL / CODEX_MODEL / OPENCODE_MODEL / GEMINI_MODEL / QWEN_MODEL win)",
     ),
     field(
         "claudeModel",
@@ -166,6 +166,20 @@ pub(super) const FIELDS: &[Field] = &[
         Kind::Text,
         "",
         "OpenCode model",
+    ),
+    field(
+        "geminiModel",
+        "GEMINI_MODEL",
+        Kind::Text,
+        "",
+        "Gemini CLI model (provider gemini)",
+    ),
+    field(
+        "qwenModel",
+        "QWEN_MODEL",
+        Kind::Text,
+        "",
+        "Qwen Code model (provider qwen)",
     ),
     field(
         "effort",
@@ -191,13 +205,21 @@ pub(super) const FIELDS: &[Field] = &[
         "OPENAI_BASE_URL",
         Kind::Text,
         "",
-        "OpenAI-compatible base URL (Codex, OpenCode)",
+        "OpenAI-compatible base URL (Codex, OpenCode, Qwen Code)",
     ),
     secret(
         "openaiApiKey",
         "OPENAI_API_KEY",
-        "OpenAI-compatible API key (Codex, OpenCode)",
+        "OpenAI-compatible API key (Codex, OpenCode, Qwen Code)",
     ),
+    field(
+        "geminiBaseUrl",
+        "GOOGLE_GEMINI_BASE_URL",
+        Kind::Text,
+        "",
+        "Gemini API base URL (Gemini CLI)",
+    ),
+    secret("geminiApiKey", "GEMINI_API_KEY", "Gemini API key (Gemini CLI)"),
     field(
         "credentialProxy",
         "NANOCLAW_CREDENTIAL_PROXY",
@@ -225,6 +247,27 @@ pub(super) const FIELDS: &[Field] = &[
         Kind::Path,
         "",
         "opencode CLI (default: PATH, then .cli/)",
+    ),
+    field(
+        "geminiPath",
+        "GEMINI_PATH",
+        Kind::Path,
+        "",
+        "gemini CLI (default: PATH, then .cli/)",
+    ),
+    field(
+        "qwenPath",
+        "QWEN_PATH",
+        Kind::Path,
+        "",
+        "qwen CLI (default: PATH, then .cli/)",
+    ),
+    field(
+        "acpCommand",
+        "ACP_COMMAND",
+        Kind::Json,
+        "",
+        "provider acp: the agent's command line as a JSON array, e.g. [\"opencode\", \"acp\"]",
     ),
     field(
         "mcpToolsPath",
@@ -562,7 +605,7 @@ pub fn keys_help() -> String {
 pub(super) fn is_program(key: &str) -> bool {
     matches!(
         key,
-        "claudePath" | "codexPath" | "opencodePath" | "mcpToolsPath"
+        "claudePath" | "codexPath" | "opencodePath" | "geminiPath" | "qwenPath" | "mcpToolsPath"
     )
 }
 

@@ -49,10 +49,14 @@ pub struct Settings {
     pub anthropic: ModelApi,
     /// The OpenAI-compatible API (Codex, OpenCode).
     pub openai: ModelApi,
+    /// The Gemini API (`geminiBaseUrl`, `geminiApiKey`): Gemini CLI.
+    pub gemini: ModelApi,
     /// Serve the model API through the credential proxy (`credentialProxy`).
     pub credential_proxy: bool,
     /// Explicit CLI binaries; [`Settings::cli_path`] picks the selected provider's.
     pub cli_paths: CliPaths,
+    /// The ACP agent's command line (`acpCommand`); the `acp` provider needs it.
+    pub acp_command: Vec<String>,
     /// The mcp-tools binary (`mcpToolsPath`); beside agent-runner when `None`.
     pub mcp_tools_path: Option<PathBuf>,
     /// Extra MCP servers (`mcpServers`), the stdio ones.
@@ -139,6 +143,10 @@ pub struct Models {
     pub codex: Option<String>,
     /// OpenCode's (`opencodeModel`).
     pub opencode: Option<String>,
+    /// Gemini CLI's (`geminiModel`).
+    pub gemini: Option<String>,
+    /// Qwen Code's (`qwenModel`).
+    pub qwen: Option<String>,
 }
 
 /// Explicit CLI binaries by provider; found on PATH or in `.cli/` when `None`.
@@ -150,6 +158,10 @@ pub struct CliPaths {
     pub codex: Option<PathBuf>,
     /// `opencodePath`.
     pub opencode: Option<PathBuf>,
+    /// `geminiPath`.
+    pub gemini: Option<PathBuf>,
+    /// `qwenPath`.
+    pub qwen: Option<PathBuf>,
 }
 
 /// A model API as configured: where it is and its key.
@@ -211,7 +223,9 @@ impl Settings {
             ProviderKind::Claude => &self.models.claude,
             ProviderKind::Codex => &self.models.codex,
             ProviderKind::OpenCode => &self.models.opencode,
-            ProviderKind::Mock => &None,
+            ProviderKind::Gemini => &self.models.gemini,
+            ProviderKind::Qwen => &self.models.qwen,
+            ProviderKind::Acp | ProviderKind::Mock => &None,
         };
         own.clone().or_else(|| self.models.any.clone())
     }
@@ -220,8 +234,10 @@ impl Settings {
     pub fn model_api(&self) -> Option<&ModelApi> {
         match self.provider {
             ProviderKind::Claude => Some(&self.anthropic),
-            ProviderKind::Codex | ProviderKind::OpenCode => Some(&self.openai),
-            ProviderKind::Mock => None,
+            ProviderKind::Codex | ProviderKind::OpenCode | ProviderKind::Qwen => Some(&self.openai),
+            ProviderKind::Gemini => Some(&self.gemini),
+            // A generic ACP agent's API is known only to its own configuration (cliEnv).
+            ProviderKind::Acp | ProviderKind::Mock => None,
         }
     }
 
@@ -312,7 +328,9 @@ impl Settings {
             ProviderKind::Claude => self.cli_paths.claude.clone(),
             ProviderKind::Codex => self.cli_paths.codex.clone(),
             ProviderKind::OpenCode => self.cli_paths.opencode.clone(),
-            ProviderKind::Mock => None,
+            ProviderKind::Gemini => self.cli_paths.gemini.clone(),
+            ProviderKind::Qwen => self.cli_paths.qwen.clone(),
+            ProviderKind::Acp | ProviderKind::Mock => None,
         }
     }
 }

@@ -92,6 +92,10 @@ fn precedence_flag_env_file_default_for_every_field() {
                     let v = serde_json::json!({ format!("s{n}"): { "command": "x" } });
                     (v.to_string(), v)
                 }
+                Kind::Json if field.key == "acpCommand" => {
+                    let v = serde_json::json!([format!("agent{n}"), "--acp"]);
+                    (v.to_string(), v)
+                }
                 Kind::Json => {
                     let v = serde_json::json!([{ "step": "echo", "delayMs": n }]);
                     (v.to_string(), v)
@@ -598,6 +602,7 @@ fn every_field_reaches_the_typed_settings() {
             ("toolPolicy", _) => r#"{"ask": ["Bash"], "askTimeoutSeconds": 5}"#.to_owned(),
             ("approvalStopTools", _) => "mcp__nanoclaw__send_message".to_owned(),
             ("elicitation", _) => "ask".to_owned(),
+            ("acpCommand", _) => r#"["opencode", "acp"]"#.to_owned(),
             (key, _) if key.ends_with("BaseUrl") => "http://127.0.0.1:9/v1".to_owned(),
             (_, Kind::Text) => "sample-text".to_owned(),
             (_, Kind::Path) => "/sample/path".to_owned(),
@@ -905,4 +910,59 @@ fn the_policy_ask_timeout_has_the_timer_settings_bound() {
     // `askTimeoutSeconds` is read by the policy's own reader; its bound is the timers' bound
     // for the same reason (Node's timers, an overflow-free deadline).
     assert_eq!(provider::policy::MAX_ASK_TIMEOUT_SECS, MAX_TIMER_SECS);
+}
+
+/// `provider: acp` needs `acpCommand` (a JSON array of strings), and the errors name the fix;
+/// the presets `gemini` and `qwen` pick their own model and path settings (issue 44).
+#[test]
+fn acp_command_and_the_acp_presets() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = |env: &[(&str, &str)]| {
+        Config::load(&inputs(dir.path(), &[], env))
+            .and_then(|config| config.settings())
+            .map_err(|err| format!("{err:#}"))
+    };
+    let missing = settings(&[("AGENT_PROVIDER", "acp")]).unwrap_err();
+    expect_test::expect![[r#"provider acp needs the agent's command (acpCommand is unset or empty): set ACP_COMMAND to the agent's command line as a JSON array of strings, e.g. ACP_COMMAND='["opencode", "acp"]' (or "acpCommand" in config.json)"#]]
+    .assert_eq(&missing);
+    let wrong =
+        settings(&[("AGENT_PROVIDER", "acp"), ("ACP_COMMAND", r#"{"cmd": 1}"#)]).unwrap_err();
+    assert!(
+        wrong.contains("is not an array of strings") && wrong.contains("ACP_COMMAND='["),
+        "{wrong}"
+    );
+    let acp = settings(&[
+        ("AGENT_PROVIDER", "acp"),
+        ("ACP_COMMAND", r#"["opencode", "acp"]"#),
+    ])
+    .unwrap();
+    assert_eq!(acp.acp_command, ["opencode", "acp"]);
+    assert_eq!(acp.model_api(), None, "a generic agent brings its own key");
+    let gemini = settings(&[
+        ("AGENT_PROVIDER", "gemini"),
+        ("GEMINI_MODEL", "gemini-2.5-pro"),
+        ("GEMINI_PATH", "/opt/gemini"),
+        ("QWEN_MODEL", "qwen3-coder"),
+    ])
+    .unwrap();
+    assert_eq!(gemini.model().as_deref(), Some("gemini-2.5-pro"));
+    assert!(
+        gemini
+            .model_api()
+            .is_some_and(|api| api.key_variable == "GEMINI_API_KEY"),
+        "Gemini CLI speaks the Gemini API, through the credential proxy"
+    );
+    assert_eq!(gemini.cli_path(), Some(PathBuf::from("/opt/gemini")));
+    let qwen = settings(&[
+        ("AGENT_PROVIDER", "qwen"),
+        ("QWEN_MODEL", "qwen3-coder"),
+        ("GEMINI_MODEL", "gemini-2.5-pro"),
+    ])
+    .unwrap();
+    assert_eq!(qwen.model().as_deref(), Some("qwen3-coder"));
+    assert!(
+        qwen.model_api()
+            .is_some_and(|api| api.key_variable == "OPENAI_API_KEY"),
+        "Qwen Code speaks the OpenAI-compatible API"
+    );
 }

@@ -58,12 +58,22 @@ impl<J: ArchiveJob> Archives<J> {
         Arc::clone(&self.lock).try_lock_owned().ok()
     }
 
-    /// Waits (at most [`STOP_WAIT`]) until no archive runs; before `cli` is stopped.
+    /// Waits (at most [`STOP_WAIT`]) until no archive runs and none waits to; before `cli` is
+    /// stopped.
     pub async fn wait_idle(&self, cli: &str) {
-        if tokio::time::timeout(STOP_WAIT, self.lock.lock())
-            .await
-            .is_err()
-        {
+        let idle = async {
+            loop {
+                let held = self.lock.lock().await;
+                if self.waiting().is_empty() {
+                    return;
+                }
+                // A job queued behind the archive that just ended: its runner takes the lock
+                // next (it waits for it), so let go and look again.
+                drop(held);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        if tokio::time::timeout(STOP_WAIT, idle).await.is_err() {
             tracing::warn!(
                 "a transcript archive is still running after {} s; stopping {cli} anyway",
                 STOP_WAIT.as_secs()
@@ -103,11 +113,9 @@ impl<J: ArchiveJob> Archives<J> {
             if self.waiting().is_empty() {
                 return;
             }
-            guard = match self.reserve() {
-                Some(guard) => guard,
-                // Another holder took the lock; it runs the job.
-                None => return,
-            };
+            // Wait for the lock rather than leave the job to whoever holds it: that may be
+            // `wait_idle`, which runs no job.
+            guard = Arc::clone(&self.lock).lock_owned().await;
         }
     }
 
@@ -242,5 +250,42 @@ mod tests {
             .await;
         assert_eq!(*ran.lock().unwrap(), [1, 4, 3, 5]);
         archives.wait_idle("test").await;
+    }
+
+    /// A stop that comes while an archive runs and another query's job waits behind it returns
+    /// only once that job ran too: the last query's transcript is not lost at shutdown.
+    #[tokio::test]
+    async fn waiting_for_idle_waits_for_the_queued_job_too() {
+        let archives = Arc::new(Archives::<TestJob>::default());
+        let ran = Arc::new(StdMutex::new(Vec::new()));
+        let gate = Arc::new(Notify::new());
+        let first = tokio::spawn({
+            let (archives, archive) = (Arc::clone(&archives), recorder(&ran, &gate));
+            async move {
+                archives
+                    .run(archives.reserve(), TestJob("a", 1), archive)
+                    .await
+            }
+        });
+        while ran.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        archives
+            .run(archives.reserve(), TestJob("a", 2), recorder(&ran, &gate))
+            .await;
+        let stop = tokio::spawn({
+            let archives = Arc::clone(&archives);
+            async move { archives.wait_idle("test").await }
+        });
+        // The stop waits on the lock before the running archive lets go of it.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        gate.notify_one();
+        stop.await.unwrap();
+        assert_eq!(
+            *ran.lock().unwrap(),
+            [1, 2],
+            "the queued job ran before the stop"
+        );
+        first.await.unwrap();
     }
 }
