@@ -80,6 +80,28 @@ static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// What a supervisor reads to decide whether a session needs a runner (`nanoclaw fleet`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Work {
+    /// The oldest due time of work a runner would take now: a row a first poll would hand to
+    /// the agent and that wakes it (`trigger`), or a `processing` row (a runner died holding
+    /// it). `None` when there is none.
+    pub due_since: Option<DateTime<Utc>>,
+    /// The next instant something may become due: the earliest later `process_after` of a
+    /// pending row, or the deadline of an open question (its held-back answer is released then).
+    pub next_at: Option<DateTime<Utc>>,
+    /// The latest deadline of an open question (`ask_user_question` waits until then).
+    pub question_deadline: Option<DateTime<Utc>>,
+}
+
+/// The oldest due time of a row that wakes the agent on a first poll (see [`ELIGIBLE_WHERE`]).
+static WORK_DUE_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT min(COALESCE(ts_millis(m.process_after), ts_millis(m.timestamp), 0))
+         FROM messages_in m WHERE {ELIGIBLE_WHERE} AND flag_of(m.trigger, 1)"
+    )
+});
+
 /// What [`SessionDb::claim_starting`] returns: the claimed rows, and the batch it started
 /// with what its `start` read, if it started one.
 pub type ClaimStarted<T> = (Vec<MessageIn>, Option<(CurrentBatch, T)>);
@@ -245,6 +267,50 @@ impl SessionDb {
         )?;
         let first: Option<i64> = stmt.query_row([after.timestamp_millis()], |r| r.get(0))?;
         Ok(first.and_then(DateTime::<Utc>::from_timestamp_millis))
+    }
+}
+
+impl SessionDb {
+    /// What is due at `now` for a supervisor ([`Work`]): read only, one read transaction.
+    pub fn work(&self, now: DateTime<Utc>) -> Result<Work, Error> {
+        let conn = self.conn()?;
+        let now_ms = now.timestamp_millis();
+        let millis = |ms: Option<i64>| ms.and_then(DateTime::<Utc>::from_timestamp_millis);
+        let due: Option<i64> = conn
+            .prepare_cached(&WORK_DUE_SQL)?
+            .query_row(params![now_ms, true], |r| r.get(0))?;
+        let processing: Option<i64> = conn
+            .prepare_cached(
+                "SELECT min(COALESCE(ts_millis(status_changed), 0)) FROM messages_in
+                 WHERE status = 'processing'",
+            )?
+            .query_row([], |r| r.get(0))?;
+        let due_since = match (due, processing) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let deadline: Option<i64> = conn
+            .prepare_cached(
+                "SELECT max(ts_millis(json_extract(value, '$.deadline'))) FROM session_state
+                 WHERE substr(key, 1, 9) = 'question:' AND json_valid(value)",
+            )?
+            .query_row([], |r| r.get(0))?;
+        let next_row: Option<i64> = conn
+            .prepare_cached(
+                "SELECT min(at) FROM (SELECT ts_millis(process_after) AS at FROM messages_in
+                                      WHERE status = 'pending')
+                 WHERE at > ?1",
+            )?
+            .query_row([now_ms], |r| r.get(0))?;
+        let next_at = match (next_row, deadline.filter(|d| *d > now_ms)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Ok(Work {
+            due_since: millis(due_since),
+            next_at: millis(next_at),
+            question_deadline: millis(deadline),
+        })
     }
 }
 
