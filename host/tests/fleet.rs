@@ -343,7 +343,8 @@ fn max_running_is_never_exceeded_and_all_the_work_completes() {
     let fleet = Fleet::new(
         SESSIONS,
         &["--max-running", "4", "--idle-stop-secs", "60"],
-        &[("NANOCLAW_MOCK_DELAY_MS", "300")],
+        // Turns of a second: each slot is busy long enough to be seen taken.
+        &[("NANOCLAW_MOCK_DELAY_MS", "1000")],
     );
     let started = Instant::now();
     let ids: Vec<(String, String)> = (0..SESSIONS)
@@ -450,7 +451,15 @@ fn a_runner_killed_mid_turn_is_restarted_answers_once_and_leaves_nothing() {
     wait_until("the background job to be gone", Duration::from_secs(5), || {
         !alive(job)
     });
-    eprintln!("the dead runner's background job was gone {:?} after the kill", killed.elapsed());
+    let gone = killed.elapsed();
+    eprintln!("the dead runner's background job was gone {gone:?} after the kill");
+    // The fleet killed it, not the next runner's start: that one waits out a 2 s backoff.
+    assert!(
+        fleet.runner_processes().is_empty(),
+        "no runner yet: {:?}",
+        fleet.runner_processes()
+    );
+    assert_eq!(fleet.state_of("s00").unwrap().0, "backingOff");
 }
 
 #[test]
