@@ -4,6 +4,7 @@
 //!
 //! `agent-runner` is the one beside `nanoclaw` in the target dir (the fleet's default runner);
 //! the workspace's test build builds it (scripts/test.sh).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -92,8 +93,7 @@ impl Fleet {
         let started = self.starts;
         wait_until("the fleet's status file", Duration::from_secs(10), || {
             self.status_json().is_some_and(|s| {
-                s["pid"].as_u64() == self.child.as_ref().map(|c| u64::from(c.id()))
-                    && started > 0
+                s["pid"].as_u64() == self.child.as_ref().map(|c| u64::from(c.id())) && started > 0
             })
         });
     }
@@ -145,7 +145,13 @@ impl Fleet {
 
     fn status_json(&self) -> Option<serde_json::Value> {
         let out = Command::new(NANOCLAW)
-            .args(["fleet", "status", "--root", self.root.to_str().unwrap(), "--json"])
+            .args([
+                "fleet",
+                "status",
+                "--root",
+                self.root.to_str().unwrap(),
+                "--json",
+            ])
             .output()
             .ok()?;
         serde_json::from_slice(&out.stdout).ok()
@@ -170,7 +176,11 @@ impl Fleet {
         let mut found: BTreeMap<String, Vec<u32>> = BTreeMap::new();
         let prefix = format!("{}/", self.root.display());
         for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
                 continue;
             };
             if !alive(pid) {
@@ -254,7 +264,9 @@ fn ts(row: &MessageOut) -> DateTime<Utc> {
 fn a_message_wakes_a_stopped_session_which_stops_when_idle() {
     let fleet = Fleet::new(3, &["--idle-stop-secs", "2"], &[]);
     wait_until("the sessions read", Duration::from_secs(10), || {
-        fleet.state_of("s00").is_some_and(|(state, _)| state == "stopped")
+        fleet
+            .state_of("s00")
+            .is_some_and(|(state, _)| state == "stopped")
     });
     assert!(fleet.runner_processes().is_empty(), "no work: no runner");
     let mut latencies = Vec::new();
@@ -322,13 +334,20 @@ fn a_task_due_in_seconds_in_a_stopped_session_runs_on_time() {
         .to_owned();
     std::thread::sleep(Duration::from_secs(1));
     let (state, pid) = fleet.state_of("s01").unwrap();
-    assert_eq!((state.as_str(), pid), ("stopped", None), "not before it is due");
+    assert_eq!(
+        (state.as_str(), pid),
+        ("stopped", None),
+        "not before it is due"
+    );
     wait_until("the task's reply", Duration::from_secs(15), || {
         !fleet.replies_to("s01", &id).is_empty()
     });
     let replied = ts(&fleet.replies_to("s01", &id)[0]);
     let late = replied - due;
-    eprintln!("the task ran {} ms after it was due", late.num_milliseconds());
+    eprintln!(
+        "the task ran {} ms after it was due",
+        late.num_milliseconds()
+    );
     assert!(late >= chrono::Duration::zero(), "ran before it was due");
     assert!(
         late < chrono::Duration::milliseconds(1500),
@@ -376,7 +395,10 @@ fn max_running_is_never_exceeded_and_all_the_work_completes() {
         if answered > answered_at.len() {
             answered_at.push(started.elapsed());
         }
-        assert!(Instant::now() < deadline, "{answered} of {SESSIONS} answered");
+        assert!(
+            Instant::now() < deadline,
+            "{answered} of {SESSIONS} answered"
+        );
         std::thread::sleep(Duration::from_millis(30));
     }
     eprintln!(
@@ -409,13 +431,19 @@ fn a_runner_killed_mid_turn_is_restarted_answers_once_and_leaves_nothing() {
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    wait_until("the reply after the restart", Duration::from_secs(20), || {
-        !fleet.replies_to("s00", &id).is_empty()
-    });
+    wait_until(
+        "the reply after the restart",
+        Duration::from_secs(20),
+        || !fleet.replies_to("s00", &id).is_empty(),
+    );
     let second = db.runner_state().unwrap().unwrap().pid.unwrap();
     assert_ne!(first, second, "a new runner answered");
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(fleet.replies_to("s00", &id).len(), 1, "answered exactly once");
+    assert_eq!(
+        fleet.replies_to("s00", &id).len(),
+        1,
+        "answered exactly once"
+    );
     let status = fleet.status_json().unwrap();
     assert_eq!(status["sessions"][0]["crashes"], 1, "{status}");
 
@@ -436,10 +464,16 @@ fn a_runner_killed_mid_turn_is_restarted_answers_once_and_leaves_nothing() {
         "--script",
         &script,
     ]);
-    wait_until("the script's background job", Duration::from_secs(20), || {
-        std::fs::read_to_string(&marker).is_ok_and(|s| s.trim().parse::<u32>().is_ok())
-    });
-    let job: u32 = std::fs::read_to_string(&marker).unwrap().trim().parse().unwrap();
+    wait_until(
+        "the script's background job",
+        Duration::from_secs(20),
+        || std::fs::read_to_string(&marker).is_ok_and(|s| s.trim().parse::<u32>().is_ok()),
+    );
+    let job: u32 = std::fs::read_to_string(&marker)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     assert!(alive(job));
     let runner = db.runner_state().unwrap().unwrap().pid.unwrap();
     nix::sys::signal::kill(
@@ -448,9 +482,11 @@ fn a_runner_killed_mid_turn_is_restarted_answers_once_and_leaves_nothing() {
     )
     .unwrap();
     let killed = Instant::now();
-    wait_until("the background job to be gone", Duration::from_secs(5), || {
-        !alive(job)
-    });
+    wait_until(
+        "the background job to be gone",
+        Duration::from_secs(5),
+        || !alive(job),
+    );
     let gone = killed.elapsed();
     eprintln!("the dead runner's background job was gone {gone:?} after the kill");
     // The fleet killed it, not the next runner's start: that one waits out a 2 s backoff.
@@ -470,12 +506,17 @@ fn a_fleet_killed_and_restarted_adopts_its_runners() {
         ids.push((session, fleet.send(session, "before")));
     }
     wait_until("the replies", Duration::from_secs(20), || {
-        ids.iter().all(|(s, id)| !fleet.replies_to(s, id).is_empty())
+        ids.iter()
+            .all(|(s, id)| !fleet.replies_to(s, id).is_empty())
     });
     let before = fleet.runner_processes();
     assert_eq!(before.len(), 3, "{before:?}");
     fleet.kill9();
-    assert_eq!(fleet.runner_processes(), before, "the runners outlive the fleet");
+    assert_eq!(
+        fleet.runner_processes(),
+        before,
+        "the runners outlive the fleet"
+    );
     // Work that arrives while no fleet runs is not lost.
     let late = fleet.send("s01", "while the fleet was down");
     fleet.start();
@@ -498,7 +539,9 @@ fn a_fleet_killed_and_restarted_adopts_its_runners() {
     )
     .unwrap();
     wait_until("the crash noticed", Duration::from_secs(10), || {
-        fleet.state_of("s02").is_some_and(|(_, runner)| runner != Some(u64::from(pid)))
+        fleet
+            .state_of("s02")
+            .is_some_and(|(_, runner)| runner != Some(u64::from(pid)))
     });
     let again = fleet.send("s02", "after the crash");
     wait_until("the reply", Duration::from_secs(20), || {
