@@ -421,3 +421,61 @@ pub(crate) fn count_with_status(
         |r| r.get(0),
     )
 }
+
+#[cfg(test)]
+mod work_tests {
+    use chrono::{Duration, TimeZone, Utc};
+
+    use crate::rows::NewMessageIn;
+    use crate::time::format_ts;
+    use crate::SessionDb;
+
+    #[test]
+    fn work_is_what_would_wake_the_agent_and_when_more_comes_due() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SessionDb::open(dir.path().join("session.db")).unwrap();
+        let now = Utc.with_ymd_and_hms(2030, 1, 1, 12, 0, 0).unwrap();
+        let at = |secs: i64| format_ts(now + Duration::seconds(secs));
+        assert_eq!(db.work(now).unwrap(), super::Work::default());
+
+        // Context only (trigger = 0): nothing wakes the agent, nothing comes due.
+        let mut context = NewMessageIn::new("chat", r#"{"text":"fyi"}"#);
+        context.trigger = false;
+        context.timestamp = Some(at(-60));
+        db.insert_in(&context).unwrap();
+        // A task due in 30 s: not due, but the next wake.
+        let mut task = NewMessageIn::new("task", r#"{"prompt":"report"}"#);
+        task.process_after = Some(at(30));
+        db.insert_in(&task).unwrap();
+        let work = db.work(now).unwrap();
+        assert_eq!(
+            (work.due_since, work.next_at),
+            (None, Some(now + Duration::seconds(30)))
+        );
+
+        // A chat sent 5 s ago is due since then; at 30 s the task is too, the older one first.
+        let mut chat = NewMessageIn::new("chat", r#"{"text":"hi"}"#);
+        chat.timestamp = Some(at(-5));
+        let chat = db.insert_in(&chat).unwrap().id;
+        assert_eq!(
+            db.work(now).unwrap().due_since,
+            Some(now - Duration::seconds(5))
+        );
+        let later = now + Duration::seconds(31);
+        assert_eq!(
+            db.work(later).unwrap().due_since,
+            Some(now - Duration::seconds(5))
+        );
+        assert_eq!(db.work(later).unwrap().next_at, None);
+
+        // A row a dead runner held (`processing`) is work too.
+        db.claim(std::slice::from_ref(&chat)).unwrap();
+        assert!(db.work(now).unwrap().due_since.is_some());
+
+        // An open question: its deadline is the next wake while it is ahead.
+        db.open_question("q1", now + Duration::seconds(10)).unwrap();
+        let work = db.work(now).unwrap();
+        assert_eq!(work.question_deadline, Some(now + Duration::seconds(10)));
+        assert_eq!(work.next_at, Some(now + Duration::seconds(10)));
+    }
+}
