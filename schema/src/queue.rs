@@ -271,47 +271,73 @@ impl SessionDb {
 }
 
 impl SessionDb {
-    /// What is due at `now` for a supervisor ([`Work`]): read only, one read transaction.
+    /// What is due at `now` for a supervisor ([`Work`]).
     pub fn work(&self, now: DateTime<Utc>) -> Result<Work, Error> {
         let conn = self.conn()?;
-        let now_ms = now.timestamp_millis();
-        let millis = |ms: Option<i64>| ms.and_then(DateTime::<Utc>::from_timestamp_millis);
-        let due: Option<i64> = conn
-            .prepare_cached(&WORK_DUE_SQL)?
-            .query_row(params![now_ms, true], |r| r.get(0))?;
-        let processing: Option<i64> = conn
-            .prepare_cached(
-                "SELECT min(COALESCE(ts_millis(status_changed), 0)) FROM messages_in
-                 WHERE status = 'processing'",
-            )?
-            .query_row([], |r| r.get(0))?;
-        let due_since = match (due, processing) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let deadline: Option<i64> = conn
-            .prepare_cached(
-                "SELECT max(ts_millis(json_extract(value, '$.deadline'))) FROM session_state
-                 WHERE substr(key, 1, 9) = 'question:' AND json_valid(value)",
-            )?
-            .query_row([], |r| r.get(0))?;
-        let next_row: Option<i64> = conn
-            .prepare_cached(
-                "SELECT min(at) FROM (SELECT ts_millis(process_after) AS at FROM messages_in
-                                      WHERE status = 'pending')
-                 WHERE at > ?1",
-            )?
-            .query_row([now_ms], |r| r.get(0))?;
-        let next_at = match (next_row, deadline.filter(|d| *d > now_ms)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        Ok(Work {
-            due_since: millis(due_since),
-            next_at: millis(next_at),
-            question_deadline: millis(deadline),
-        })
+        Ok(work_on(&conn, now)?)
     }
+}
+
+/// [`SessionDb::work`] and the runner row of the DB at `path`, on a read-only connection of
+/// its own that is closed after the read: no pool, no migration, no write (a supervisor of many
+/// sessions reads each one when its `-wal` file changes, and must not wake itself by a write).
+pub fn read_work(
+    path: &std::path::Path,
+    now: DateTime<Utc>,
+    lock_wait: std::time::Duration,
+) -> Result<(Work, Option<crate::RunnerState>), Error> {
+    // Even a read-only connection maps `-shm` and takes its locks.
+    fsguard::refuse_shared_filesystem(path)?;
+    let conn = rusqlite::Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(lock_wait)?;
+    crate::db::register_functions(&conn)?;
+    let work = work_on(&conn, now)?;
+    let runner = crate::runner_state::read_runner_state(&conn)?;
+    Ok((work, runner))
+}
+
+/// The queries of [`SessionDb::work`] on `conn`.
+fn work_on(conn: &rusqlite::Connection, now: DateTime<Utc>) -> rusqlite::Result<Work> {
+    let now_ms = now.timestamp_millis();
+    let millis = |ms: Option<i64>| ms.and_then(DateTime::<Utc>::from_timestamp_millis);
+    let due: Option<i64> = conn
+        .prepare_cached(&WORK_DUE_SQL)?
+        .query_row(params![now_ms, true], |r| r.get(0))?;
+    let processing: Option<i64> = conn
+        .prepare_cached(
+            "SELECT min(COALESCE(ts_millis(status_changed), 0)) FROM messages_in
+             WHERE status = 'processing'",
+        )?
+        .query_row([], |r| r.get(0))?;
+    let due_since = match (due, processing) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let deadline: Option<i64> = conn
+        .prepare_cached(
+            "SELECT max(ts_millis(json_extract(value, '$.deadline'))) FROM session_state
+             WHERE substr(key, 1, 9) = 'question:' AND json_valid(value)",
+        )?
+        .query_row([], |r| r.get(0))?;
+    let next_row: Option<i64> = conn
+        .prepare_cached(
+            "SELECT min(at) FROM (SELECT ts_millis(process_after) AS at FROM messages_in
+                                  WHERE status = 'pending')
+             WHERE at > ?1",
+        )?
+        .query_row([now_ms], |r| r.get(0))?;
+    let next_at = match (next_row, deadline.filter(|d| *d > now_ms)) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Ok(Work {
+        due_since: millis(due_since),
+        next_at: millis(next_at),
+        question_deadline: millis(deadline),
+    })
 }
 
 /// The claim of [`SessionDb::claim`] inside the caller's transaction.
@@ -477,5 +503,9 @@ mod work_tests {
         let work = db.work(now).unwrap();
         assert_eq!(work.question_deadline, Some(now + Duration::seconds(10)));
         assert_eq!(work.next_at, Some(now + Duration::seconds(10)));
+        // The same, read-only from the path, with the runner row.
+        let (read, runner) =
+            super::read_work(db.path(), now, std::time::Duration::from_secs(1)).unwrap();
+        assert_eq!((read, runner), (work, db.runner_state().unwrap()));
     }
 }

@@ -24,15 +24,14 @@ mod scheduler;
 pub mod status;
 mod watch;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
-use schema::SessionDb;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
@@ -43,6 +42,8 @@ use watch::{Change, Watcher};
 
 /// Re-reads of a session after an event on its DB, in ms after the event.
 const RECHECK_MS: [i64; 3] = [20, 150, 600];
+/// Discoveries after an event on the root, in ms after the event.
+const REDISCOVER_MS: [i64; 3] = [100, 500, 2000];
 
 /// `nanoclaw fleet`'s flags; each wins over the same key of `ROOT/fleet.json`.
 #[derive(Debug, Args)]
@@ -214,52 +215,26 @@ async fn shutdown_signal() {
     }
 }
 
-/// The open DBs of the sessions, by name.
-type Dbs = Arc<Mutex<HashMap<String, Arc<SessionDb>>>>;
+/// How long a read waits for a DB lock (a writer holds it for milliseconds).
+const READ_LOCK_WAIT: Duration = Duration::from_secs(2);
 
-/// Reads the DBs of `names` at `now` (blocking).
-fn observe_all(
-    dbs: &Dbs,
-    specs: Vec<SessionSpec>,
-    now: DateTime<Utc>,
-) -> Vec<(String, Observation)> {
+/// Reads the DBs of `specs` at `now` (blocking), each on a read-only connection closed after
+/// the read (`schema::read_work`): the fleet holds no DB open, so its memory and descriptors do
+/// not grow with its sessions, and its reads write nothing that would wake it again.
+fn observe_all(specs: Vec<SessionSpec>, now: DateTime<Utc>) -> Vec<(String, Observation)> {
     specs
         .into_iter()
         .map(|spec| {
-            let cached = dbs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&spec.name)
-                .cloned();
-            let db = match cached {
-                Some(db) => Ok(db),
-                None => crate::open_existing(&spec.db).map(Arc::new).inspect(|db| {
-                    dbs.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(spec.name.clone(), db.clone());
-                }),
-            };
-            let read = db.and_then(|db| {
-                Ok((
-                    db.work(now).context("reading the work due")?,
-                    db.runner_state().context("reading runner_state")?,
-                ))
-            });
-            let observed = match read {
+            let observed = match schema::read_work(&spec.db, now, READ_LOCK_WAIT) {
                 Ok((work, runner)) => Observation {
                     work,
                     runner,
                     error: None,
                 },
-                Err(err) => {
-                    dbs.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(&spec.name);
-                    Observation {
-                        error: Some(format!("{err:#}")),
-                        ..Observation::default()
-                    }
-                }
+                Err(err) => Observation {
+                    error: Some(err.to_string()),
+                    ..Observation::default()
+                },
             };
             (spec.name, observed)
         })
@@ -271,7 +246,6 @@ struct Fleet {
     root: PathBuf,
     scheduler: Scheduler,
     backend: Arc<dyn Backend>,
-    dbs: Dbs,
     watcher: Option<Watcher>,
     /// Sessions to read on the next round.
     dirty: BTreeSet<String>,
@@ -279,6 +253,9 @@ struct Fleet {
     rechecks: BTreeMap<DateTime<Utc>, BTreeSet<String>>,
     /// What was last written to status.json.
     written: Option<Vec<status::SessionStatus>>,
+    /// Discoveries due after an event on the root: a folder is made before its `session.db`,
+    /// whose creation in a folder not yet watched raises no event of ours.
+    rediscover: BTreeSet<DateTime<Utc>>,
 }
 
 impl Fleet {
@@ -298,10 +275,6 @@ impl Fleet {
             if let Some(watcher) = &mut self.watcher {
                 watcher.unwatch_session(&name);
             }
-            self.dbs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&name);
         }
         for name in added {
             if let (Some(watcher), Some(spec)) = (&mut self.watcher, self.scheduler.spec(&name)) {
@@ -338,8 +311,7 @@ impl Fleet {
             .iter()
             .filter_map(|name| self.scheduler.spec(name).cloned())
             .collect();
-        let dbs = self.dbs.clone();
-        let observed = tokio::task::spawn_blocking(move || observe_all(&dbs, specs, now))
+        let observed = tokio::task::spawn_blocking(move || observe_all(specs, now))
             .await
             .unwrap_or_default();
         for (name, observation) in observed {
@@ -457,7 +429,8 @@ impl Fleet {
     /// When the loop must wake without an event.
     fn next_wake(&self) -> Option<DateTime<Utc>> {
         let recheck = self.rechecks.keys().next().copied();
-        [self.scheduler.next_wake(), recheck]
+        let rediscover = self.rediscover.first().copied();
+        [self.scheduler.next_wake(), recheck, rediscover]
             .into_iter()
             .flatten()
             .min()
@@ -465,6 +438,10 @@ impl Fleet {
 
     /// The sessions whose own timer is due (re-read them before deciding).
     fn due_by_time(&mut self, now: DateTime<Utc>) {
+        if self.rediscover.first().is_some_and(|at| *at <= now) {
+            self.rediscover.retain(|at| *at > now);
+            self.discover(now);
+        }
         // A timer only fires when something is due; re-reading every session then is bounded
         // by the number of sessions and rare.
         if self.scheduler.next_wake().is_some_and(|at| at <= now) {
@@ -506,11 +483,11 @@ async fn supervise(
         root: root.clone(),
         scheduler: Scheduler::new(policy),
         backend,
-        dbs: Dbs::default(),
         watcher,
         dirty: BTreeSet::new(),
         rechecks: BTreeMap::new(),
         written: None,
+        rediscover: BTreeSet::new(),
     };
     let now = Utc::now();
     fleet.discover(now);
@@ -563,7 +540,12 @@ async fn supervise(
                     Ok(changes) => for change in changes {
                         match change {
                             Change::Session(name) => fleet.touched(name, now),
-                            Change::Root => fleet.discover(now),
+                            Change::Root => {
+                                fleet.discover(now);
+                                for ms in REDISCOVER_MS {
+                                    fleet.rediscover.insert(now + chrono::Duration::milliseconds(ms));
+                                }
+                            }
                         }
                     },
                     Err(err) => {

@@ -24,6 +24,10 @@ use schema::{RunnerState, Work};
 use super::backend::SessionSpec;
 use super::status::{RunnerRecord, SessionState, SessionStatus};
 
+/// How long work may stay due while a runner says `idle` before the runner counts as holding
+/// it (idle) rather than not having polled it yet (running).
+const HELD_WORK_GRACE: Duration = Duration::from_secs(10);
+
 /// The scheduler's tunables.
 #[derive(Debug, Clone)]
 pub(crate) struct Policy {
@@ -103,6 +107,8 @@ struct Session {
     crashes: u32,
     last_error: Option<String>,
     retry_at: Option<DateTime<Utc>>,
+    /// When a running session is to be read again without an event (work it may hold).
+    recheck_at: Option<DateTime<Utc>>,
     observed: Observation,
 }
 
@@ -160,6 +166,7 @@ impl Scheduler {
                         crashes: 0,
                         last_error: None,
                         retry_at: None,
+                        recheck_at: None,
                         observed: Observation::default(),
                     },
                 );
@@ -281,8 +288,12 @@ impl Scheduler {
             .flatten()
             .max()
             .unwrap_or(now);
-        // Work due after the runner last went idle is work it has not taken yet.
-        let unseen_work = work.due_since.is_some_and(|due| due > idle_since);
+        // Work due while the runner says idle is work it has not polled yet (a runner just
+        // started, or one woken by a commit), unless it stays there for HELD_WORK_GRACE: then
+        // the runner saw it and holds it (a budget, a gate), and it is idle all the same.
+        let held_until = after(idle_since, HELD_WORK_GRACE);
+        let unseen_work = work.due_since.is_some() && now < held_until;
+        session.recheck_at = unseen_work.then_some(held_until);
         let (busy, why) = match row.status.as_str() {
             "busy" => (true, "turn running".to_owned()),
             "waiting_user" if deadline.is_some() => (
@@ -501,7 +512,10 @@ impl Scheduler {
                 SessionState::Stopped => s.observed.work.next_at,
                 SessionState::BackingOff | SessionState::Failed => s.retry_at,
                 SessionState::Idle => s.idle_since.map(|since| after(since, policy.idle_stop)),
-                SessionState::Running => s.observed.work.question_deadline,
+                SessionState::Running => [s.observed.work.question_deadline, s.recheck_at]
+                    .into_iter()
+                    .flatten()
+                    .min(),
                 SessionState::Starting => s.runner_since.map(|t| after(t, policy.start_timeout)),
                 SessionState::Stopping => s.stop_asked.map(|t| after(t, policy.stop_grace)),
             })

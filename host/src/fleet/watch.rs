@@ -2,8 +2,8 @@
 //!
 //! Discovery is `serve --root`'s ([`Served::Root`]): every real folder `ROOT/<name>/` with a
 //! `session.db`, the name validated before it is joined to the root. One inotify instance
-//! watches the root (folders appearing or going) and each session folder (its `session.db`
-//! and `-wal` written: every commit writes the `-wal` file), so work arriving wakes the fleet
+//! watches the root (folders appearing or going) and each session folder (its `-wal` file
+//! written or made: every commit writes it; a `session.db` made or moved in), so work arriving wakes the fleet
 //! without a poll interval. Without inotify (no instance or watch left for this user) the fleet
 //! re-reads every session each [`POLL_FALLBACK`], and says so once.
 
@@ -126,8 +126,14 @@ impl Watcher {
                             // A lost event, a folder gone, or the root's entries changed.
                             Some(Change::Root)
                         } else {
+                            // Commits write the `-wal` file (a checkpoint writes `session.db`
+                            // and is no news); a `session.db` made or moved in is a new DB.
                             let is_db = event.name.is_some_and(|name| {
-                                name == "session.db" || name == "session.db-wal"
+                                name == "session.db-wal"
+                                    || (name == "session.db"
+                                        && event
+                                            .mask
+                                            .intersects(EventMask::CREATE | EventMask::MOVED_TO))
                             });
                             sessions
                                 .get(&event.wd)

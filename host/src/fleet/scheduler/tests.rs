@@ -190,3 +190,31 @@ fn five_crashes_in_a_row_fail_the_session_until_the_retry() {
         ["a"]
     );
 }
+
+#[test]
+fn work_due_before_the_runner_polled_keeps_it_running_until_held_for_long() {
+    let mut s = Scheduler::new(Policy {
+        max_running: 1,
+        idle_stop: std::time::Duration::from_secs(60),
+        ..Policy::default()
+    });
+    s.sync(vec![spec("a"), spec("b")], t(0));
+    s.observe("a", due(t(0)), t(0));
+    s.observe("b", due(t(1)), t(1));
+    assert_eq!(starts(&s.decide(t(1))), ["a"]);
+    s.runner_started("a", runner(7), false, t(1));
+    // The runner reports idle before its first poll took the message sent before it started:
+    // it keeps its slot although b waits.
+    let idle_with_work = Observation {
+        runner: row("idle", 7, t(2)),
+        ..due(t(0))
+    };
+    s.observe("a", idle_with_work.clone(), t(2));
+    assert_eq!(s.lines()[0].state, SessionState::Running);
+    assert!(s.decide(t(2)).is_empty());
+    assert_eq!(s.next_wake(), Some(t(12)));
+    // Still there 10 s on: the runner holds it; idle, and its slot goes to b.
+    s.observe("a", idle_with_work, t(12));
+    assert_eq!(s.lines()[0].state, SessionState::Idle);
+    assert_eq!(s.decide(t(12)), [Action::Stop("a".into(), runner(7))]);
+}
