@@ -48,6 +48,13 @@ struct Fleet {
 
 impl Fleet {
     fn new(sessions: usize, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut fleet = Self::create(sessions, args, env);
+        fleet.start();
+        fleet
+    }
+
+    /// The root and its sessions; the fleet not started yet.
+    fn create(sessions: usize, args: &[&str], env: &[(&str, &str)]) -> Self {
         assert!(agent_runner().is_file());
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
@@ -56,7 +63,7 @@ impl Fleet {
             let folder = root.join(format!("s{n:02}"));
             nanoclaw(&["init", "--workspace", folder.to_str().unwrap()]);
         }
-        let mut fleet = Self {
+        Self {
             root,
             _dir: dir,
             child: None,
@@ -66,9 +73,7 @@ impl Fleet {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
-        };
-        fleet.start();
-        fleet
+        }
     }
 
     fn start(&mut self) {
@@ -549,4 +554,65 @@ fn a_fleet_killed_and_restarted_adopts_its_runners() {
     });
     let now = fleet.runner_processes();
     assert!(now.values().all(|pids| pids.len() == 1), "{now:?}");
+}
+
+#[test]
+fn an_api_call_wakes_a_session_when_the_fleet_listens() {
+    let mut fleet = Fleet::create(
+        2,
+        &["--listen", "127.0.0.1:0", "--idle-stop-secs", "30"],
+        &[],
+    );
+    // The token first: the API refuses to start without its token file (ROOT/tokens.json).
+    let root = fleet.root.to_str().unwrap().to_owned();
+    let token = nanoclaw(&["token", "add", "host", "--sessions", "*", "--root", &root]);
+    fleet.start();
+    let mut addr = String::new();
+    wait_until(
+        "the API's address in the log",
+        Duration::from_secs(10),
+        || {
+            addr = fleet
+                .log()
+                .lines()
+                .find(|l| l.contains("fleet: serving the session API"))
+                .and_then(|l| l.split("addr=").nth(1))
+                .map(|a| a.trim().to_owned())
+                .unwrap_or_default();
+            !addr.is_empty()
+        },
+    );
+    let token_file = fleet.root.parent().unwrap().join("token");
+    std::fs::write(&token_file, token.trim()).unwrap();
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let url = format!("http://{addr}");
+    let sent = Instant::now();
+    let out = nanoclaw(&[
+        "--url",
+        &url,
+        "--token-file",
+        token_file.to_str().unwrap(),
+        "--session",
+        "s01",
+        "--json",
+        "send",
+        "--text",
+        "over the API",
+    ]);
+    let id = serde_json::from_str::<serde_json::Value>(&out).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    wait_until("the reply", Duration::from_secs(10), || {
+        !fleet.replies_to("s01", &id).is_empty()
+    });
+    eprintln!(
+        "an API send to a stopped session answered in {:?}",
+        sent.elapsed()
+    );
+    assert_eq!(fleet.runner_processes().keys().collect::<Vec<_>>(), ["s01"]);
 }

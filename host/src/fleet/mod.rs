@@ -70,6 +70,10 @@ pub struct FleetArgs {
     /// on PATH]
     #[arg(long, value_name = "PATH")]
     pub runner: Option<PathBuf>,
+    /// Also serve the session API for every session, as `nanoclaw serve --root` does (tokens in
+    /// ROOT/tokens.json; plain HTTP on loopback or a unix socket: for TLS run `nanoclaw serve`)
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<crate::serve::Listen>,
 }
 
 /// `nanoclaw fleet`'s subcommands.
@@ -138,7 +142,40 @@ pub fn run(args: FleetArgs, as_json: bool) -> Result<Option<String>> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(supervise(root, runner, policy, shutdown_signal()))?;
+    runtime.block_on(async move {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            let _ = stop.send(true);
+        });
+        let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        };
+        let server = match args.listen {
+            Some(listen) => {
+                let server = crate::serve::Server::bind(crate::serve::ServeConfig {
+                    served: crate::serve::Served::Root(root.clone()),
+                    listen: listen.clone(),
+                    tokens: None,
+                    tls: None,
+                    plain_http: false,
+                    limits: crate::serve::Limits::default(),
+                })
+                .await?;
+                match server.local_addr() {
+                    Some(addr) => tracing::warn!(%addr, "fleet: serving the session API"),
+                    None => tracing::warn!(listen = ?listen, "fleet: serving the session API"),
+                }
+                Some(tokio::spawn(server.run(until_stopped(stopped.clone()))))
+            }
+            None => None,
+        };
+        supervise(root, runner, policy, until_stopped(stopped)).await?;
+        if let Some(server) = server {
+            server.await.context("the API server")??;
+        }
+        anyhow::Ok(())
+    })?;
     Ok(None)
 }
 
