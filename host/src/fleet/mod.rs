@@ -111,6 +111,10 @@ pub fn run(args: FleetArgs, as_json: bool) -> Result<Option<String>> {
         let running = status::alive(status.pid) && holds_lock(&root);
         return Ok(Some(status::render(&status, Utc::now(), running, as_json)));
     }
+    // The fleet runs next to the DBs: a root on a shared filesystem is refused (exit 78), as
+    // `serve --root` refuses it; a session folder mounted under the root from a share is
+    // refused per session (its reads fail, and so would its runner).
+    fsguard::refuse_shared_filesystem(&root.join("session.db"))?;
     let file = read_fleet_file(&root)?;
     let defaults = Policy::default();
     let policy = Policy {
