@@ -2,9 +2,10 @@
 //! when idle, for every session folder under the root (the layout of `nanoclaw serve --root`).
 //!
 //! Map: `watch` (which sessions; inotify on the root and every session folder) → the loop here
-//! (reads each changed session's DB: [`schema::SessionDb::work`] and the runner row) →
+//! (reads each changed session's DB read-only, [`schema::read_work`]: work due and the runner
+//! row) →
 //! `scheduler` (one state machine per session, the slots of `maxRunning`; no I/O) → `backend`
-//! (the [`backend::Backend`] trait; `process`: child processes, leftovers killed when a runner
+//! (the `Backend` trait; `process`: child processes, leftovers killed when a runner
 //! ends) → [`status`] (`ROOT/@fleet/status.json`, written on every change; `fleet status`).
 //!
 //! Invariants:
@@ -17,7 +18,7 @@
 //!   which the new runner's processes carry too).
 //! - No poll interval: work arriving is an inotify event on the session's `-wal` file, work
 //!   coming due is a timer at the earliest due time of all sessions. Each event is followed by
-//!   re-reads at [`RECHECK_MS`] (a commit can be seen by inotify before it is visible).
+//!   re-reads at `RECHECK_MS` (a commit can be seen by inotify before it is visible).
 
 mod backend;
 mod scheduler;
