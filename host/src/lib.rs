@@ -12,6 +12,7 @@
 pub mod answer;
 pub mod api;
 pub mod client;
+pub mod fleet;
 pub mod init;
 pub mod interrupt;
 pub mod location;

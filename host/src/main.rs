@@ -96,6 +96,10 @@ enum Command {
     /// Make, list or revoke the session API's tokens
     #[command(subcommand)]
     Token(host::serve::cli::TokenCommand),
+    /// Supervise every session under a root: start a runner when work is due, stop it when
+    /// idle, restart crashed ones with backoff, at most --max-running at once; `fleet status`
+    /// shows each session's state
+    Fleet(host::fleet::FleetArgs),
 }
 
 #[derive(Debug, Args)]
@@ -284,6 +288,8 @@ const DEFAULT_LOG_FILTER: &str = "warn";
 
 /// `serve`'s log filter when `RUST_LOG` is unset: its own lines and the audit lines.
 const SERVE_LOG_FILTER: &str = "warn,host::serve=info,nanoclaw::audit=info";
+/// `fleet` logs each session's transitions and each runner's start and end.
+const FLEET_LOG_FILTER: &str = "warn,host::fleet=info";
 
 fn main() -> ExitCode {
     // Flags first (clap prints usage errors and --help itself): they name the log format.
@@ -291,6 +297,7 @@ fn main() -> ExitCode {
     // A dead or full stderr pipe must neither panic nor block the CLI (see `logging`).
     let filter = match cli.command {
         Command::Serve(_) => SERVE_LOG_FILTER,
+        Command::Fleet(_) => FLEET_LOG_FILTER,
         _ => DEFAULT_LOG_FILTER,
     };
     let _ = logging::subscriber("nanoclaw", filter, cli.log_format.unwrap_or_default()).try_init();
@@ -336,6 +343,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             output::print(&host::serve::cli::run_token(command, cli.json)?)?;
             return Ok(ExitCode::SUCCESS);
         }
+        Command::Fleet(args) => {
+            if let Some(text) = host::fleet::run(args, cli.json)? {
+                output::print(&text)?;
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
         command => Cli { command, ..cli },
     };
     if cli.api.url.is_some() {
@@ -379,8 +392,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Health(args) => cmd_health(db, cli.json, &args),
         Command::Usage(args) => cmd_usage(db, cli.json, &args),
         Command::Interrupt => cmd_interrupt(db, cli.json),
-        Command::Serve(_) | Command::Token(_) => {
-            bail!("serve and token are run before a DB is chosen")
+        Command::Serve(_) | Command::Token(_) | Command::Fleet(_) => {
+            bail!("serve, token and fleet are run before a DB is chosen")
         }
     }
 }

@@ -110,8 +110,8 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
             Command::Health(args) => remote.health(&args).await,
             Command::Usage(args) => remote.usage(&args).await,
             Command::Interrupt => remote.interrupt().await,
-            Command::Serve(_) | Command::Token(_) => {
-                bail!("serve and token run next to the DB: drop --url")
+            Command::Serve(_) | Command::Token(_) | Command::Fleet(_) => {
+                bail!("serve, token and fleet run next to the DB: drop --url")
             }
         }
     };

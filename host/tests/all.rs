@@ -5,6 +5,8 @@
 mod bad_rows;
 #[path = "cli.rs"]
 mod cli;
+#[path = "fleet.rs"]
+mod fleet;
 #[path = "lib_api.rs"]
 mod lib_api;
 #[path = "logs.rs"]

@@ -93,6 +93,15 @@ fn every_command_refuses_a_session_on_fuse_with_exit_78_and_the_fix() {
             "{err}"
         );
     }
+    // `fleet` starts runners next to the DBs: a root on the mount is refused the same way.
+    let out = Command::new(BIN)
+        .env_remove("RUST_LOG")
+        .args(["fleet", "--root", &served])
+        .output()
+        .expect("running nanoclaw fleet");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(78), "fleet --root: {err}");
+    assert!(err.contains("fuse.bindfs"), "{err}");
     // A root on a local disk with the shared folder under it: served, and the shared session is
     // answered `500` without its path (the fix is in serve's log).
     let sock = dir.path().join("root.sock");

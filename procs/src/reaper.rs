@@ -482,27 +482,7 @@ impl Leftovers {
             boot: boot_id(),
             written: None,
         };
-        let mut killed = kill_marked(&format!("{MARK_VAR}={mark}"), false);
-        let previous = match read_capped(&ledger.path) {
-            Ok(bytes) => parse_ledger(&String::from_utf8_lossy(&bytes), &ledger.boot),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(err) => {
-                tracing::warn!(ledger = %ledger.path.display(), %err, "cannot read the process ledger of the previous run");
-                Vec::new()
-            }
-        };
-        let spared = self_and_ancestors();
-        let uid = nix::unistd::getuid().as_raw();
-        for (pid, started) in previous {
-            // Only this user's processes: the agent can write the ledger, and must not be able
-            // to make a runner with more rights kill someone else's process.
-            if spared.contains(&pid) || killed.contains(&(pid as u32)) || uid_of(pid) != Some(uid) {
-                continue;
-            }
-            if kill_if_same(pid, started) {
-                killed.push(pid as u32);
-            }
-        }
+        let mut killed = kill_previous(&mark, &ledger.path, &ledger.boot, false);
         if killed.is_empty() {
             tracing::debug!("no process of a previous run of this session was left");
         } else {
@@ -547,6 +527,42 @@ impl Leftovers {
             );
         }
     }
+}
+
+/// Kills what a run of the session whose DB is at `db` left behind: every process carrying the
+/// session's marker and its process group, and every ledger entry that is still the same
+/// process of this user. For a supervisor whose runner died (`nanoclaw fleet`): a runner killed
+/// with SIGKILL cannot stop its own descendants. Returns the pids killed.
+pub fn kill_leftovers(db: &Path) -> Result<Vec<u32>, ReaperError> {
+    let mark = mark_for(db)?;
+    Ok(kill_previous(&mark, &ledger_path(db), &boot_id(), true))
+}
+
+/// The kills of [`Leftovers::start`] and [`kill_leftovers`]: marked processes (and their
+/// process groups, with `groups`), then the ledger's entries.
+fn kill_previous(mark: &str, ledger: &Path, boot: &str, groups: bool) -> Vec<u32> {
+    let mut killed = kill_marked(&format!("{MARK_VAR}={mark}"), groups);
+    let previous = match read_capped(ledger) {
+        Ok(bytes) => parse_ledger(&String::from_utf8_lossy(&bytes), boot),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(err) => {
+            tracing::warn!(ledger = %ledger.display(), %err, "cannot read the process ledger of the previous run");
+            Vec::new()
+        }
+    };
+    let spared = self_and_ancestors();
+    let uid = nix::unistd::getuid().as_raw();
+    for (pid, started) in previous {
+        // Only this user's processes: the agent can write the ledger, and must not be able
+        // to make a runner with more rights kill someone else's process.
+        if spared.contains(&pid) || killed.contains(&(pid as u32)) || uid_of(pid) != Some(uid) {
+            continue;
+        }
+        if kill_if_same(pid, started) {
+            killed.push(pid as u32);
+        }
+    }
+    killed
 }
 
 /// SIGKILLs every live descendant of this process (start time checked), then reaps and waits up

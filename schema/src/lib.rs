@@ -63,7 +63,7 @@ pub use content::{
 pub use db::{OpenOptions, SessionDb};
 pub use destinations::find_destination;
 pub use idempotency::IdempotentInsert;
-pub use queue::{ClaimStarted, Eligible, QueueCounts};
+pub use queue::{read_work, ClaimStarted, Eligible, QueueCounts, Work};
 pub use reads::Reads;
 pub use routing::DestinationRoute;
 pub use rows::*;

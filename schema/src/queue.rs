@@ -80,6 +80,28 @@ static CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// What a supervisor reads to decide whether a session needs a runner (`nanoclaw fleet`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Work {
+    /// The oldest due time of work a runner would take now: a row a first poll would hand to
+    /// the agent and that wakes it (`trigger`), or a `processing` row (a runner died holding
+    /// it). `None` when there is none.
+    pub due_since: Option<DateTime<Utc>>,
+    /// The next instant something may become due: the earliest later `process_after` of a
+    /// pending row, or the deadline of an open question (its held-back answer is released then).
+    pub next_at: Option<DateTime<Utc>>,
+    /// The latest deadline of an open question (`ask_user_question` waits until then).
+    pub question_deadline: Option<DateTime<Utc>>,
+}
+
+/// The oldest due time of a row that wakes the agent on a first poll (see [`ELIGIBLE_WHERE`]).
+static WORK_DUE_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT min(COALESCE(ts_millis(m.process_after), ts_millis(m.timestamp), 0))
+         FROM messages_in m WHERE {ELIGIBLE_WHERE} AND flag_of(m.trigger, 1)"
+    )
+});
+
 /// What [`SessionDb::claim_starting`] returns: the claimed rows, and the batch it started
 /// with what its `start` read, if it started one.
 pub type ClaimStarted<T> = (Vec<MessageIn>, Option<(CurrentBatch, T)>);
@@ -248,6 +270,76 @@ impl SessionDb {
     }
 }
 
+impl SessionDb {
+    /// What is due at `now` for a supervisor ([`Work`]).
+    pub fn work(&self, now: DateTime<Utc>) -> Result<Work, Error> {
+        let conn = self.conn()?;
+        Ok(work_on(&conn, now)?)
+    }
+}
+
+/// [`SessionDb::work`] and the runner row of the DB at `path`, on a read-only connection of
+/// its own that is closed after the read: no pool, no migration, no write (a supervisor of many
+/// sessions reads each one when its `-wal` file changes, and must not wake itself by a write).
+pub fn read_work(
+    path: &std::path::Path,
+    now: DateTime<Utc>,
+    lock_wait: std::time::Duration,
+) -> Result<(Work, Option<crate::RunnerState>), Error> {
+    // Even a read-only connection maps `-shm` and takes its locks.
+    fsguard::refuse_shared_filesystem(path)?;
+    let conn = rusqlite::Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(lock_wait)?;
+    crate::db::register_functions(&conn)?;
+    let work = work_on(&conn, now)?;
+    let runner = crate::runner_state::read_runner_state(&conn)?;
+    Ok((work, runner))
+}
+
+/// The queries of [`SessionDb::work`] on `conn`.
+fn work_on(conn: &rusqlite::Connection, now: DateTime<Utc>) -> rusqlite::Result<Work> {
+    let now_ms = now.timestamp_millis();
+    let millis = |ms: Option<i64>| ms.and_then(DateTime::<Utc>::from_timestamp_millis);
+    let due: Option<i64> = conn
+        .prepare_cached(&WORK_DUE_SQL)?
+        .query_row(params![now_ms, true], |r| r.get(0))?;
+    let processing: Option<i64> = conn
+        .prepare_cached(
+            "SELECT min(COALESCE(ts_millis(status_changed), 0)) FROM messages_in
+             WHERE status = 'processing'",
+        )?
+        .query_row([], |r| r.get(0))?;
+    let due_since = match (due, processing) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let deadline: Option<i64> = conn
+        .prepare_cached(
+            "SELECT max(ts_millis(json_extract(value, '$.deadline'))) FROM session_state
+             WHERE substr(key, 1, 9) = 'question:' AND json_valid(value)",
+        )?
+        .query_row([], |r| r.get(0))?;
+    let next_row: Option<i64> = conn
+        .prepare_cached(
+            "SELECT min(at) FROM (SELECT ts_millis(process_after) AS at FROM messages_in
+                                  WHERE status = 'pending')
+             WHERE at > ?1",
+        )?
+        .query_row([now_ms], |r| r.get(0))?;
+    let next_at = match (next_row, deadline.filter(|d| *d > now_ms)) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Ok(Work {
+        due_since: millis(due_since),
+        next_at: millis(next_at),
+        question_deadline: millis(deadline),
+    })
+}
+
 /// The claim of [`SessionDb::claim`] inside the caller's transaction.
 fn claim_tx(tx: &Transaction<'_>, ids_json: &str) -> Result<Vec<MessageIn>, Error> {
     let mut stmt = tx.prepare_cached(&CLAIM_SQL)?;
@@ -354,4 +446,66 @@ pub(crate) fn count_with_status(
         [],
         |r| r.get(0),
     )
+}
+
+#[cfg(test)]
+mod work_tests {
+    use chrono::{Duration, TimeZone, Utc};
+
+    use crate::rows::NewMessageIn;
+    use crate::time::format_ts;
+    use crate::SessionDb;
+
+    #[test]
+    fn work_is_what_would_wake_the_agent_and_when_more_comes_due() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SessionDb::open(dir.path().join("session.db")).unwrap();
+        let now = Utc.with_ymd_and_hms(2030, 1, 1, 12, 0, 0).unwrap();
+        let at = |secs: i64| format_ts(now + Duration::seconds(secs));
+        assert_eq!(db.work(now).unwrap(), super::Work::default());
+
+        // Context only (trigger = 0): nothing wakes the agent, nothing comes due.
+        let mut context = NewMessageIn::new("chat", r#"{"text":"fyi"}"#);
+        context.trigger = false;
+        context.timestamp = Some(at(-60));
+        db.insert_in(&context).unwrap();
+        // A task due in 30 s: not due, but the next wake.
+        let mut task = NewMessageIn::new("task", r#"{"prompt":"report"}"#);
+        task.process_after = Some(at(30));
+        db.insert_in(&task).unwrap();
+        let work = db.work(now).unwrap();
+        assert_eq!(
+            (work.due_since, work.next_at),
+            (None, Some(now + Duration::seconds(30)))
+        );
+
+        // A chat sent 5 s ago is due since then; at 30 s the task is too, the older one first.
+        let mut chat = NewMessageIn::new("chat", r#"{"text":"hi"}"#);
+        chat.timestamp = Some(at(-5));
+        let chat = db.insert_in(&chat).unwrap().id;
+        assert_eq!(
+            db.work(now).unwrap().due_since,
+            Some(now - Duration::seconds(5))
+        );
+        let later = now + Duration::seconds(31);
+        assert_eq!(
+            db.work(later).unwrap().due_since,
+            Some(now - Duration::seconds(5))
+        );
+        assert_eq!(db.work(later).unwrap().next_at, None);
+
+        // A row a dead runner held (`processing`) is work too.
+        db.claim(std::slice::from_ref(&chat)).unwrap();
+        assert!(db.work(now).unwrap().due_since.is_some());
+
+        // An open question: its deadline is the next wake while it is ahead.
+        db.open_question("q1", now + Duration::seconds(10)).unwrap();
+        let work = db.work(now).unwrap();
+        assert_eq!(work.question_deadline, Some(now + Duration::seconds(10)));
+        assert_eq!(work.next_at, Some(now + Duration::seconds(10)));
+        // The same, read-only from the path, with the runner row.
+        let (read, runner) =
+            super::read_work(db.path(), now, std::time::Duration::from_secs(1)).unwrap();
+        assert_eq!((read, runner), (work, db.runner_state().unwrap()));
+    }
 }

@@ -346,6 +346,9 @@ mod tests {
         check("next_due_after", &mut || {
             db.next_due_after(now).unwrap().unwrap();
         });
+        check("work", &mut || {
+            assert!(db.work(now).unwrap().due_since.is_some());
+        });
         check("messages_in_with_status", &mut || {
             assert_eq!(
                 db.messages_in_with_status(InStatus::Pending).unwrap().len(),
