@@ -216,14 +216,25 @@ offline_build() {
   [[ "$profile" != dev ]] || profile_dir=debug
   local target="${CARGO_TARGET_DIR:-$ROOT/target}/$profile_dir"
   local context="$cache/context"
+  # NANOCLAW_IMAGE_BIN_DIR: binaries built already (scripts/test.sh passes the test build's,
+  # where a `cargo build -p ...` of its own would unify features differently and relink them).
+  local prebuilt="${NANOCLAW_IMAGE_BIN_DIR:-}"
   if [[ -n "$DRY_RUN" ]]; then
-    printf 'cargo build --profile %s --locked -p agent-runner -p mcp-tools -p host\n' "$profile"
+    [[ -n "$prebuilt" ]] || printf 'cargo build --profile %s --locked -p agent-runner -p mcp-tools -p host\n' "$profile"
   else
-    log "binaries: cargo build --profile $profile --locked -p agent-runner -p mcp-tools -p host"
-    if [[ -n "$CA_CERT" ]]; then
-      CARGO_HTTP_CAINFO="$CA_CERT" cargo build --profile "$profile" --locked -p agent-runner -p mcp-tools -p host >&2
+    if [[ -n "$prebuilt" ]]; then
+      target="$prebuilt"
+      for bin in agent-runner mcp-tools nanoclaw; do
+        [[ -x "$target/$bin" ]] || die "NANOCLAW_IMAGE_BIN_DIR=$prebuilt has no $bin: build it (cargo build -p agent-runner -p mcp-tools -p host) or unset the variable"
+      done
+      log "binaries: the ones in $prebuilt (NANOCLAW_IMAGE_BIN_DIR)"
     else
-      cargo build --profile "$profile" --locked -p agent-runner -p mcp-tools -p host >&2
+      log "binaries: cargo build --profile $profile --locked -p agent-runner -p mcp-tools -p host"
+      # The extra CA for the crate registry (none is downloaded when the registry cache is warm).
+      local cargo_env=()
+      [[ -z "$CA_CERT" ]] || cargo_env=("CARGO_HTTP_CAINFO=$CA_CERT")
+      env ${cargo_env[@]+"${cargo_env[@]}"} \
+        cargo build --profile "$profile" --locked -p agent-runner -p mcp-tools -p host >&2
     fi
     rm -rf "$context"
     mkdir -p "$context/bin"
