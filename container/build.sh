@@ -134,7 +134,7 @@ stage_clis_offline() {
   rm -rf "$out"
   if [[ "$CLIS" != none ]]; then
     env ${ca_env[@]+"${ca_env[@]}"} NANOCLAW_CLI_DIR="$cache/cli" \
-      NANOCLAW_OPENCODE_BUILD="${OPENCODE_BUILD:-baseline}" bash scripts/install-clis.sh $CLIS >&2
+      NANOCLAW_OPENCODE_BUILD="${OPENCODE_BUILD:-baseline}" bash scripts/install-clis.sh "${selected[@]}" >&2
   fi
   if [[ ${#NODE_CLIS[@]} -gt 0 ]]; then
     local node_version arch
@@ -152,7 +152,7 @@ stage_clis_offline() {
     fi
     node=(--node "$node_dir/package/bin/node")
   fi
-  bash container/stage-clis.sh --modules "$cache/cli/node_modules" --out "$out" ${node[@]+"${node[@]}"} $CLIS
+  bash container/stage-clis.sh --modules "$cache/cli/node_modules" --out "$out" ${node[@]+"${node[@]}"} "${selected[@]}"
 }
 
 # The offline path: no image registry. A Debian root file system from Debian's packages
