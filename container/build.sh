@@ -5,15 +5,19 @@
 #
 #   container/build.sh                       # docker build -t nanoclaw-agent:<workspace version>
 #   container/build.sh --clis claude         # only the named CLIs (claude, codex, opencode,
-#                                            # gemini, qwen, or none for the mock provider);
-#                                            # default claude, codex and opencode
+#                                            # gemini, qwen, a list, all, or none for the mock
+#                                            # provider); default the three native ones. No Node
+#                                            # in the image unless gemini or qwen is chosen.
+#   container/build.sh --ca-cert corp-ca.pem # an extra CA for the build's downloads (a
+#                                            # TLS-intercepting proxy): a build secret, in no layer
 #   container/build.sh --dry-run             # print the build command, do not run it
 #   IMAGE=registry.example/nanoclaw-agent VERSION=dev container/build.sh --push
 #   DOCKER=podman container/build.sh         # any docker-compatible CLI with BuildKit features
 #   container/build.sh --offline --clis none # no image registry: a Debian root file system made
 #                                            # with mmdebstrap (cached in .cache/image/, or
-#                                            # $NANOCLAW_IMAGE_CACHE) and the workspace's own
-#                                            # release binaries (stripped), then the same runtime
+#                                            # $NANOCLAW_IMAGE_CACHE), the CLIs installed from
+#                                            # the npm registry on this machine, the workspace's
+#                                            # own release binaries (stripped), then the same runtime
 #                                            # stage of container/Dockerfile; any builder (no
 #                                            # BuildKit needed)
 #
@@ -37,31 +41,59 @@ pin() {
 
 DRY_RUN=
 OFFLINE=
+CA_CERT=
 CLIS="claude codex opencode"
 ARGS=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dry-run) DRY_RUN=1; shift ;;
     --offline) OFFLINE=1; shift ;;
-    --clis) CLIS="${2:?--clis needs a list: claude, codex, opencode, gemini, qwen (comma or space separated) or none}"; shift 2 ;;
+    --clis) CLIS="${2:?--clis needs a list: claude, codex, opencode, gemini, qwen (comma or space separated), all or none}"; shift 2 ;;
     --clis=*) CLIS="${1#*=}"; shift ;;
+    --ca-cert) CA_CERT="${2:?--ca-cert needs a PEM file}"; shift 2 ;;
+    --ca-cert=*) CA_CERT="${1#*=}"; shift ;;
     *) ARGS+=("$1"); shift ;;
   esac
 done
 CLIS="${CLIS//,/ }"
 read -r -a selected <<<"$CLIS"
-[[ ${#selected[@]} -gt 0 ]] || die "--clis is empty: name at least one CLI, or none"
+[[ ${#selected[@]} -gt 0 ]] || die "--clis is empty: name at least one CLI, all, or none"
+ALL_CLIS=(claude codex opencode gemini qwen)
+if [[ "${selected[*]}" == all ]]; then
+  selected=("${ALL_CLIS[@]}")
+fi
 for cli in "${selected[@]}"; do
   case "$cli" in
     claude | codex | opencode | gemini | qwen) ;;
     none) [[ ${#selected[@]} -eq 1 ]] || die "--clis none goes alone" ;;
-    *) die "unknown CLI '$cli' in --clis (known: claude codex opencode gemini qwen, or none)" ;;
+    all) die "--clis all goes alone" ;;
+    *) die "unknown CLI '$cli' in --clis (known: ${ALL_CLIS[*]}; or all, or none)" ;;
   esac
 done
 CLIS="${selected[*]}"
+if [[ -n "$CA_CERT" ]]; then
+  [[ -f "$CA_CERT" && -r "$CA_CERT" ]] || die "--ca-cert $CA_CERT: no readable file there"
+  grep -q -- '-----BEGIN CERTIFICATE-----' "$CA_CERT" \
+    || die "--ca-cert $CA_CERT: not a PEM certificate (no '-----BEGIN CERTIFICATE-----' line)"
+  CA_CERT="$(cd "$(dirname "$CA_CERT")" && pwd)/$(basename "$CA_CERT")"
+fi
+
+# The pin of a Node CLI (Gemini CLI, Qwen Code): they run on Node, which the image then carries.
+NODE_CLIS=()
+for cli in "${selected[@]}"; do
+  case "$cli" in
+    gemini | qwen)
+      name=GEMINI_CLI_VERSION
+      [[ "$cli" == gemini ]] || name=QWEN_CODE_VERSION
+      grep -q "^$name=[^[:space:]#]" versions.env \
+        || die "--clis $cli: versions.env has no $name=... line (the pinned version of that CLI); pin it there (and teach scripts/install-clis.sh the package) before building an image with it"
+      NODE_CLIS+=("$cli")
+      ;;
+  esac
+done
 
 # The pins the Dockerfile declares as build arguments.
-PINS=(CLAUDE_CODE_VERSION CODEX_VERSION OPENCODE_VERSION GEMINI_CLI_VERSION QWEN_CODE_VERSION RUST_IMAGE NODE_IMAGE)
+PINS=(CLAUDE_CODE_VERSION CODEX_VERSION OPENCODE_VERSION RUST_IMAGE NODE_IMAGE DEBIAN_IMAGE)
 BUILD_ARGS=()
 for name in "${PINS[@]}"; do
   BUILD_ARGS+=(--build-arg "$name=$(pin "$name")")
@@ -71,10 +103,13 @@ VERSION="${VERSION:-$(sed -n '/^\[workspace\.package\]/,/^\[/s/^version *= *"\([
 [[ -n "$VERSION" ]] || die "cannot read the workspace version from Cargo.toml; set VERSION"
 IMAGE="${IMAGE:-nanoclaw-agent}"
 DOCKER="${DOCKER:-docker}"
-# Each selection of CLIs is a tag of its own: nanoclaw-agent:0.1.0 carries all three,
-# nanoclaw-agent:0.1.0-none none, nanoclaw-agent:0.1.0-codex-opencode those two.
+# Each selection of CLIs is a tag of its own: nanoclaw-agent:0.1.0 carries the three native
+# ones, nanoclaw-agent:0.1.0-none none, nanoclaw-agent:0.1.0-codex-opencode those two,
+# nanoclaw-agent:0.1.0-all all five.
 if [[ "$CLIS" == "claude codex opencode" ]]; then
   TAG="$IMAGE:$VERSION"
+elif [[ "$CLIS" == "${ALL_CLIS[*]}" ]]; then
+  TAG="$IMAGE:$VERSION-all"
 else
   TAG="$IMAGE:$VERSION-${CLIS// /-}"
 fi
@@ -83,6 +118,42 @@ case "$(basename "$DOCKER")" in
   # would drop the image's health check without a word (issue 43, D2).
   podman | buildah) BUILD_ARGS+=(--format docker) ;;
 esac
+# The extra CA is a build secret (BuildKit's and podman's --secret): the RUNs that fetch mount it
+# at /run/secrets/ca for their own duration; no layer keeps it (issue 43, D7).
+SECRET_ARGS=()
+[[ -z "$CA_CERT" ]] || SECRET_ARGS=(--secret "id=ca,src=$CA_CERT")
+
+# The offline path's CLIs: installed on this machine from the npm registry by
+# scripts/install-clis.sh into the cache (its `cli/` folder), then laid out by
+# container/stage-clis.sh into the build context, as the Dockerfile's `clis` stage does. A Node
+# CLI gets Node from the npm registry's packaged builds (the `node-linux-<arch>` package of the
+# NODE_IMAGE version), not from an image.
+stage_clis_offline() {
+  local cache="$1" out="$2" node=() ca_env=()
+  [[ -z "$CA_CERT" ]] || ca_env=("NODE_EXTRA_CA_CERTS=$CA_CERT" "npm_config_cafile=$CA_CERT")
+  rm -rf "$out"
+  if [[ "$CLIS" != none ]]; then
+    env ${ca_env[@]+"${ca_env[@]}"} NANOCLAW_CLI_DIR="$cache/cli" \
+      NANOCLAW_OPENCODE_BUILD="${OPENCODE_BUILD:-baseline}" bash scripts/install-clis.sh "${selected[@]}" >&2
+  fi
+  if [[ ${#NODE_CLIS[@]} -gt 0 ]]; then
+    local node_version arch
+    node_version="$(pin NODE_IMAGE)"
+    node_version="${node_version#*:}"
+    node_version="${node_version%%-*}"
+    case "$(uname -m)" in x86_64) arch=x64 ;; aarch64) arch=arm64 ;; *) die "no packaged Node build for $(uname -m)" ;; esac
+    local node_dir="$cache/node-linux-$arch-$node_version"
+    if [[ ! -x "$node_dir/package/bin/node" ]]; then
+      log "Node $node_version from the npm registry (node-linux-$arch@$node_version)"
+      mkdir -p "$node_dir"
+      (cd "$node_dir" && env ${ca_env[@]+"${ca_env[@]}"} npm pack --silent "node-linux-$arch@$node_version" >/dev/null \
+        && tar -xzf "node-linux-$arch-$node_version.tgz" && rm -f "node-linux-$arch-$node_version.tgz") \
+        || die "could not fetch node-linux-$arch@$node_version from the npm registry"
+    fi
+    node=(--node "$node_dir/package/bin/node")
+  fi
+  bash container/stage-clis.sh --modules "$cache/cli/node_modules" --out "$out" ${node[@]+"${node[@]}"} "${selected[@]}"
+}
 
 # The offline path: no image registry. A Debian root file system from Debian's packages
 # (mmdebstrap, cached by its arguments), imported as the runtime stage's base; the workspace's
@@ -92,8 +163,6 @@ offline_build() {
   local cache="${NANOCLAW_IMAGE_CACHE:-$ROOT/.cache/image}"
   local suite
   suite="$(pin DEBIAN_SUITE)"
-  [[ "$CLIS" == none ]] \
-    || die "--offline builds --clis none only so far (a Node CLI needs Node from the npm registry's packaged builds: not built yet, issue 43)"
   mkdir -p "$cache"
   # The runtime stage's base packages (its apt-get RUN is skipped when all are present) and
   # passwd for useradd; no documentation, manuals or translations.
@@ -105,17 +174,21 @@ offline_build() {
     '--dpkgopt=path-exclude=/usr/share/man/*'
     '--dpkgopt=path-exclude=/usr/share/info/*'
     '--dpkgopt=path-exclude=/usr/share/locale/*'
-    # Perl (git's) without its C headers and the CJK encodings, which no git command uses.
-    '--dpkgopt=path-exclude=/usr/lib/x86_64-linux-gnu/perl/*/CORE/*.h'
-    '--dpkgopt=path-exclude=/usr/lib/x86_64-linux-gnu/perl/*/auto/Encode/??/*'
     # A mirror that serves a snapshot has expired Release files; the setting stays out of the
     # image.
     '--aptopt=Acquire::Check-Valid-Until "false"'
     '--customize-hook=rm -f "$1/etc/apt/apt.conf.d/99mmdebstrap" "$1"/var/cache/apt/*.bin'
+    # What the runtime never uses (Perl, git's servers, docs...): container/slim-rootfs.sh, the
+    # same script the online path's base stage runs.
+    '--customize-hook=copy-in container/slim-rootfs.sh /tmp'
+    '--customize-hook=chroot "$1" sh /tmp/slim-rootfs.sh && rm -f "$1/tmp/slim-rootfs.sh"'
   )
   local key
-  key="$(printf '%s\n' "$suite" "${debootstrap[@]}" | sha256sum | cut -c1-12)"
+  key="$(cat - container/slim-rootfs.sh <<<"$(printf '%s\n' "$suite" "${debootstrap[@]}")" | sha256sum | cut -c1-12)"
   local rootfs="$cache/rootfs-$suite-$key.tar"
+  # The extra CA reaches mmdebstrap's apt on the host only (not part of the cache key: the file
+  # system does not depend on it; the option file is removed by the customize hook above).
+  [[ -z "$CA_CERT" ]] || debootstrap+=("--aptopt=Acquire::https::CAInfo \"$CA_CERT\"")
   local base="$IMAGE-base:$suite-$key"
   if [[ -n "$DRY_RUN" ]]; then
     printf 'mmdebstrap %s %s %s\n' "${debootstrap[*]}" "$suite" "$rootfs"
@@ -143,22 +216,37 @@ offline_build() {
   [[ "$profile" != dev ]] || profile_dir=debug
   local target="${CARGO_TARGET_DIR:-$ROOT/target}/$profile_dir"
   local context="$cache/context"
+  # NANOCLAW_IMAGE_BIN_DIR: binaries built already (scripts/test.sh passes the test build's,
+  # where a `cargo build -p ...` of its own would unify features differently and relink them).
+  local prebuilt="${NANOCLAW_IMAGE_BIN_DIR:-}"
   if [[ -n "$DRY_RUN" ]]; then
-    printf 'cargo build --profile %s --locked -p agent-runner -p mcp-tools -p host\n' "$profile"
+    [[ -n "$prebuilt" ]] || printf 'cargo build --profile %s --locked -p agent-runner -p mcp-tools -p host\n' "$profile"
   else
-    log "binaries: cargo build --profile $profile --locked -p agent-runner -p mcp-tools -p host"
-    cargo build --profile "$profile" --locked -p agent-runner -p mcp-tools -p host >&2
+    if [[ -n "$prebuilt" ]]; then
+      target="$prebuilt"
+      for bin in agent-runner mcp-tools nanoclaw; do
+        [[ -x "$target/$bin" ]] || die "NANOCLAW_IMAGE_BIN_DIR=$prebuilt has no $bin: build it (cargo build -p agent-runner -p mcp-tools -p host) or unset the variable"
+      done
+      log "binaries: the ones in $prebuilt (NANOCLAW_IMAGE_BIN_DIR)"
+    else
+      log "binaries: cargo build --profile $profile --locked -p agent-runner -p mcp-tools -p host"
+      # The extra CA for the crate registry (none is downloaded when the registry cache is warm).
+      local cargo_env=()
+      [[ -z "$CA_CERT" ]] || cargo_env=("CARGO_HTTP_CAINFO=$CA_CERT")
+      env ${cargo_env[@]+"${cargo_env[@]}"} \
+        cargo build --profile "$profile" --locked -p agent-runner -p mcp-tools -p host >&2
+    fi
     rm -rf "$context"
-    mkdir -p "$context/bin" "$context/scripts"
+    mkdir -p "$context/bin"
     for bin in agent-runner mcp-tools nanoclaw; do
       strip --strip-all -o "$context/bin/$bin" "$target/$bin"
     done
-    cp versions.env "$context/"
-    cp scripts/install-clis.sh "$context/scripts/"
+    stage_clis_offline "$cache" "$context/cli"
     # container/Dockerfile's global ARGs and comments, a build stage that is the prebuilt
-    # binaries, then its runtime stage verbatim (from `FROM ... AS runtime` to the end).
+    # binaries and a CLI stage that is the staged CLIs, then its runtime stage verbatim (from
+    # `FROM ... AS runtime` to the end).
     awk '
-      /^FROM / && !seen_from { seen_from = 1; print "FROM scratch AS build"; print "COPY bin/ /out/"; print "" }
+      /^FROM / && !seen_from { seen_from = 1; print "FROM scratch AS build"; print "COPY bin/ /out/"; print "FROM scratch AS clis"; print "COPY cli/ /cli/"; print "" }
       !seen_from { print }
       /^FROM .* AS runtime$/ { runtime = 1 }
       runtime { print }
@@ -170,7 +258,7 @@ offline_build() {
     "$DOCKER" build
     -f "$context/Dockerfile"
     "${BUILD_ARGS[@]}"
-    --build-arg "NODE_IMAGE=$base"
+    --build-arg "RUNTIME_BASE=$base"
     --build-arg "CLIS=$CLIS"
     -t "$TAG"
     ${ARGS[@]+"${ARGS[@]}"}
@@ -190,6 +278,7 @@ CMD=(
   "$DOCKER" build
   -f container/Dockerfile
   "${BUILD_ARGS[@]}"
+  ${SECRET_ARGS[@]+"${SECRET_ARGS[@]}"}
   --build-arg "CLIS=$CLIS"
   -t "$TAG"
   ${ARGS[@]+"${ARGS[@]}"}

@@ -106,7 +106,10 @@ step "the container image: build (offline path) and run (scripts/image-test.sh)"
 # would add minutes), stripped like release ones; the base file system cached outside the clone,
 # so a CI run on the same machine reuses it.
 image_test_status=0
+# The test build's binaries as they are (NANOCLAW_IMAGE_BIN_DIR): build.sh's own `cargo build -p`
+# would unify features differently and relink all three (as the demo's did).
 NANOCLAW_IMAGE_PROFILE="${NANOCLAW_IMAGE_PROFILE:-dev}" \
+  NANOCLAW_IMAGE_BIN_DIR="${NANOCLAW_IMAGE_BIN_DIR:-${CARGO_TARGET_DIR:-target}/debug}" \
   NANOCLAW_IMAGE_CACHE="${NANOCLAW_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nanoclaw-image}" \
   bash scripts/image-test.sh || image_test_status=$?
 if [ "$image_test_status" -eq 77 ]; then
