@@ -19,7 +19,7 @@ const CACHE_CAPACITY: usize = 256;
 /// Page cache of each connection `serve` opens, in KiB. A request reads a page of rows or a
 /// status; SQLite's default (2,000 KiB a connection) let every session's connections keep what
 /// they once read resident, per session (issue 40, D-HOST-08).
-pub(crate) const SERVE_CACHE_KIB: u32 = 256;
+pub(crate) const SERVE_CACHE_KIB: u32 = 64;
 
 /// How `serve` opens a session DB: connections opened when requests need them (none kept idle
 /// ahead of need: as many stay open as requests once overlapped on the session) and a small
