@@ -316,7 +316,7 @@ async fn latency(workspace: &Path, url: &str, token: &str, messages: usize) {
 }
 
 /// Sends per second on one session (no runner): local library, sequential and 8 threads;
-/// the typed client (a connection per request), reqwest keep-alive sequential and 8 concurrent.
+/// the typed client (its kept-alive connection), reqwest keep-alive sequential and 8 concurrent.
 async fn rate(workspace: &Path, url: &str, token: &str, secs: u64) {
     let db_path = workspace.join("session.db");
     let window = Duration::from_secs(secs);
@@ -357,7 +357,7 @@ async fn rate(workspace: &Path, url: &str, token: &str, secs: u64) {
     }
     let typed_seq = n as f64 / secs as f64;
     println!(
-        "  remote typed client, sequential (new conn): {typed_seq:8.0}/s ({:.2}x local)",
+        "  remote typed client, sequential:           {typed_seq:8.0}/s ({:.2}x local)",
         typed_seq / local_seq
     );
 

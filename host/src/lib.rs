@@ -42,6 +42,11 @@ pub use watch::{render_row, row_json, watch, WatchEnd, WatchOptions, WatchSummar
 /// Opens an existing session DB (creating tables or columns an older DB lacks). A missing file
 /// is an error, so a mistyped path never silently creates an empty DB: use [`init`] for that.
 pub fn open_existing(path: &Path) -> Result<SessionDb> {
+    open_existing_with(path, OpenOptions::default())
+}
+
+/// [`open_existing`] with `options` (its time zone is the cron time zone, whatever is given).
+pub(crate) fn open_existing_with(path: &Path, options: OpenOptions) -> Result<SessionDb> {
     // First: on a shared filesystem, "no DB there" would send the user to the wrong fix.
     fsguard::refuse_shared_filesystem(path)?;
     if !path.is_file() {
@@ -52,7 +57,7 @@ pub fn open_existing(path: &Path) -> Result<SessionDb> {
     }
     let options = OpenOptions {
         timezone: send::cron_timezone()?,
-        ..OpenOptions::default()
+        ..options
     };
     SessionDb::open_with(path, options)
         .with_context(|| format!("opening the session DB {}", path.display()))

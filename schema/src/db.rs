@@ -5,7 +5,7 @@
 //! `routing`).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
 use chrono_tz::Tz;
@@ -14,6 +14,7 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::config::DbConfig;
 use rusqlite::functions::FunctionFlags;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
+use scheduled_thread_pool::ScheduledThreadPool;
 
 use crate::checkpoint::{self, Borrowed, Checkpointer};
 use crate::rows::{lenient_flag, lossy_text};
@@ -30,6 +31,23 @@ pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// every message, which cost ~8 % of its CPU (issue 12).
 const STATEMENT_CACHE_CAPACITY: usize = 64;
 
+/// Threads of the one scheduler every pool of this process opens its connections on.
+/// r2d2 gives each pool a scheduler of three threads of its own unless told otherwise: a
+/// process holding 100 DBs (`serve`) ran 300 threads that only ever opened a connection now
+/// and then (issue 40). Two, so that one open waiting on a lock does not hold up the others.
+const POOL_SCHEDULER_THREADS: usize = 2;
+
+/// The scheduler all pools share (see [`POOL_SCHEDULER_THREADS`]); its threads start with the
+/// first pool and live as long as the process.
+static POOL_SCHEDULER: LazyLock<Arc<ScheduledThreadPool>> = LazyLock::new(|| {
+    Arc::new(
+        ScheduledThreadPool::builder()
+            .num_threads(POOL_SCHEDULER_THREADS)
+            .thread_name_pattern("sqlite-pool-{}")
+            .build(),
+    )
+});
+
 /// Options for [`SessionDb::open_with`].
 #[derive(Debug, Clone)]
 pub struct OpenOptions {
@@ -45,6 +63,11 @@ pub struct OpenOptions {
     /// SQLite's default (2,000 KiB). A process that reads little (mcp-tools) sets less: each
     /// connection's cache fills with the pages it touched and stays resident (issue 12).
     pub cache_kib: Option<u32>,
+    /// Keep one pooled connection open and idle at all times (opened at once, and again in the
+    /// background whenever the idle one is taken). Off, connections are opened when a call
+    /// needs one and none is idle: a process holding many DBs that are rarely used at once
+    /// (`serve`) keeps one connection per DB instead of two (issue 40).
+    pub keep_idle: bool,
 }
 
 impl Default for OpenOptions {
@@ -55,6 +78,7 @@ impl Default for OpenOptions {
             timezone: Tz::UTC,
             migrate: true,
             cache_kib: None,
+            keep_idle: true,
         }
     }
 }
@@ -173,7 +197,13 @@ impl SessionDb {
             .with_init(move |conn| configure(conn));
         let pool = Pool::builder()
             .max_size(options.pool_size.max(1))
-            .min_idle(Some(1))
+            .min_idle(Some(u32::from(options.keep_idle)))
+            .thread_pool(POOL_SCHEDULER.clone())
+            // No reaper: a SQLite connection does not age, and on the shared scheduler a
+            // pool's reaper job outlives the pool (r2d2 never cancels it), one more job every
+            // 30 s for each DB a long-running process ever opened and closed.
+            .max_lifetime(None)
+            .idle_timeout(None)
             // A SQLite connection is a file handle, not a socket that goes stale: testing it
             // with `SELECT 1` on every checkout parsed a statement per DB call.
             .test_on_check_out(false)
@@ -466,6 +496,62 @@ mod tests {
             .query_row("PRAGMA cache_size", [], |row| row.get(0))
             .unwrap();
         assert_eq!(size, -2000, "SQLite's default is kept without cache_kib");
+    }
+
+    /// Threads of this process (Linux: its `/proc/self/task` entries).
+    fn thread_count() -> usize {
+        std::fs::read_dir("/proc/self/task").unwrap().count()
+    }
+
+    /// A process holding many DBs (`serve`) does not run threads per DB: every pool opens its
+    /// connections on one scheduler (r2d2 gave each pool three threads of its own: 300
+    /// threads for 100 sessions, issue 40).
+    #[test]
+    fn open_dbs_share_one_scheduler_instead_of_threads_each() {
+        let dir = tempfile::tempdir().unwrap();
+        // The shared scheduler's threads start with the first pool.
+        let _first = SessionDb::open(dir.path().join("first.db")).unwrap();
+        let before = thread_count();
+        let dbs: Vec<_> = (0..20)
+            .map(|n| SessionDb::open(dir.path().join(format!("{n}.db"))).unwrap())
+            .collect();
+        let grown = thread_count().saturating_sub(before);
+        // Slack for threads other tests of this binary start meanwhile (cargo test runs them
+        // in one process); a scheduler per pool would add 60.
+        assert!(grown < 10, "{grown} threads more for {} DBs", dbs.len());
+    }
+
+    /// Without `keep_idle` a pool opens no connection ahead of need: one call at a time is
+    /// served by one connection, where `keep_idle` opens a second to keep one idle.
+    #[test]
+    fn without_keep_idle_one_connection_serves_one_call_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let lazy = SessionDb::open_with(
+            dir.path().join("lazy.db"),
+            OpenOptions {
+                keep_idle: false,
+                ..OpenOptions::default()
+            },
+        )
+        .unwrap();
+        for _ in 0..3 {
+            let conn = lazy.conn().unwrap();
+            conn.query_row("SELECT 1", [], |_| Ok(())).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(lazy.pool.state().connections, 1);
+        let eager = SessionDb::open(dir.path().join("eager.db")).unwrap();
+        let held = eager.conn().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while eager.pool.state().connections < 2 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(held);
+        assert_eq!(
+            eager.pool.state().connections,
+            2,
+            "keep_idle keeps one idle"
+        );
     }
 
     /// A runner's pool opens connections when it needs them (two DB calls at once, or r2d2

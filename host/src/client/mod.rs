@@ -23,7 +23,7 @@ use serde_json::Value;
 
 pub use error::ClientError;
 use sse::{SseEvent, SseParser};
-use transport::Transport;
+use transport::{Lease, Transport};
 
 use crate::api::{
     AnswerBody, DeliveredBody, DeliveredReport, ErrorBody, HealthQuery, InitBody, SendBody,
@@ -202,7 +202,10 @@ impl Client {
             None,
             &[(LAST_EVENT_ID, &after.to_string())],
         )?;
-        let response = self.exchange(request, &what).await?;
+        // A connection of its own: the stream holds it for as long as it is read.
+        let response = self
+            .within_timeout(self.transport.send(request), &what)
+            .await?;
         let response = self.check(response, &what).await?;
         Ok(EventStream {
             body: response.into_body(),
@@ -278,9 +281,10 @@ impl Client {
 
     async fn get<T: DeserializeOwned>(&self, path: &str, what: &str) -> Result<T, ClientError> {
         let request = self.request(Method::GET, path, None, &[])?;
-        let response = self.exchange(request, what).await?;
+        let (response, lease) = self.exchange(request, what).await?;
         let response = self.check(response, what).await?;
         let bytes = self.read_body(response.into_body(), what).await?;
+        lease.release();
         decode(&bytes, what)
     }
 
@@ -299,10 +303,11 @@ impl Client {
             None => b"{}".to_vec(),
         };
         let request = self.request(Method::POST, path, Some(body), headers)?;
-        let response = self.exchange(request, what).await?;
+        let (response, lease) = self.exchange(request, what).await?;
         let response = self.check(response, what).await?;
         let (parts, body) = response.into_parts();
         let bytes = self.read_body(body, what).await?;
+        lease.release();
         Ok((decode(&bytes, what)?, Response::from_parts(parts, ())))
     }
 
@@ -342,13 +347,25 @@ impl Client {
             })
     }
 
-    /// Sends and waits for the answer's head within the request timeout.
+    /// Sends on a kept-alive connection and waits for the answer's head within the request
+    /// timeout; release the lease once the answer's body is read to its end (an error answer
+    /// leaves it unreleased: that connection closes).
     async fn exchange(
         &self,
         request: Request<Full<Bytes>>,
         what: &str,
-    ) -> Result<Response<Incoming>, ClientError> {
-        tokio::time::timeout(self.request_timeout, self.transport.send(request))
+    ) -> Result<(Response<Incoming>, Lease), ClientError> {
+        self.within_timeout(self.transport.send_kept(request), what)
+            .await
+    }
+
+    /// `exchange` within the request timeout.
+    async fn within_timeout<T>(
+        &self,
+        exchange: impl std::future::Future<Output = Result<T, ClientError>>,
+        what: &str,
+    ) -> Result<T, ClientError> {
+        tokio::time::timeout(self.request_timeout, exchange)
             .await
             .map_err(|_| ClientError::Timeout {
                 target: self.transport.display().to_owned(),

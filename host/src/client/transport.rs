@@ -1,9 +1,10 @@
-//! One HTTP/1.1 exchange per connection over TCP, TLS (rustls) or a unix socket. A CLI makes
-//! one request (or holds one event stream) at a time, so there is no pool to keep healthy; a
-//! library user that sends many requests pays one connect each (loopback: well under 1 ms).
+//! HTTP/1.1 over TCP, TLS (rustls) or a unix socket. Requests with a JSON answer reuse a
+//! kept-alive connection ([`Transport::send_kept`]): a library user sending many requests paid
+//! a connect (and a TLS handshake) each, which was most of a send's time over `serve` (issue
+//! 40). An event stream holds a connection of its own ([`Transport::send`]).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,6 +16,7 @@ use hyper_util::rt::TokioIo;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::time::Instant;
 use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 use tokio_rustls::TlsConnector;
 
@@ -22,6 +24,39 @@ use super::ClientError;
 
 /// How long a TCP connect and TLS handshake (or a unix connect) may take.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Idle connections kept for reuse at most (one per request a caller had in flight at once).
+const MAX_IDLE: usize = 8;
+
+/// How long an idle connection is reused: well below `serve`'s idle timeout (60 s by default),
+/// so that the server rarely closes one just as a request goes out on it.
+const IDLE_REUSE: Duration = Duration::from_secs(20);
+
+/// How long a kept connection may take to be ready for the next request (its last answer was
+/// read to its end, so it is at once unless the server closed it).
+const READY_WAIT: Duration = Duration::from_millis(200);
+
+/// Connections whose last answer was read to its end, newest last, with when they went idle.
+type IdleConnections = Arc<Mutex<Vec<(http1::SendRequest<Full<Bytes>>, Instant)>>>;
+
+/// A kept-alive connection lent to one exchange: [`Lease::release`] after its answer was read
+/// to its end puts it back for the next request; dropped unreleased (an answer not read to its
+/// end), the connection closes.
+pub(crate) struct Lease {
+    sender: http1::SendRequest<Full<Bytes>>,
+    idle: IdleConnections,
+}
+
+impl Lease {
+    /// The answer was read to its end: the connection serves the next request.
+    pub(crate) fn release(self) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() >= MAX_IDLE {
+            idle.remove(0);
+        }
+        idle.push((self.sender, Instant::now()));
+    }
+}
 
 /// Where the server is.
 #[derive(Clone)]
@@ -49,6 +84,8 @@ pub(crate) struct Transport {
     base_path: String,
     /// The URL as given, for messages.
     display: String,
+    /// Kept-alive connections, shared by the clones of this transport.
+    idle: IdleConnections,
 }
 
 impl std::fmt::Debug for Transport {
@@ -75,6 +112,7 @@ impl Transport {
                 authority: "localhost".to_owned(),
                 base_path: String::new(),
                 display: url.to_owned(),
+                idle: IdleConnections::default(),
             });
         }
         let uri: Uri = url.parse().map_err(|err| bad(&format!("{err}")))?;
@@ -120,6 +158,7 @@ impl Transport {
             authority,
             base_path,
             display: url.to_owned(),
+            idle: IdleConnections::default(),
         })
     }
 
@@ -143,27 +182,80 @@ impl Transport {
         &self.authority
     }
 
-    /// Connects and sends one request; the answer's body streams from the connection.
+    /// Connects and sends one request on a connection of its own, which ends with the answer
+    /// (an event stream: its body streams from the connection for as long as it is read).
     pub(crate) async fn send(
         &self,
         request: Request<Full<Bytes>>,
     ) -> Result<Response<Incoming>, ClientError> {
-        let mut sender = match tokio::time::timeout(CONNECT_TIMEOUT, self.connect()).await {
-            Ok(sender) => sender?,
-            Err(_) => {
-                return Err(self.connect_error(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no connection within {CONNECT_TIMEOUT:?}"),
-                )))
-            }
-        };
+        let mut sender = self.connect_within().await?;
         sender
             .send_request(request)
             .await
-            .map_err(|source| ClientError::Transport {
-                target: self.display.clone(),
-                cause: source,
-            })
+            .map_err(|source| self.transport_error(source))
+    }
+
+    /// Sends one request on a kept-alive connection (a new one when none is idle and ready);
+    /// the [`Lease`] gives the connection back once the answer was read to its end. A request
+    /// a kept connection could not take (the server closed it meanwhile: nothing was sent) goes
+    /// out on a new one.
+    pub(crate) async fn send_kept(
+        &self,
+        mut request: Request<Full<Bytes>>,
+    ) -> Result<(Response<Incoming>, Lease), ClientError> {
+        while let Some(mut sender) = self.take_idle() {
+            match tokio::time::timeout(READY_WAIT, sender.ready()).await {
+                Ok(Ok(())) => {}
+                // Closed by the server, or still busy: a new connection is cheaper than a wait.
+                Ok(Err(_)) | Err(_) => continue,
+            }
+            match sender.try_send_request(request).await {
+                Ok(response) => return Ok((response, self.lease(sender))),
+                Err(mut failed) => match failed.take_message() {
+                    // Never written to the connection: safe to send on another.
+                    Some(unsent) => request = unsent,
+                    None => return Err(self.transport_error(failed.into_error())),
+                },
+            }
+        }
+        let mut sender = self.connect_within().await?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|source| self.transport_error(source))?;
+        Ok((response, self.lease(sender)))
+    }
+
+    /// The newest idle connection that is not too old to reuse (older ones are closed).
+    fn take_idle(&self) -> Option<http1::SendRequest<Full<Bytes>>> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.retain(|(sender, since)| since.elapsed() < IDLE_REUSE && !sender.is_closed());
+        idle.pop().map(|(sender, _)| sender)
+    }
+
+    fn lease(&self, sender: http1::SendRequest<Full<Bytes>>) -> Lease {
+        Lease {
+            sender,
+            idle: self.idle.clone(),
+        }
+    }
+
+    /// A new connection within [`CONNECT_TIMEOUT`].
+    async fn connect_within(&self) -> Result<http1::SendRequest<Full<Bytes>>, ClientError> {
+        match tokio::time::timeout(CONNECT_TIMEOUT, self.connect()).await {
+            Ok(sender) => sender,
+            Err(_) => Err(self.connect_error(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no connection within {CONNECT_TIMEOUT:?}"),
+            ))),
+        }
+    }
+
+    fn transport_error(&self, source: hyper::Error) -> ClientError {
+        ClientError::Transport {
+            target: self.display.clone(),
+            cause: source,
+        }
     }
 
     fn connect_error(&self, source: std::io::Error) -> ClientError {
@@ -230,7 +322,8 @@ impl Transport {
                     target: self.display.clone(),
                     cause: source,
                 })?;
-        // The connection ends with the exchange (the sender is dropped after one request).
+        // The connection ends when its sender is dropped and its last answer is done (an event
+        // stream's, or a kept connection's closed as too old, or left unreleased).
         tokio::spawn(async move {
             if let Err(err) = connection.await {
                 tracing::debug!(error = %err, "API connection ended");
@@ -316,6 +409,59 @@ mod tests {
             let err = Transport::parse(url, None).unwrap_err().to_string();
             assert!(err.contains(want), "{url}: {err}");
         }
+    }
+
+    /// A loopback HTTP/1.1 server answering `{"healthy":true}` to every request, keeping
+    /// connections alive when `keep_alive`; counts the connections it accepted.
+    async fn counting_server(keep_alive: bool) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                counter.fetch_add(1, Ordering::SeqCst);
+                let service = hyper::service::service_fn(|_request| async {
+                    Ok::<_, std::convert::Infallible>(Response::new(Full::new(Bytes::from(
+                        r#"{"healthy":true}"#,
+                    ))))
+                });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .keep_alive(keep_alive)
+                        .serve_connection(TokioIo::new(stream), service),
+                );
+            }
+        });
+        (url, accepted)
+    }
+
+    /// Requests one after another share one connection: a connect per request was most of a
+    /// send's time over `serve` (issue 40).
+    #[tokio::test]
+    async fn sequential_requests_reuse_one_connection() {
+        use std::sync::atomic::Ordering;
+        let (url, accepted) = counting_server(true).await;
+        let client = crate::client::Client::new(&url, Default::default()).unwrap();
+        for _ in 0..5 {
+            assert!(client.health().await.unwrap().healthy);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    /// A kept connection the server closed is not used again: each request still succeeds, on
+    /// a new connection.
+    #[tokio::test]
+    async fn a_connection_the_server_closed_is_replaced() {
+        use std::sync::atomic::Ordering;
+        let (url, accepted) = counting_server(false).await;
+        let client = crate::client::Client::new(&url, Default::default()).unwrap();
+        for _ in 0..3 {
+            assert!(client.health().await.unwrap().healthy);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
     }
 
     #[test]

@@ -9,12 +9,28 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::Result;
-use schema::SessionDb;
+use schema::{OpenOptions, SessionDb};
 
 use crate::api::valid_session_name;
 
 /// Open DBs kept at most; the least recently used is closed beyond this.
 const CACHE_CAPACITY: usize = 256;
+
+/// Page cache of each connection `serve` opens, in KiB. A request reads a page of rows or a
+/// status; SQLite's default (2,000 KiB a connection) let every session's connections keep what
+/// they once read resident, per session (issue 40, D-HOST-09).
+pub(crate) const SERVE_CACHE_KIB: u32 = 64;
+
+/// How `serve` opens a session DB: connections opened when requests need them (none kept idle
+/// ahead of need: as many stay open as requests once overlapped on the session) and a small
+/// page cache, since one process holds many DBs.
+pub(crate) fn serve_open_options() -> OpenOptions {
+    OpenOptions {
+        cache_kib: Some(SERVE_CACHE_KIB),
+        keep_idle: false,
+        ..OpenOptions::default()
+    }
+}
 
 /// What `serve` serves.
 #[derive(Debug, Clone)]
@@ -114,7 +130,7 @@ impl DbCache {
                 return Ok(db.clone());
             }
         }
-        let db = Arc::new(crate::open_existing(path)?);
+        let db = Arc::new(crate::open_existing_with(path, serve_open_options())?);
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         if open.len() >= CACHE_CAPACITY {
             if let Some(oldest) = open

@@ -162,6 +162,8 @@ impl Producer {
 }
 
 /// One round: new rows (true when a full page was read: more may follow), then the status.
+/// The rows are offered before the status is read: a reply's event does not wait for the
+/// status queries (issue 40, send → reply latency).
 async fn step(
     db: &Arc<SessionDb>,
     after: &mut i64,
@@ -171,23 +173,8 @@ async fn step(
 ) -> Result<bool, Stop> {
     let from = *after;
     let reader = db.clone();
-    let read = tokio::task::spawn_blocking(move || {
-        let rows = reader.messages_out_after(from, PAGE)?;
-        let status = crate::status(&reader, Utc::now(), &crate::status::default_limits())?;
-        anyhow::Ok((rows, StatusEvent::from_report(&status)))
-    })
-    .await;
-    let (rows, status) = match read {
-        Ok(Ok(read)) => read,
-        Ok(Err(err)) => {
-            tracing::warn!(
-                error = format!("{err:#}"),
-                "serve: reading events; trying again"
-            );
-            return Ok(false);
-        }
-        Err(_) => return Err(Stop::Gone),
-    };
+    let rows = read(move || Ok(reader.messages_out_after(from, PAGE)?)).await?;
+    let Some(rows) = rows else { return Ok(false) };
     let full_page = rows.len() == PAGE;
     for row in &rows {
         let Some(seq) = row.seq else { continue };
@@ -203,10 +190,37 @@ async fn step(
         )
         .await?;
     }
+    let reader = db.clone();
+    let status = read(move || {
+        let status = crate::status(&reader, Utc::now(), &crate::status::default_limits())?;
+        Ok(StatusEvent::from_report(&status))
+    })
+    .await?;
+    let Some(status) = status else {
+        return Ok(false);
+    };
     if last_status.as_ref() != Some(&status) {
         let data = serde_json::to_string(&status).unwrap_or_default();
         offer(events, Event::default().event("status").data(data), stall).await?;
         *last_status = Some(status);
     }
     Ok(full_page)
+}
+
+/// Runs the DB read `f` on a blocking thread: `None` after a failed read (logged; the next
+/// round tries again), [`Stop::Gone`] when the runtime is going away.
+async fn read<T: Send + 'static>(
+    f: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
+) -> Result<Option<T>, Stop> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(Ok(read)) => Ok(Some(read)),
+        Ok(Err(err)) => {
+            tracing::warn!(
+                error = format!("{err:#}"),
+                "serve: reading events; trying again"
+            );
+            Ok(None)
+        }
+        Err(_) => Err(Stop::Gone),
+    }
 }
