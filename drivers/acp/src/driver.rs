@@ -86,63 +86,14 @@ impl Failure {
 }
 
 pub(crate) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle: QueryHandle) {
-    let mut attempt = 0;
-    // One query at a time on the connection; an agent that died (or was stopped after a
-    // cancelled prompt lingered too long) while this query waited for it is replaced once.
-    let (live, agent, mut incoming) = loop {
-        attempt += 1;
-        let live = match live_agent(&shared).await {
-            Ok(live) => live,
-            Err(failure) => {
-                let _ = handle.events.send(failure.event()).await;
-                return;
-            }
-        };
-        let agent = live.agent.clone();
-        let mut incoming = agent.incoming.clone().lock_owned().await;
-        if agent.is_alive() && drain_stale(&agent, &mut incoming) {
-            break (live, agent, incoming);
-        }
-        drop(incoming);
-        forget(&shared, &live).await;
-        if attempt == 2 {
-            let _ = handle
-                .events
-                .send(Failure::process("the agent process exited between queries").event())
-                .await;
-            return;
-        }
-    };
-    let (session_id, servers) = match open_session(&shared, &live, &input, &handle).await {
-        Ok(opened) => opened,
-        Err(failure) => {
-            if failure.classification == ErrorClass::Process {
-                agent.terminate().await;
-                forget(&shared, &live).await;
-            }
-            let _ = handle.events.send(failure.event()).await;
-            return;
-        }
-    };
-    // `session/load` replays the history as updates: not this query's.
-    if !drain_stale(&agent, &mut incoming) {
-        forget(&shared, &live).await;
-        let _ = handle
-            .events
-            .send(Failure::process("the agent process exited while loading the session").event())
-            .await;
+    let Some((live, agent, mut incoming)) = acquire_connection(&shared, &mut handle).await else {
         return;
-    }
-    if handle
-        .events
-        .send(ProviderEvent::Init {
-            session_id: session_id.clone(),
-        })
-        .await
-        .is_err()
-    {
+    };
+    let Some((session_id, servers)) =
+        start_session(&shared, &live, &mut incoming, &input, &handle).await
+    else {
         return;
-    }
+    };
     let settings = &shared.settings;
     let model = input.model.clone().or_else(|| settings.model.clone());
     if input.model.is_some() && input.model != settings.model {
@@ -182,19 +133,13 @@ pub(crate) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
                 }
                 Action::Prompt { prompts } => {
                     last_request = Instant::now();
-                    let blocks = prompt_blocks(
-                        &prompts,
-                        system.as_deref(),
-                        live.caps.agent_capabilities.prompt_capabilities.image,
-                    );
-                    let params = json!({ "sessionId": session_id, "prompt": blocks });
-                    match agent.send("session/prompt", params) {
-                        Some(id) => {
-                            prompt_id = Some(id);
-                            if let Some(text) = system.take() {
-                                record_instructions(settings, &session_id, &text);
-                            }
-                        }
+                    let turn = TurnRefs {
+                        shared: &shared,
+                        live: &live,
+                        session_id: &session_id,
+                    };
+                    match send_prompt(turn, &prompts, &mut system) {
+                        Some(id) => prompt_id = Some(id),
                         None => actions.extend(state.on_exit(&exit_detail(&agent).await)),
                     }
                 }
@@ -208,52 +153,18 @@ pub(crate) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
             }
         }
         if state.is_closed() {
-            let guard = shared.archive.reserve();
-            if replace {
-                // Forgotten before the stream closes: the next query starts a new agent.
-                forget(&shared, &live).await;
-            }
-            drop(handle);
-            if let (true, Some(id)) = (linger, prompt_id.take()) {
-                // The runner has its answer; the connection stays ours until the cancelled
-                // prompt answers, so the next query never reads this one's leftovers.
-                if !await_answer(&agent, &mut incoming, &id, LINGER).await {
-                    tracing::warn!(
-                        secs = LINGER.as_secs(),
-                        "the cancelled prompt did not answer; stopping the agent"
-                    );
-                    replace = true;
-                    forget(&shared, &live).await;
-                }
-            }
-            if replace {
-                // Stopped before the connection is let go: a query waiting for it then sees
-                // a dead agent and starts a new one.
-                agent.terminate().await;
-            }
-            drop(incoming);
-            let job = archiving::Job {
-                provider: shared.spec.provider,
-                session_id,
+            let ending = Ending {
+                replace,
+                linger,
+                prompt_id: prompt_id.take(),
             };
-            shared
-                .archive
-                .run(guard, job, |job| archiving::archive_session(settings, job))
-                .await;
+            finish_query(&shared, &live, incoming, handle, session_id, ending).await;
             return;
         }
         if state.stopping() && stop_started.is_none() {
             stop_started = Some(Instant::now());
         }
-        // The stop's own timer: the watchdog's ticks (up to 1 s apart) would overshoot it.
-        let stop_deadline = stop_started.map(|since| {
-            since
-                + if state.stop_requested() {
-                    STOP_DEADLINE
-                } else {
-                    ABORT_DEADLINE
-                }
-        });
+        let stop_deadline = stop_deadline(&state, stop_started);
         tokio::select! {
             _ = sleep_until(stop_deadline) => {
                 tracing::warn!(
@@ -269,67 +180,283 @@ pub(crate) async fn run_query(shared: Arc<Shared>, input: QueryInput, mut handle
                 actions.extend(state.on_control(control, Instant::now()));
             }
             message = incoming.recv() => {
-                let now = Instant::now();
-                match message {
-                    Some(Incoming::Notification { method, params }) => {
-                        if method == "session/update" && belongs_to(&params, &session_id) {
-                            let update = params.get("update").cloned().unwrap_or(Value::Null);
-                            actions.extend(state.on_update(&update, now));
-                        } else {
-                            tracing::debug!(%method, "agent notification ignored");
-                        }
-                    }
-                    Some(Incoming::Request { id, method, params }) => {
-                        tracing::debug!(%method, "agent request");
-                        if belongs_to(&params, &session_id) {
-                            actions.extend(state.on_permission(id, &params));
-                        } else {
-                            agent.respond(id, permission_outcome(None));
-                        }
-                    }
-                    Some(Incoming::Answer { id, result }) => {
-                        if prompt_id.as_ref() == Some(&id) {
-                            prompt_id = None;
-                            let answer = result.map(|value| {
-                                serde_json::from_value::<PromptResult>(value).unwrap_or_default()
-                            });
-                            actions.extend(state.on_prompt_answer(answer));
-                        }
-                    }
-                    Some(Incoming::Malformed(line)) => {
-                        replace = true;
-                        actions.extend(state.on_malformed(&line));
-                    }
-                    Some(Incoming::Exited) | None => {
-                        let detail = exit_detail(&agent).await;
-                        forget(&shared, &live).await;
-                        actions.extend(state.on_exit(&detail));
-                    }
-                }
+                let turn = TurnRefs { shared: &shared, live: &live, session_id: &session_id };
+                actions.extend(on_incoming(message, &mut state, turn, &mut prompt_id, &mut replace).await);
             }
             _ = ticker.tick() => {
-                let now = Instant::now();
-                if state.turn_active() && !state.awaiting_approval() && stop_started.is_none() {
-                    let limit = watchdog_limit(settings, &state);
-                    let silence = agent.silence().min(last_request.elapsed());
-                    if silence > limit {
-                        tracing::warn!(silent_secs = silence.as_secs(), "ACP watchdog fired; stopping the agent");
+                if stop_started.is_none() {
+                    if let Some(fired) = watchdog_fired(settings, &mut state, &agent, last_request) {
                         replace = true;
-                        let mut fired = Vec::new();
-                        state.fail(
-                            format!("the agent produced no output for {}s during a turn", silence.as_secs()),
-                            ErrorClass::Watchdog,
-                            true,
-                            &mut fired,
-                        );
                         actions.extend(fired);
                         continue;
                     }
                 }
-                actions.extend(state.on_tick(now));
+                actions.extend(state.on_tick(Instant::now()));
             }
         }
     }
+}
+
+/// Sends the prompt blocks of `prompts` (with the instructions not yet given); the request's
+/// id, or `None` when the agent is gone.
+fn send_prompt(
+    turn: TurnRefs<'_>,
+    prompts: &[Prompt],
+    system: &mut Option<String>,
+) -> Option<RequestId> {
+    let blocks = prompt_blocks(
+        prompts,
+        system.as_deref(),
+        turn.live.caps.agent_capabilities.prompt_capabilities.image,
+    );
+    let params = json!({ "sessionId": turn.session_id, "prompt": blocks });
+    let id = turn.live.agent.send("session/prompt", params)?;
+    if let Some(text) = system.take() {
+        record_instructions(&turn.shared.settings, turn.session_id, &text);
+    }
+    Some(id)
+}
+
+/// The stop's own deadline once a stop or abort started: the watchdog's ticks (up to 1 s
+/// apart) would overshoot it.
+fn stop_deadline(state: &QueryState, stop_started: Option<Instant>) -> Option<Instant> {
+    stop_started.map(|since| {
+        since
+            + if state.stop_requested() {
+                STOP_DEADLINE
+            } else {
+                ABORT_DEADLINE
+            }
+    })
+}
+
+/// The watchdog: a turn (not waiting for an approval) whose agent was silent past its limit
+/// fails as `Watchdog`; the actions of that failure, or `None`.
+fn watchdog_fired(
+    settings: &ProviderSettings,
+    state: &mut QueryState,
+    agent: &Agent,
+    last_request: Instant,
+) -> Option<Vec<Action>> {
+    if !state.turn_active() || state.awaiting_approval() {
+        return None;
+    }
+    let limit = watchdog_limit(settings, state);
+    let silence = agent.silence().min(last_request.elapsed());
+    if silence <= limit {
+        return None;
+    }
+    tracing::warn!(
+        silent_secs = silence.as_secs(),
+        "ACP watchdog fired; stopping the agent"
+    );
+    let mut fired = Vec::new();
+    state.fail(
+        format!(
+            "the agent produced no output for {}s during a turn",
+            silence.as_secs()
+        ),
+        ErrorClass::Watchdog,
+        true,
+        &mut fired,
+    );
+    Some(fired)
+}
+
+/// Opens (or loads) the ACP session, drops what a load replayed and announces the session;
+/// `None` (the error already sent, a dead agent forgotten) when that fails.
+async fn start_session(
+    shared: &Shared,
+    live: &Arc<Live>,
+    incoming: &mut tokio::sync::mpsc::UnboundedReceiver<Incoming>,
+    input: &QueryInput,
+    handle: &QueryHandle,
+) -> Option<(String, Vec<String>)> {
+    let agent = live.agent.clone();
+    let (session_id, servers) = match open_session(shared, live, input, handle).await {
+        Ok(opened) => opened,
+        Err(failure) => {
+            if failure.classification == ErrorClass::Process {
+                agent.terminate().await;
+                forget(shared, live).await;
+            }
+            let _ = handle.events.send(failure.event()).await;
+            return None;
+        }
+    };
+    // `session/load` replays the history as updates: not this query's.
+    if !drain_stale(&agent, incoming) {
+        forget(shared, live).await;
+        let _ = handle
+            .events
+            .send(Failure::process("the agent process exited while loading the session").event())
+            .await;
+        return None;
+    }
+    if handle
+        .events
+        .send(ProviderEvent::Init {
+            session_id: session_id.clone(),
+        })
+        .await
+        .is_err()
+    {
+        return None;
+    }
+    Some((session_id, servers))
+}
+
+/// What a closing query still has to settle with the agent.
+struct Ending {
+    /// The agent broke the protocol or hung: it is replaced.
+    replace: bool,
+    /// A stop or abort ended the turn before the agent answered the cancel.
+    linger: bool,
+    /// The prompt still unanswered.
+    prompt_id: Option<RequestId>,
+}
+
+/// The query's view of its agent, for the handlers outside the loop.
+#[derive(Clone, Copy)]
+struct TurnRefs<'a> {
+    shared: &'a Shared,
+    live: &'a Arc<Live>,
+    session_id: &'a str,
+}
+
+/// The live agent and its incoming stream, for this query alone; `None` (the error already
+/// sent) when no agent can be had. An agent that died while this query waited for it is
+/// replaced once.
+async fn acquire_connection(
+    shared: &Shared,
+    handle: &mut QueryHandle,
+) -> Option<(
+    Arc<Live>,
+    Arc<Agent>,
+    tokio::sync::OwnedMutexGuard<tokio::sync::mpsc::UnboundedReceiver<Incoming>>,
+)> {
+    // One query at a time on the connection; an agent that died (or was stopped after a
+    // cancelled prompt lingered too long) while this query waited for it is replaced once.
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let live = match live_agent(shared).await {
+            Ok(live) => live,
+            Err(failure) => {
+                let _ = handle.events.send(failure.event()).await;
+                return None;
+            }
+        };
+        let agent = live.agent.clone();
+        let mut incoming = agent.incoming.clone().lock_owned().await;
+        if agent.is_alive() && drain_stale(&agent, &mut incoming) {
+            return Some((live, agent, incoming));
+        }
+        drop(incoming);
+        forget(shared, &live).await;
+        if attempt == 2 {
+            let _ = handle
+                .events
+                .send(Failure::process("the agent process exited between queries").event())
+                .await;
+            return None;
+        }
+    }
+}
+
+/// Ends a closed query: replaces a broken agent, waits (bounded) for a cancelled prompt's
+/// answer so the next query never reads it, then archives the transcript.
+async fn finish_query(
+    shared: &Shared,
+    live: &Arc<Live>,
+    mut incoming: tokio::sync::OwnedMutexGuard<tokio::sync::mpsc::UnboundedReceiver<Incoming>>,
+    handle: QueryHandle,
+    session_id: String,
+    ending: Ending,
+) {
+    let agent = live.agent.clone();
+    let mut replace = ending.replace;
+    let guard = shared.archive.reserve();
+    if replace {
+        // Forgotten before the stream closes: the next query starts a new agent.
+        forget(shared, live).await;
+    }
+    drop(handle);
+    if let (true, Some(id)) = (ending.linger, ending.prompt_id) {
+        // The runner has its answer; the connection stays ours until the cancelled
+        // prompt answers, so the next query never reads this one's leftovers.
+        if !await_answer(&agent, &mut incoming, &id, LINGER).await {
+            tracing::warn!(
+                secs = LINGER.as_secs(),
+                "the cancelled prompt did not answer; stopping the agent"
+            );
+            replace = true;
+            forget(shared, live).await;
+        }
+    }
+    if replace {
+        // Stopped before the connection is let go: a query waiting for it then sees
+        // a dead agent and starts a new one.
+        agent.terminate().await;
+    }
+    drop(incoming);
+    let job = archiving::Job {
+        provider: shared.spec.provider,
+        session_id,
+    };
+    shared
+        .archive
+        .run(guard, job, |job| {
+            archiving::archive_session(&shared.settings, job)
+        })
+        .await;
+}
+
+/// One message from the agent during a turn, as the state machine's actions.
+async fn on_incoming(
+    message: Option<Incoming>,
+    state: &mut QueryState,
+    turn: TurnRefs<'_>,
+    prompt_id: &mut Option<RequestId>,
+    replace: &mut bool,
+) -> Vec<Action> {
+    let now = Instant::now();
+    match message {
+        Some(Incoming::Notification { method, params }) => {
+            if method == "session/update" && belongs_to(&params, turn.session_id) {
+                let update = params.get("update").cloned().unwrap_or(Value::Null);
+                return state.on_update(&update, now).into_iter().collect();
+            } else {
+                tracing::debug!(%method, "agent notification ignored");
+            }
+        }
+        Some(Incoming::Request { id, method, params }) => {
+            tracing::debug!(%method, "agent request");
+            if belongs_to(&params, turn.session_id) {
+                return state.on_permission(id, &params).into_iter().collect();
+            } else {
+                turn.live.agent.respond(id, permission_outcome(None));
+            }
+        }
+        Some(Incoming::Answer { id, result }) => {
+            if prompt_id.as_ref() == Some(&id) {
+                *prompt_id = None;
+                let answer = result
+                    .map(|value| serde_json::from_value::<PromptResult>(value).unwrap_or_default());
+                return state.on_prompt_answer(answer).into_iter().collect();
+            }
+        }
+        Some(Incoming::Malformed(line)) => {
+            *replace = true;
+            return state.on_malformed(&line).into_iter().collect();
+        }
+        Some(Incoming::Exited) | None => {
+            let detail = exit_detail(&turn.live.agent).await;
+            forget(turn.shared, turn.live).await;
+            return state.on_exit(&detail).into_iter().collect();
+        }
+    }
+    Vec::new()
 }
 
 /// The live agent, spawning and initializing one when there is none (or it died).

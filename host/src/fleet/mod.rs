@@ -492,6 +492,93 @@ impl Fleet {
     }
 }
 
+impl Fleet {
+    /// Adopts the runners a previous fleet left alive (recorded in its status file); the
+    /// leftovers of those that are gone are killed.
+    async fn adopt_previous(&mut self, now: DateTime<Utc>) {
+        if let Ok(previous) = status::read(&self.root) {
+            for line in previous.sessions {
+                let (Some(runner), Some(spec)) = (line.runner, self.scheduler.spec(&line.name))
+                else {
+                    continue;
+                };
+                let spec = spec.clone();
+                if self.backend.adopt(&spec, runner) {
+                    tracing::info!(session = %spec.name, pid = runner.pid, "fleet: adopted a live runner");
+                    self.scheduler.runner_started(&spec.name, runner, true, now);
+                } else {
+                    let backend = self.backend.clone();
+                    let killed =
+                        tokio::task::spawn_blocking(move || backend.clean_up(&spec, runner))
+                            .await
+                            .unwrap_or_default();
+                    tracing::info!(session = %line.name, pid = runner.pid, killed = killed.len(), "fleet: the runner of a previous fleet is gone; its leftovers killed");
+                }
+            }
+        }
+    }
+
+    /// Takes the watcher's changes: a session's DB changed, or the root's sessions did.
+    fn on_changes(&mut self, changes: std::io::Result<Vec<Change>>, now: DateTime<Utc>) {
+        match changes {
+            Ok(changes) => {
+                for change in changes {
+                    match change {
+                        Change::Session(name) => self.touched(name, now),
+                        Change::Root => {
+                            self.discover(now);
+                            for ms in REDISCOVER_MS {
+                                self.rediscover
+                                    .insert(now + chrono::Duration::milliseconds(ms));
+                            }
+                        }
+                    }
+                }
+            }
+            Err(err) => {
+                tracing::warn!(%err, "fleet: reading inotify failed; every session is re-read every 500 ms");
+                self.watcher = None;
+            }
+        }
+    }
+
+    /// Asks every runner to stop and waits up to `stop_grace`, then kills what is left.
+    async fn stop_all_runners(
+        &mut self,
+        exit_rx: &mut mpsc::UnboundedReceiver<Exited>,
+        stop_grace: Duration,
+    ) {
+        let stopping = self.scheduler.stop_all(Utc::now());
+        tracing::warn!(runners = stopping.len(), "fleet: stopping every runner");
+        for (_, runner) in &stopping {
+            self.backend.stop(*runner);
+        }
+        self.write_status();
+        let deadline = tokio::time::Instant::now() + stop_grace;
+        while !self.scheduler.live().is_empty() {
+            match tokio::time::timeout_at(deadline, exit_rx.recv()).await {
+                Ok(Some(exited)) => self.exited(exited, Utc::now()).await,
+                Ok(None) => break,
+                Err(_) => {
+                    for (name, runner) in self.scheduler.live() {
+                        tracing::warn!(session = %name, pid = runner.pid, "fleet: the runner did not stop in time; killing it");
+                        self.backend.kill(runner);
+                    }
+                    while let Ok(Some(exited)) =
+                        tokio::time::timeout(Duration::from_secs(5), exit_rx.recv()).await
+                    {
+                        self.exited(exited, Utc::now()).await;
+                        if self.scheduler.live().is_empty() {
+                            break;
+                        }
+                    }
+                    break;
+                }
+            }
+        }
+    }
+}
+
 /// The supervisor's loop, until `shutdown` resolves; then every runner is stopped.
 async fn supervise(
     root: PathBuf,
@@ -534,26 +621,7 @@ async fn supervise(
     let now = Utc::now();
     fleet.discover(now);
     // Adopt what the previous fleet left running before starting anything.
-    if let Ok(previous) = status::read(&root) {
-        for line in previous.sessions {
-            let (Some(runner), Some(spec)) = (line.runner, fleet.scheduler.spec(&line.name)) else {
-                continue;
-            };
-            let spec = spec.clone();
-            if fleet.backend.adopt(&spec, runner) {
-                tracing::info!(session = %spec.name, pid = runner.pid, "fleet: adopted a live runner");
-                fleet
-                    .scheduler
-                    .runner_started(&spec.name, runner, true, now);
-            } else {
-                let backend = fleet.backend.clone();
-                let killed = tokio::task::spawn_blocking(move || backend.clean_up(&spec, runner))
-                    .await
-                    .unwrap_or_default();
-                tracing::info!(session = %line.name, pid = runner.pid, killed = killed.len(), "fleet: the runner of a previous fleet is gone; its leftovers killed");
-            }
-        }
-    }
+    fleet.adopt_previous(now).await;
     tokio::pin!(shutdown);
     loop {
         let now = Utc::now();
@@ -577,24 +645,7 @@ async fn supervise(
                     None => std::future::pending().await,
                 }
             } => {
-                let now = Utc::now();
-                match changes {
-                    Ok(changes) => for change in changes {
-                        match change {
-                            Change::Session(name) => fleet.touched(name, now),
-                            Change::Root => {
-                                fleet.discover(now);
-                                for ms in REDISCOVER_MS {
-                                    fleet.rediscover.insert(now + chrono::Duration::milliseconds(ms));
-                                }
-                            }
-                        }
-                    },
-                    Err(err) => {
-                        tracing::warn!(%err, "fleet: reading inotify failed; every session is re-read every 500 ms");
-                        fleet.watcher = None;
-                    }
-                }
+                fleet.on_changes(changes, Utc::now());
             }
             exited = exit_rx.recv() => {
                 if let Some(exited) = exited {
@@ -616,34 +667,7 @@ async fn supervise(
         }
     }
     // Shutdown: every runner is asked to stop, killed after the grace.
-    let stopping = fleet.scheduler.stop_all(Utc::now());
-    tracing::warn!(runners = stopping.len(), "fleet: stopping every runner");
-    for (_, runner) in &stopping {
-        fleet.backend.stop(*runner);
-    }
-    fleet.write_status();
-    let deadline = tokio::time::Instant::now() + stop_grace;
-    while !fleet.scheduler.live().is_empty() {
-        match tokio::time::timeout_at(deadline, exit_rx.recv()).await {
-            Ok(Some(exited)) => fleet.exited(exited, Utc::now()).await,
-            Ok(None) => break,
-            Err(_) => {
-                for (name, runner) in fleet.scheduler.live() {
-                    tracing::warn!(session = %name, pid = runner.pid, "fleet: the runner did not stop in time; killing it");
-                    fleet.backend.kill(runner);
-                }
-                while let Ok(Some(exited)) =
-                    tokio::time::timeout(Duration::from_secs(5), exit_rx.recv()).await
-                {
-                    fleet.exited(exited, Utc::now()).await;
-                    if fleet.scheduler.live().is_empty() {
-                        break;
-                    }
-                }
-                break;
-            }
-        }
-    }
+    fleet.stop_all_runners(&mut exit_rx, stop_grace).await;
     fleet.write_status();
     tracing::warn!("fleet: stopped");
     Ok(())
