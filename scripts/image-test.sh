@@ -247,12 +247,17 @@ if [[ "$NONE_BYTES" -le 160000000 ]]; then size_verdict="goal met"; else size_ve
 printf '[image-test] size  %s: %s MB (the project binaries: %s MB, %s profile; the rest: %s MB); goal at most 160 MB: %s\n' \
   "$IMAGE" "$(mb "$NONE_BYTES")" "$(mb "$BINARIES_BYTES")" "${NANOCLAW_IMAGE_PROFILE:-release}" \
   "$(mb $((NONE_BYTES - BINARIES_BYTES)))" "$size_verdict"
-# Enforced for the image as shipped (release binaries); dev binaries are about three times larger.
+# Enforced for the image as shipped (release binaries); dev binaries are about three times larger,
+# so with them the goal is printed above and the check says it was skipped (never a false "ok").
 none_size_goal() {
-  [[ "${NANOCLAW_IMAGE_PROFILE:-release}" != release ]] && { echo "dev binaries: printed, not enforced"; return 0; }
   [[ "$NONE_BYTES" -le 160000000 ]]
 }
-check "none image at most 160 MB (release binaries)" none_size_goal
+if [[ "${NANOCLAW_IMAGE_PROFILE:-release}" == release ]]; then
+  check "none image at most 160 MB (release binaries)" none_size_goal
+else
+  printf '[image-test] skip  %-58s (dev binaries: the size is printed above; run with NANOCLAW_IMAGE_PROFILE=release to enforce)\n' \
+    "none image at most 160 MB (release binaries)"
+fi
 codex_size_goal() {
   local bytes added
   bytes="$("$ENGINE" image inspect -f '{{.Size}}' "$CODEX_IMAGE")"
