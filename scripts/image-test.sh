@@ -488,8 +488,17 @@ JSON
   fi
   printf '%s\n' "$reply"
   grep -q "the image's shell and git answered" <<<"$reply" || { "$ENGINE" logs "$CODEX_NAME" 2>&1 | tail -n 30; return 1; }
-  # The command ran in the image: its output went back to the model.
-  grep -o 'Linux[^"]*git version [0-9.]*' "$CODEX/fake-model.log" | head -n 1 | grep -q 'git version'
+  # The command ran in the image: its output went back to the model. The fake model prints the
+  # requests it served every 50 ms, so the reply can reach `watch` before the log line that
+  # carries the tool result is written (a failure seen once in CI): wait for it, bounded.
+  local i
+  for i in $(seq 1 50); do
+    grep -o 'Linux[^"]*git version [0-9.]*' "$CODEX/fake-model.log" | head -n 1 | grep -q 'git version' && return 0
+    sleep 0.1
+  done
+  echo "the fake model's log has no tool result with the image's uname and git version after 5 s:"
+  tail -n 20 "$CODEX/fake-model.log"
+  return 1
 }
 check "real Codex turn in the codex image against the fake model" codex_turn
 
