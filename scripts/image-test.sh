@@ -81,6 +81,9 @@ cleanup() {
   for id in $("$ENGINE" volume ls -q --filter "name=nanoclaw-$RUN_ID-" 2>/dev/null); do
     "$ENGINE" volume rm -f "$id" >/dev/null 2>&1 || true
   done
+  # A check runs in a subshell, so the fake model's pid reaches this shell through a file (a
+  # variable set there was lost, and every run left a fake-model process behind).
+  [[ -z "$FAKE_PID" && -f "$WORK/fake-model.pid" ]] && FAKE_PID="$(cat "$WORK/fake-model.pid")"
   if [[ -n "$FAKE_PID" ]]; then
     kill "$FAKE_PID" 2>/dev/null || true
     wait "$FAKE_PID" 2>/dev/null || true
@@ -464,6 +467,7 @@ codex_turn() {
 JSON
   "$fake" --script "$CODEX/fake-model-script.json" --default-text ok >"$CODEX/fake-model.log" 2>&1 &
   FAKE_PID=$!
+  echo "$FAKE_PID" >"$WORK/fake-model.pid"
   local url=
   for _ in $(seq 1 100); do
     url="$(head -n 1 "$CODEX/fake-model.log" 2>/dev/null | grep '^http://127\.0\.0\.1:' || true)"
